@@ -1,0 +1,125 @@
+"""Read and write traces: ``samples.parquet`` (one row per device reading) + ``manifest.json``.
+
+The same columns serve live streams (the collector's store and read API), recorded datasets and
+tests. Derived rate columns (``nvlink_tx_Bps``, ``energy_W``, ``net_rx_Bps`` …) are computed per
+device from the raw counters with :func:`trainsentry.traces.rates.derive_rates` when a trace is
+written, so a reader never needs to repeat the wrap/reset logic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..telemetry.base import Reading
+from .rates import derive_rates
+from .schema import METRICS, RATE_NAMES
+
+TRACE_SCHEMA_VERSION = "trainsentry.trace/1"
+SAMPLES_FILE = "samples.parquet"
+MANIFEST_FILE = "manifest.json"
+CLASSES = ("training", "inference", "other")
+
+
+def arrow_schema() -> pa.Schema:
+    fields = [pa.field("node", pa.string(), nullable=False), pa.field("device", pa.string(), nullable=False),
+              pa.field("kind", pa.string(), nullable=False), pa.field("t", pa.float64(), nullable=False)]
+    for m in METRICS:
+        fields.append(pa.field(m.name, pa.int64() if m.integer else pa.float64()))
+    for r in RATE_NAMES:
+        fields.append(pa.field(r, pa.float64()))
+    return pa.schema(fields)
+
+
+SCHEMA = arrow_schema()
+
+
+def readings_to_columns(node: str, readings: Iterable[Reading]) -> dict[str, list]:
+    """Raw readings (any order, any devices) to column lists sorted by (device, t), rates added."""
+    rows = sorted(readings, key=lambda r: (r.device, r.t))
+    cols: dict[str, list] = {"node": [node] * len(rows), "device": [r.device for r in rows],
+                             "kind": [r.kind for r in rows], "t": [r.t for r in rows]}
+    for m in METRICS:
+        cols[m.name] = [r.values.get(m.name) for r in rows]
+    add_rates(cols)
+    return cols
+
+
+def add_rates(cols: dict[str, list]) -> None:
+    """Fill the derived-rate columns in place; rows must be sorted by (device, t)."""
+    n = len(cols["t"])
+    for r in RATE_NAMES:
+        cols[r] = [None] * n
+    devices = cols["device"]
+    start = 0
+    while start < n:
+        end = start
+        while end < n and devices[end] == devices[start]:
+            end += 1
+        t = np.asarray(cols["t"][start:end], dtype=np.float64)
+        raw = {m.name: np.asarray([np.nan if v is None else v for v in cols[m.name][start:end]], dtype=np.float64)
+               for m in METRICS if m.kind == "counter" and any(v is not None for v in cols[m.name][start:end])}
+        for name, values in derive_rates(t, raw).items():
+            cols[name][start:end] = [None if math.isnan(x) else float(x) for x in values]
+        start = end
+
+
+def columns_to_table(cols: dict[str, list]) -> pa.Table:
+    return pa.Table.from_pydict({f.name: cols.get(f.name, [None] * len(cols["t"])) for f in SCHEMA}, schema=SCHEMA)
+
+
+def validate_manifest(manifest: dict) -> None:
+    """Raise ValueError naming the first problem in a run manifest."""
+    if manifest.get("schema") != TRACE_SCHEMA_VERSION:
+        raise ValueError(f"manifest schema must be {TRACE_SCHEMA_VERSION!r}")
+    for key in ("run_id", "node", "start", "end", "labels", "sample_hz"):
+        if key not in manifest:
+            raise ValueError(f"manifest lacks {key!r}")
+    labels = manifest["labels"]
+    for key in ("workload", "class", "family", "config"):
+        if key not in labels:
+            raise ValueError(f"manifest labels lack {key!r}")
+    if labels["class"] not in CLASSES:
+        raise ValueError(f"labels.class must be one of {CLASSES}")
+    if not manifest["end"] >= manifest["start"]:
+        raise ValueError("manifest end precedes start")
+
+
+def write_trace(run_dir: str | Path, cols_or_table: dict[str, list] | pa.Table, manifest: dict) -> Path:
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {"schema": TRACE_SCHEMA_VERSION, **manifest}
+    validate_manifest(manifest)
+    table = cols_or_table if isinstance(cols_or_table, pa.Table) else columns_to_table(cols_or_table)
+    pq.write_table(table, run_dir / SAMPLES_FILE, compression="zstd")
+    (run_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True, default=float) + "\n")
+    return run_dir
+
+
+def read_manifest(run_dir: str | Path) -> dict:
+    manifest = json.loads((Path(run_dir) / MANIFEST_FILE).read_text())
+    validate_manifest(manifest)
+    return manifest
+
+
+def read_samples(run_dir: str | Path) -> pa.Table:
+    table = pq.read_table(Path(run_dir) / SAMPLES_FILE)
+    missing = [f.name for f in SCHEMA if f.name not in table.column_names]
+    if missing:
+        raise ValueError(f"{run_dir}: samples lack columns {missing[:5]}")
+    return table
+
+
+def read_trace(run_dir: str | Path) -> tuple[pa.Table, dict]:
+    return read_samples(run_dir), read_manifest(run_dir)
+
+
+def iter_runs(root: str | Path) -> list[Path]:
+    """Every run directory (one holding a manifest) below root, sorted."""
+    return sorted(p.parent for p in Path(root).rglob(MANIFEST_FILE))
