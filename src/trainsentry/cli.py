@@ -18,17 +18,32 @@ def _main() -> None:
 
 
 def _register() -> None:
-    # (module, name): every sub-app below imports only typer/rich at module level.
+    """Attach every ``trainsentry.<package>.commands`` module found in the package.
+
+    A commands module offers top-level commands as ``COMMANDS = [func, ...]`` (the command is the
+    function's name without a trailing ``_cmd``, underscores as dashes) and/or a command group as
+    ``app`` (a typer.Typer) with its name in ``NAME``.
+    """
+    import pkgutil
     from importlib import import_module
-    for module, name in _SUBAPPS:
-        sub = import_module(f"trainsentry.{module}.commands")
+
+    import trainsentry
+    for info in sorted(pkgutil.iter_modules(trainsentry.__path__), key=lambda i: i.name):
+        if not info.ispkg:
+            continue
+        try:
+            sub = import_module(f"trainsentry.{info.name}.commands")
+        except ModuleNotFoundError as e:
+            if e.name == f"trainsentry.{info.name}.commands":
+                continue
+            raise
         if hasattr(sub, "app"):
-            app.add_typer(sub.app, name=name)
+            app.add_typer(sub.app, name=sub.NAME)
         for cmd in getattr(sub, "COMMANDS", ()):
-            app.command(cmd.__name__.replace("_cmd", "").replace("_", "-"))(cmd)
+            name = cmd.__name__.removesuffix("_cmd").replace("_", "-")
+            app.command(name)(cmd)
 
 
-_SUBAPPS: list[tuple[str, str]] = []
 _register()
 
 if __name__ == "__main__":  # pragma: no cover
