@@ -1,0 +1,139 @@
+"""The workload contract: a registry of declarative configs and the context a workload runs in.
+
+A workload is a function ``fn(ctx, cfg) -> None`` registered with a name, a class (training /
+inference / other), a family and a default config (GPU size) plus a toy override (CPU, gloo, a few
+steps). It runs on every rank of one torchrun launch; ``ctx.active`` says whether this rank takes
+part (a single-GPU workload on a 2-GPU node leaves rank 1 idle: idle on the CPU, never spinning in a
+GPU collective). It keeps working until ``ctx.deadline`` (or ``ctx.max_steps`` in tests) and reports
+ground truth through ``ctx.ledger``: steps, tokens, step times, loss curve, FLOPs (from
+FlopCounterMode), and the bytes it handed to collectives. The ledger is never shown to detectors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+CLASSES = ("training", "inference", "other")
+
+
+@dataclass
+class Ledger:
+    """Ground truth a workload records about itself (rank-local; merged across ranks by the worker)."""
+
+    steps: int = 0
+    tokens: int = 0
+    step_times_s: list[float] = field(default_factory=list)
+    loss_curve: list[tuple[int, float]] = field(default_factory=list)
+    flops_per_step: int | None = None          # this rank, from FlopCounterMode on one representative step
+    flops: float = 0.0                          # this rank, total
+    collective_bytes: dict[str, int] = field(default_factory=dict)  # op -> bytes this rank handed over
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def step(self, dt_s: float, tokens: int, loss: float | None = None, flops: int | None = None) -> None:
+        self.steps += 1
+        self.tokens += int(tokens)
+        self.step_times_s.append(round(float(dt_s), 6))
+        if loss is not None:
+            self.loss_curve.append((self.steps, float(loss)))
+        step_flops = self.flops_per_step if flops is None else flops
+        if step_flops:
+            self.flops += float(step_flops)
+
+    def collective(self, op: str, nbytes: int) -> None:
+        self.collective_bytes[op] = self.collective_bytes.get(op, 0) + int(nbytes)
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps, "tokens": self.tokens, "step_times_s": self.step_times_s,
+                "loss_curve": self.loss_curve, "flops_per_step": self.flops_per_step, "flops": self.flops,
+                "collective_bytes": self.collective_bytes, "extra": self.extra}
+
+
+@dataclass
+class Context:
+    rank: int
+    world_size: int
+    device: torch.device
+    dtype: torch.dtype               # bf16 on GPU, fp32 on CPU
+    deadline: float                  # time.time() at which to stop
+    max_steps: int | None = None     # tests: stop after this many steps
+    toy: bool = False
+    ranks: tuple[int, ...] = ()      # the ranks taking part; () = all
+    cpu_group: Any = None            # gloo group for coordination (barriers that do not spin a GPU)
+    ledger: Ledger = field(default_factory=Ledger)
+    seed: int = 0
+
+    @property
+    def active(self) -> bool:
+        return not self.ranks or self.rank in self.ranks
+
+    @property
+    def n_active(self) -> int:
+        return len(self.ranks) if self.ranks else self.world_size
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def keep_going(self) -> bool:
+        if self.max_steps is not None and self.ledger.steps >= self.max_steps:
+            return False
+        return time.time() < self.deadline
+
+    def sync(self) -> None:
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+
+    def barrier(self) -> None:
+        """Barrier over all ranks on the CPU group (an NCCL barrier would show as GPU activity)."""
+        if dist.is_initialized():
+            dist.barrier(group=self.cpu_group)
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    name: str
+    cls: str
+    family: str
+    fn: Callable[[Context, dict], None]
+    config: dict
+    toy: dict
+    gpus: int                        # ranks it uses: 1 (rank 0 only) or 0 meaning all ranks
+    description: str = ""
+
+    def resolve(self, toy: bool, overrides: dict | None = None) -> dict:
+        cfg = dict(self.config)
+        if toy:
+            cfg.update(self.toy)
+        cfg.update(overrides or {})
+        return cfg
+
+
+WORKLOADS: dict[str, WorkloadSpec] = {}
+
+
+def register(name: str, cls: str, family: str, config: dict, toy: dict | None = None, gpus: int = 0,
+             description: str = ""):
+    """Decorator registering ``fn(ctx, cfg)`` under ``name``; each distinct config gets its own name."""
+    if cls not in CLASSES:
+        raise ValueError(f"class must be one of {CLASSES}")
+
+    def deco(fn):
+        if name in WORKLOADS:
+            raise ValueError(f"workload {name!r} registered twice")
+        WORKLOADS[name] = WorkloadSpec(name, cls, family, fn, dict(config), dict(toy or {}), gpus,
+                                       description or (fn.__doc__ or "").strip().split("\n")[0])
+        return fn
+    return deco
+
+
+def variants(base_name: str, cls: str, family: str, fn, base: dict, toy: dict, grid: dict[str, dict],
+             gpus: int = 0, description: str = "") -> None:
+    """Register one workload per entry of ``grid`` (suffix -> config overrides) sharing ``fn``."""
+    for suffix, over in grid.items():
+        register(f"{base_name}.{suffix}", cls, family, {**base, **over}, toy, gpus, description)(fn)

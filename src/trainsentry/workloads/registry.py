@@ -1,0 +1,6 @@
+"""Importing this module registers every workload (training, inference, other, adversarial)."""
+
+from . import infer, other, train  # noqa: F401
+from .base import WORKLOADS
+
+__all__ = ["WORKLOADS"]
