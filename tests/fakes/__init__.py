@@ -1,0 +1,1 @@
+"""Test doubles built from readings recorded on real hardware (tests/fixtures/)."""

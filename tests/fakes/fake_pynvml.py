@@ -1,0 +1,291 @@
+"""A stand-in for the ``pynvml`` module, answering from NVML readings recorded on the lent H200s.
+
+Only the NVML calls live: constants, ctypes structures and the ``NVMLError`` class family are the
+real ``pynvml`` objects (importing ``pynvml`` loads no driver library), so error codes, per-field
+``nvmlReturn`` values and the structures a caller fills are exactly those of the binding.
+
+The fake plays a :class:`~h200_recording.Recording` along a clock: recording time
+``t0 + (clock() - start) * speed``. Counters hold between recorded samples like the driver's do;
+with ``loop=True`` the recording repeats and cumulative counters keep growing across the seam.
+Field values carry the fake clock's time in µs as their NVML timestamp (plus ``timestamp_offset_s``
+to play a driver whose timestamps are off).
+
+Knobs for tests: ``gpu_count`` (recorded GPUs replicated round-robin, e.g. 8 for the agent
+benchmark), ``unsupported`` (metric keys answered NotSupported: ``power_mw``, ``energy_mj``,
+``util``, ``mem_used``, ``sm_clock``, ``mem_clock``, ``temp``, ``pcie``, ``gpm``, ``nvlink``
+(fields 138/139), ``link_count`` (field 91), ``link_state``), ``sum_scope=False`` (a driver that rejects scopeId 0xFFFFFFFF),
+``link0_only=True`` (only scope 0 answers: a reader that took link 0 as the total would undercount
+about 18-fold, so the source must report NVLink missing instead).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+
+import pynvml as _real
+
+from .h200_recording import (FI_LINK_COUNT, SCOPE_ALL_LINKS, Err, Recording, is_counter,
+                             load_recording)
+
+
+class ManualClock:
+    """A clock tests move by hand; pass the same one to the fake and to the source."""
+
+    def __init__(self, t: float = 1_800_000_000.0):
+        self.t = float(t)
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> float:
+        self.t += seconds
+        return self.t
+
+
+class FakeHandle:
+    def __init__(self, index: int):
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"FakeHandle({self.index})"
+
+
+def _raise(code: int) -> None:
+    raise _real.NVMLError(code)
+
+
+class FakeNvml:
+    """Use as the ``nvml`` module: ``NvmlSource(nvml=FakeNvml(...))``."""
+
+    def __init__(self, recording: Recording | str | None = None, gpu_count: int | None = None,
+                 unsupported: Iterable[str] = (), clock: Callable[[], float] | None = None,
+                 start: float | None = None, speed: float = 1.0, loop: bool = True,
+                 sum_scope: bool = True, link0_only: bool = False, timestamp_offset_s: float = 0.0):
+        self.recording = recording if isinstance(recording, Recording) else load_recording(recording)
+        self.gpu_count = gpu_count if gpu_count is not None else len(self.recording.gpus)
+        self.unsupported = set(unsupported)
+        self.clock = clock or time.time
+        self.start = self.clock() if start is None else start
+        self.speed, self.loop = speed, loop
+        self.sum_scope, self.link0_only = sum_scope, link0_only
+        self.timestamp_offset_s = timestamp_offset_s
+        self.initialized = 0
+        # (function name, handle index or None, args): what was asked, the latest 10,000 calls
+        self.calls: deque[tuple] = deque(maxlen=10_000)
+        self._gpm_samples: dict[int, tuple[int, float] | None] = {}
+        self._gpm_keep: dict[int, object] = {}
+
+    # Constants, structures and error classes: the real binding's own objects.
+    def __getattr__(self, name: str):
+        if name.startswith(("NVML", "c_nvml", "struct_c_nvml", "nvmlExceptionClass")):
+            return getattr(_real, name)
+        raise AttributeError(f"fake pynvml has no {name!r} (only recorded calls are faked)")
+
+    # ---- timeline -------------------------------------------------------------------------
+    def rec_time(self) -> tuple[float, int]:
+        """(time inside the recording, completed loops)."""
+        rec = self.recording
+        tau = (self.clock() - self.start) * self.speed
+        span = max(rec.t1 - rec.t0, 1e-9)
+        if tau < 0:
+            return rec.t0, 0
+        if not self.loop:
+            return rec.t0 + min(tau, span), 0
+        k, rem = divmod(tau, span)
+        return rec.t0 + rem, int(k)
+
+    def _value(self, handle: FakeHandle, key: object, gate: str) -> object:
+        self._check(handle)
+        if gate in self.unsupported:
+            _raise(_real.NVML_ERROR_NOT_SUPPORTED)
+        gpu = self.recording.gpus[handle.index % len(self.recording.gpus)]
+        t, loops = self.rec_time()
+        v = gpu.at(key, t)
+        if v is None:
+            _raise(_real.NVML_ERROR_NOT_SUPPORTED)
+        if isinstance(v, Err):
+            _raise(v.code)
+        if loops and is_counter(key):
+            first, last = gpu.span(key)
+            if not isinstance(first, Err) and not isinstance(last, Err):
+                v = v + loops * (last - first)
+        return v
+
+    def _check(self, handle: FakeHandle | None = None) -> None:
+        if not self.initialized:
+            _raise(_real.NVML_ERROR_UNINITIALIZED)
+        if handle is not None and not (isinstance(handle, FakeHandle) and 0 <= handle.index < self.gpu_count):
+            _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
+
+    def _log(self, fn: str, handle: FakeHandle | None, *args) -> None:
+        self.calls.append((fn, None if handle is None else handle.index, args))
+
+    # ---- library -------------------------------------------------------------------------
+    def nvmlInit(self) -> None:
+        self.initialized += 1
+
+    def nvmlShutdown(self) -> None:
+        self._check()
+        self.initialized -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._check()
+        return self.recording.driver
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._check()
+        return self.gpu_count
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
+        self._check()
+        if not 0 <= index < self.gpu_count:
+            _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return FakeHandle(index)
+
+    def nvmlDeviceGetName(self, handle: FakeHandle) -> str:
+        self._check(handle)
+        return self.recording.gpus[handle.index % len(self.recording.gpus)].name
+
+    # ---- field values: per-field return codes and timestamps, like the driver --------------
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, fieldIds: list) -> ctypes.Array:
+        self._check(handle)
+        self._log("nvmlDeviceGetFieldValues", handle, tuple(fieldIds))
+        values = (_real.c_nvmlFieldValue_t * len(fieldIds))()
+        now_us = int((self.clock() + self.timestamp_offset_s) * 1e6)
+        for i, fid in enumerate(fieldIds):
+            try:  # same request parsing as pynvml: (fieldId, scopeId) tuples or bare ids (scope 0)
+                (values[i].fieldId, values[i].scopeId) = fid
+            except TypeError:
+                values[i].fieldId = fid
+            f, scope = values[i].fieldId, values[i].scopeId
+            values[i].timestamp = now_us
+            values[i].valueType = _real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            try:
+                if f == FI_LINK_COUNT:
+                    v = self._value(handle, ("field", f, 0), "link_count")
+                    values[i].valueType = _real.NVML_VALUE_TYPE_UNSIGNED_INT
+                    values[i].value.uiVal = int(v)
+                else:
+                    if scope == SCOPE_ALL_LINKS and (not self.sum_scope or self.link0_only):
+                        _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
+                    if self.link0_only and scope != 0:
+                        _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
+                    v = self._value(handle, ("field", f, scope), "nvlink")
+                    values[i].value.ullVal = int(v)
+                values[i].nvmlReturn = _real.NVML_SUCCESS
+            except _real.NVMLError as e:
+                values[i].nvmlReturn = e.value
+        return values
+
+    # ---- plain calls -------------------------------------------------------------------------
+    def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
+        return int(self._value(handle, "power_mw", "power_mw"))
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeHandle) -> int:
+        return int(self._value(handle, "energy_mj", "energy_mj"))
+
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle):
+        u = _real.c_nvmlUtilization_t()
+        u.gpu = int(self._value(handle, "gpu_util", "util"))
+        u.memory = int(self._value(handle, "mem_util", "util"))
+        return u
+
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version=None):
+        m = _real.c_nvmlMemory_t()
+        m.used = int(self._value(handle, "mem_used", "mem_used"))
+        m.total = 143771 * 2**20  # H200 as recorded by nvidia-smi (143,771 MiB)
+        m.free = m.total - m.used
+        return m
+
+    def nvmlDeviceGetClockInfo(self, handle: FakeHandle, clock_type: int) -> int:
+        if clock_type == _real.NVML_CLOCK_SM:
+            return int(self._value(handle, "sm_clock", "sm_clock"))
+        if clock_type == _real.NVML_CLOCK_MEM:
+            return int(self._value(handle, "mem_clock", "mem_clock"))
+        _raise(_real.NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:
+        if sensor != _real.NVML_TEMPERATURE_GPU:
+            _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return int(self._value(handle, "temp", "temp"))
+
+    def nvmlDeviceGetPcieThroughput(self, handle: FakeHandle, counter: int) -> int:
+        key = "pcie_tx_kbps" if counter == _real.NVML_PCIE_UTIL_TX_BYTES else "pcie_rx_kbps"
+        return int(self._value(handle, key, "pcie"))
+
+    def nvmlDeviceGetNvLinkState(self, handle: FakeHandle, link: int) -> int:
+        self._check(handle)
+        if "link_state" in self.unsupported:
+            _raise(_real.NVML_ERROR_NOT_SUPPORTED)
+        states = self.recording.gpus[handle.index % len(self.recording.gpus)].link_state
+        if not 0 <= link < len(states):
+            _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return states[link]
+
+    def nvmlDeviceGetNvLinkUtilizationCounter(self, handle: FakeHandle, link: int, counter: int):
+        # Deprecated; NotSupported on the H200s (h200-telemetry.md). Logged so tests see it unused.
+        self._log("nvmlDeviceGetNvLinkUtilizationCounter", handle, link, counter)
+        _raise(_real.NVML_ERROR_NOT_SUPPORTED)
+
+    # ---- GPM: two samples, metrics between them ---------------------------------------------
+    def nvmlGpmQueryDeviceSupport(self, handle: FakeHandle):
+        self._check(handle)
+        s = _real.c_nvmlGpmSupport_t()
+        s.version = _real.NVML_GPM_SUPPORT_VERSION
+        gpu = self.recording.gpus[handle.index % len(self.recording.gpus)]
+        s.isSupportedDevice = int(gpu.gpm_supported and "gpm" not in self.unsupported)
+        return s
+
+    def nvmlGpmSampleAlloc(self):
+        self._check()
+        body = _real.struct_c_nvmlGpmSample_t()
+        ptr = ctypes.pointer(body)
+        key = ctypes.addressof(body)
+        self._gpm_keep[key] = body
+        self._gpm_samples[key] = None
+        return ptr
+
+    def nvmlGpmSampleFree(self, sample) -> None:
+        key = ctypes.addressof(sample.contents)
+        if key not in self._gpm_samples:
+            _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
+        del self._gpm_samples[key], self._gpm_keep[key]
+
+    def nvmlGpmSampleGet(self, handle: FakeHandle, sample):
+        self._check(handle)
+        if "gpm" in self.unsupported:
+            _raise(_real.NVML_ERROR_NOT_SUPPORTED)
+        key = ctypes.addressof(sample.contents)
+        if key not in self._gpm_samples:
+            _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
+        self._gpm_samples[key] = (handle.index, self.clock())
+        self._log("nvmlGpmSampleGet", handle, key)
+        return sample
+
+    def nvmlGpmMetricsGet(self, mg):
+        self._check()
+        if mg.version != _real.NVML_GPM_METRICS_GET_VERSION:
+            _raise(_real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        s1 = self._gpm_samples.get(ctypes.addressof(mg.sample1.contents)) if mg.sample1 else None
+        s2 = self._gpm_samples.get(ctypes.addressof(mg.sample2.contents)) if mg.sample2 else None
+        if s1 is None or s2 is None or s1[0] != s2[0] or not s2[1] > s1[1]:
+            _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
+        self._log("nvmlGpmMetricsGet", FakeHandle(s2[0]), s1[1], s2[1])
+        handle = FakeHandle(s2[0])
+        for j in range(mg.numMetrics):
+            m = mg.metrics[j]
+            try:
+                # The recording holds each metric as the average over the interval ending at its
+                # time; the value for (s1, s2) is the one recorded at s2's time.
+                m.value = float(self._value(handle, ("gpm", int(m.metricId)), "gpm"))
+                m.nvmlReturn = _real.NVML_SUCCESS
+            except _real.NVMLError as e:
+                m.nvmlReturn = e.value
+        return mg
+
+
+def calls_named(fake: FakeNvml, fn: str) -> list[tuple]:
+    return [c for c in fake.calls if c[0] == fn]
