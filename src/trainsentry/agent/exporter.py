@@ -1,0 +1,150 @@
+"""Prometheus exposition of the agent's latest readings, named like dcgm-exporter and node_exporter.
+
+Existing Grafana dashboards for dcgm-exporter select series by metric name and the labels ``gpu``,
+``UUID``, ``device`` (``nvidia0``) and ``Hostname``; those are kept. Units follow dcgm-exporter
+(power in W, framebuffer in MiB, energy in mJ, PROF activity as a 0..1 ratio, PROF bandwidth in
+bytes per second), converted from the raw readings below. Network counters follow node_exporter
+(``node_network_transmit_bytes_total{device="eth0"}``; InfiniBand ports as
+``node_infiniband_port_data_transmitted_bytes_total{device="mlx5_0",port="1"}``).
+
+Counters stay cumulative (the reader takes ``rate()``). prometheus-client always appends
+``_total`` to a family typed "counter", but dcgm-exporter's counter names have no suffix; to keep
+the names dashboards query, those few are exposed as untyped. Our own cumulative NVLink byte
+counters, which DCGM has no exact equivalent for, are proper counters
+(``trainsentry_nvlink_tx_bytes_total``). The full table is in docs/agent.md.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Metric
+
+from ..telemetry.base import Reading
+
+_MIB = 1024.0 * 1024.0
+
+# raw metric -> (exposed name, prometheus type, scale to the exposed unit, help)
+GPU_MAP: dict[str, tuple[str, str, float, str]] = {
+    "power_mw": ("DCGM_FI_DEV_POWER_USAGE", "gauge", 1e-3, "Power draw (in W)."),
+    "energy_mj": ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "unknown", 1.0,
+                  "Total energy consumption since boot (in mJ); cumulative."),
+    "gpu_util_pct": ("DCGM_FI_DEV_GPU_UTIL", "gauge", 1.0, "GPU utilization (in %)."),
+    "mem_util_pct": ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", 1.0, "Memory utilization (in %)."),
+    "mem_used_bytes": ("DCGM_FI_DEV_FB_USED", "gauge", 1.0 / _MIB, "Framebuffer memory used (in MiB)."),
+    "sm_clock_mhz": ("DCGM_FI_DEV_SM_CLOCK", "gauge", 1.0, "SM clock frequency (in MHz)."),
+    "mem_clock_mhz": ("DCGM_FI_DEV_MEM_CLOCK", "gauge", 1.0, "Memory clock frequency (in MHz)."),
+    "temp_c": ("DCGM_FI_DEV_GPU_TEMP", "gauge", 1.0, "GPU temperature (in C)."),
+    "pcie_tx_kbps": ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "gauge", 1.0,
+                     "PCIe TX throughput over a 20 ms driver snapshot (in KB/s)."),
+    "pcie_rx_kbps": ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "gauge", 1.0,
+                     "PCIe RX throughput over a 20 ms driver snapshot (in KB/s)."),
+    "gpm_sm_util_pct": ("DCGM_FI_PROF_SM_ACTIVE", "gauge", 0.01, "Ratio of cycles an SM has at least 1 warp assigned."),
+    "gpm_sm_occupancy_pct": ("DCGM_FI_PROF_SM_OCCUPANCY", "gauge", 0.01, "Ratio of warps resident on an SM."),
+    "gpm_tensor_util_pct": ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", 0.01,
+                            "Ratio of cycles the tensor (HMMA) pipes are active."),
+    "gpm_dram_bw_util_pct": ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", 0.01,
+                             "Ratio of cycles the device memory interface is active."),
+    "gpm_pcie_tx_mibps": ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", _MIB, "PCIe TX rate (in B/s)."),
+    "gpm_pcie_rx_mibps": ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", _MIB, "PCIe RX rate (in B/s)."),
+    "gpm_nvlink_tx_mibps": ("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge", _MIB, "NVLink TX rate, all links (in B/s)."),
+    "gpm_nvlink_rx_mibps": ("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", _MIB, "NVLink RX rate, all links (in B/s)."),
+    "nvlink_tx_kib": ("trainsentry_nvlink_tx_bytes", "counter", 1024.0,
+                      "NVLink payload bytes sent, all links, since driver load (NVML field 138)."),
+    "nvlink_rx_kib": ("trainsentry_nvlink_rx_bytes", "counter", 1024.0,
+                      "NVLink payload bytes received, all links, since driver load (NVML field 139)."),
+}
+
+NET_MAP: dict[str, tuple[str, str]] = {
+    "net_tx_bytes": ("node_network_transmit_bytes", "Network device statistic transmit_bytes."),
+    "net_rx_bytes": ("node_network_receive_bytes", "Network device statistic receive_bytes."),
+}
+IB_MAP: dict[str, tuple[str, str]] = {
+    "net_tx_bytes": ("node_infiniband_port_data_transmitted_bytes", "Number of data octets transmitted on all links."),
+    "net_rx_bytes": ("node_infiniband_port_data_received_bytes", "Number of data octets received on all links."),
+}
+
+
+def gpu_labels(device: str, hostname: str, uuid: str = "") -> dict[str, str]:
+    """dcgm-exporter's labels for a GPU named ``gpuN``."""
+    index = device[3:] if device.startswith("gpu") and device[3:].isdigit() else device
+    return {"gpu": index, "UUID": uuid, "device": f"nvidia{index}", "Hostname": hostname}
+
+
+class LatestReadings:
+    """The newest reading per device, replaced on every tick by the sampler thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_device: dict[str, Reading] = {}
+
+    def update(self, readings: Iterable[Reading]) -> None:
+        with self._lock:
+            for r in readings:
+                self._by_device[r.device] = r
+
+    def snapshot(self) -> list[Reading]:
+        with self._lock:
+            return [self._by_device[d] for d in sorted(self._by_device)]
+
+
+class AgentCollector:
+    """A prometheus-client custom collector over :class:`LatestReadings` plus the agent's own stats."""
+
+    def __init__(self, latest: LatestReadings, hostname: str, uuids: dict[str, str] | None = None,
+                 agent_stats: Callable[[], dict[str, float]] | None = None):
+        self.latest = latest
+        self.hostname = hostname
+        self.uuids = uuids or {}
+        self.agent_stats = agent_stats
+
+    def collect(self):
+        families: dict[str, Metric] = {}
+
+        def family(name: str, typ: str, doc: str) -> Metric:
+            if name not in families:
+                families[name] = (CounterMetricFamily(name, doc) if typ == "counter" else Metric(name, doc, typ))
+            return families[name]
+
+        for r in self.latest.snapshot():
+            if r.kind == "gpu":
+                labels = gpu_labels(r.device, self.hostname, self.uuids.get(r.device, ""))
+                for raw, (name, typ, scale, doc) in GPU_MAP.items():
+                    v = r.values.get(raw)
+                    if v is None:
+                        continue  # unsupported on this device: absent, never zero
+                    sample_name = name + "_total" if typ == "counter" else name
+                    family(name, typ, doc).add_sample(sample_name, labels, float(v) * scale)
+            else:
+                table = IB_MAP if r.kind == "ib" else NET_MAP
+                if r.kind == "ib" and ":" in r.device:
+                    dev, port = r.device.split(":", 1)
+                    labels = {"device": dev, "port": port, "Hostname": self.hostname}
+                else:
+                    labels = {"device": r.device, "Hostname": self.hostname}
+                for raw, (name, doc) in table.items():
+                    v = r.values.get(raw)
+                    if v is not None:
+                        family(name, "counter", doc).add_sample(name + "_total", labels, float(v))
+        yield from families.values()
+        if self.agent_stats is not None:
+            for name, value in sorted(self.agent_stats().items()):
+                typ = "counter" if name.endswith("_total") else "gauge"
+                base = name.removesuffix("_total")
+                m = CounterMetricFamily(base, f"trainsentry agent: {base}") if typ == "counter" \
+                    else Metric(name, f"trainsentry agent: {name}", "gauge")
+                m.add_sample(name, {"Hostname": self.hostname}, float(value))
+                yield m
+
+
+def make_registry(collector: AgentCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+def serve(collector: AgentCollector, port: int, addr: str = "0.0.0.0"):
+    """Start the /metrics HTTP server in a daemon thread; returns (server, thread)."""
+    from prometheus_client import start_http_server
+    return start_http_server(port, addr=addr, registry=make_registry(collector))

@@ -1,0 +1,172 @@
+"""The sender: posts spooled batches to the collector oldest-first, one at a time, over urllib.
+
+Strictly in order and one in flight: the collector accepts ``seq`` only after ``seq - 1``, so
+pipelining would just produce out-of-order rejections. Responses:
+
+* 200 (stored, or ``{"duplicate": true}`` for a batch it already has): delete it from the spool.
+* 409 ``out_of_order`` with ``expected_seq = E`` below the oldest pending batch: the collector lacks
+  batches the agent no longer holds (it lost acknowledged data). The agent declares ``E .. oldest-1``
+  lost with ``gap_from`` (logged as an error, never silently) and carries on.
+* 409 ``replay`` / ``chain_broken``: the collector holds a chain this spool did not write (a wiped
+  or swapped spool, two agents under one node id). Nothing is dropped; the agent logs once and
+  keeps backing off until an operator acts.
+* 401/400/413/other 4xx: a configuration or software fault. Logged loudly, the batch is kept, and the
+  sender backs off (it must neither drop data nor hammer the collector).
+* connection errors, timeouts, 5xx: the collector is away; exponential backoff, then resend the same
+  bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from ..wire.batch import NODE_HEADER, SIGNATURE_HEADER
+from .spool import Spool, SpooledBatch
+
+log = logging.getLogger(__name__)
+
+BATCHES_PATH = "/v1/batches"
+
+
+@dataclass
+class SenderStats:
+    sent: int = 0            # batches acknowledged as newly stored
+    duplicates: int = 0      # acknowledged as already stored
+    samples_sent: int = 0
+    declared_lost: int = 0   # batches declared lost with gap_from
+    failures: int = 0        # attempts that did not end in an acknowledgement
+    last_error: str = ""
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int              # HTTP status, or 0 when no HTTP answer came back
+    body: dict
+
+
+def post(url: str, node: str, batch: SpooledBatch, timeout_s: float) -> Response:
+    req = urllib.request.Request(url, data=batch.body, method="POST", headers={
+        "Content-Type": "application/json", NODE_HEADER: node, SIGNATURE_HEADER: batch.signature})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return Response(resp.status, _json(resp.read()))
+    except urllib.error.HTTPError as e:
+        return Response(e.code, _json(e.read()))
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        reason = getattr(e, "reason", e)
+        return Response(0, {"error": "unreachable", "message": f"{type(reason).__name__}: {reason}"})
+
+
+def _json(raw: bytes) -> dict:
+    try:
+        obj = json.loads(raw or b"{}")
+    except ValueError:
+        return {"error": "non_json_response", "message": raw[:200].decode("utf-8", "replace")}
+    if isinstance(obj, dict) and isinstance(obj.get("detail"), dict):  # FastAPI's HTTPException shape
+        obj = {**obj, **obj["detail"]}
+    return obj if isinstance(obj, dict) else {"value": obj}
+
+
+class Sender(threading.Thread):
+    def __init__(self, spool: Spool, collector_url: str, node: str, timeout_s: float = 10.0,
+                 backoff_min_s: float = 0.2, backoff_max_s: float = 30.0):
+        super().__init__(name="trainsentry-sender", daemon=True)
+        self.spool = spool
+        self.url = collector_url.rstrip("/") + BATCHES_PATH
+        self.node = node
+        self.timeout_s = timeout_s
+        self.backoff_min_s = backoff_min_s
+        self.backoff_max_s = backoff_max_s
+        self.stats = SenderStats()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._backoff = 0.0
+        self._held_seq: int | None = None   # seq the 409-fork state is stuck on, to log once
+
+    def notify(self) -> None:
+        """A new batch is in the spool."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            batch = self.spool.oldest()
+            if batch is None:
+                self._wake.wait(1.0)
+                self._wake.clear()
+                continue
+            if self.send_one(batch):
+                self._backoff = 0.0
+            else:
+                self._sleep_backoff()
+
+    def _sleep_backoff(self) -> None:
+        self._backoff = min(self.backoff_max_s, max(self.backoff_min_s, self._backoff * 2))
+        # Jitter so that many agents coming back after a collector outage do not arrive in lockstep.
+        self._stop.wait(self._backoff * random.uniform(0.75, 1.0))
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until the spool is empty or ``timeout_s`` passes; True when empty."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.spool.pending_stats()[0] == 0:
+                return True
+            self._wake.set()
+            time.sleep(0.05)
+        return self.spool.pending_stats()[0] == 0
+
+    def send_one(self, batch: SpooledBatch) -> bool:
+        """One attempt; True when the spool made progress (ack, resync), False to back off."""
+        r = post(self.url, self.node, batch, self.timeout_s)
+        if r.status == 200:
+            self.spool.ack(batch.seq)
+            if r.body.get("duplicate"):
+                self.stats.duplicates += 1
+            else:
+                self.stats.sent += 1
+                self.stats.samples_sent += batch.n_samples
+            return True
+        self.stats.failures += 1
+        detail = r.body.get("detail") or r.body.get("message") or r.body
+        self.stats.last_error = f"{r.status} {r.body.get('error', '')}: {detail}"
+        if r.status == 409 and isinstance(r.body.get("expected_seq"), int):
+            return self._resync(batch, r.body["expected_seq"], str(r.body.get("error", r.body.get("code", ""))))
+        if r.status == 0 or r.status >= 500:
+            log.warning("collector unavailable (%s); batch %d stays spooled", self.stats.last_error, batch.seq)
+        else:
+            log.error("collector rejected batch %d: %s; keeping it spooled and backing off",
+                      batch.seq, self.stats.last_error)
+        return False
+
+    def _resync(self, batch: SpooledBatch, expected: int, code: str) -> bool:
+        seqs = self.spool.pending_seqs()
+        if code == "out_of_order" and seqs and expected < seqs[0]:
+            first = self.spool.rechain(expected)
+            self.stats.declared_lost += first - expected
+            log.error("collector is missing batches %d..%d that this agent no longer holds; "
+                      "declaring them lost with gap_from on batch %d", expected, first - 1, first)
+            return True
+        if code not in ("replay", "chain_broken") and expected in seqs and expected > seqs[0]:
+            # The collector holds everything below ``expected`` (and would call an identical resend a
+            # duplicate); what is below it in the spool is already stored.
+            dropped = self.spool.ack_below(expected)
+            log.warning("collector already holds batches below %d; dropped %d from the spool, resuming there",
+                        expected, dropped)
+            return True
+        if self._held_seq != batch.seq:  # log once per stuck batch, not on every backoff round
+            self._held_seq = batch.seq
+            log.error("collector rejected batch %d as %s (expects seq %d) while this spool holds %s..%s: the "
+                      "collector has a chain this spool did not write (a wiped or swapped spool, or a second agent "
+                      "under the same node id). Every batch is kept; operator action needed.",
+                      batch.seq, code, expected, seqs[0] if seqs else None, seqs[-1] if seqs else None)
+        return False

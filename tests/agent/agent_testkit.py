@@ -1,0 +1,130 @@
+"""Shared by tests/agent and tests/e2e: small real sources and a real collector subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from trainsentry.telemetry.base import Reading
+
+REPO = Path(__file__).resolve().parents[2]
+SRC = REPO / "src"
+
+
+class CounterSource:
+    """A source over in-process counters: each read advances every device's byte counters.
+
+    Timestamps come from ``clock`` (wall time by default), like the net source's host clock.
+    """
+
+    def __init__(self, devices=("eth0", "eth1"), kind="net", clock=time.time, step_bytes=1000,
+                 fail_on=(), end_after=None, read_delay=None):
+        self.name = f"counter-{kind}"
+        self._devices = list(devices)
+        self.kind = kind
+        self.clock = clock
+        self.step = step_bytes
+        self.count = 0
+        self.fail_on = set(fail_on)          # read numbers that raise
+        self.end_after = end_after           # raise StopIteration after this many reads
+        self.read_delay = read_delay or {}   # read number -> seconds to stall
+        self.read_times: list[float] = []    # monotonic time of each read
+        self.closed = False
+
+    def devices(self):
+        return list(self._devices)
+
+    def read(self):
+        n = self.count
+        if self.end_after is not None and n >= self.end_after:
+            raise StopIteration
+        self.count += 1
+        self.read_times.append(time.monotonic())
+        if n in self.read_delay:
+            time.sleep(self.read_delay[n])
+        if n in self.fail_on:
+            raise OSError(f"read {n} failed")
+        t = self.clock()
+        return [Reading(d, self.kind, t, {"net_tx_bytes": (n + 1) * self.step * (i + 1),
+                                          "net_rx_bytes": (n + 1) * self.step})
+                for i, d in enumerate(self._devices)]
+
+    def close(self):
+        self.closed = True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(SRC), str(REPO / "tests")] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
+    e["PYTHONUNBUFFERED"] = "1"
+    return e
+
+
+class CollectorProcess:
+    """``trainsentry serve`` as a subprocess on a fixed loopback port, so it can be killed and restarted."""
+
+    def __init__(self, db: Path, port: int | None = None):
+        self.db = Path(db)
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def enroll(self, node: str) -> str:
+        from trainsentry.collector.store import Store
+        store = Store(self.db)
+        try:
+            return store.enroll(node)
+        finally:
+            store.close()
+
+    def start(self, timeout_s: float = 30.0) -> "CollectorProcess":
+        self.proc = subprocess.Popen([sys.executable, "-m", "trainsentry.cli", "serve", "--db", str(self.db),
+                                      "--port", str(self.port)], stdout=subprocess.PIPE, text=True, env=env())
+        deadline = time.monotonic() + timeout_s
+        line = self.proc.stdout.readline()
+        if "listening on" not in line or time.monotonic() > deadline:
+            self.proc.kill()
+            raise RuntimeError(f"collector did not start: {line!r}")
+        return self
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def samples(self, node: str) -> list[tuple[str, float]]:
+        """(device, t) of every stored sample of ``node``, read straight from the database."""
+        db = sqlite3.connect(self.db)
+        try:
+            return db.execute("SELECT s.device, s.t FROM samples s JOIN nodes n ON n.node_id = s.node_id "
+                              "WHERE n.name = ? ORDER BY s.device, s.t", (node,)).fetchall()
+        finally:
+            db.close()
+
+    def gaps(self, node: str) -> list[tuple]:
+        db = sqlite3.connect(self.db)
+        try:
+            return db.execute("SELECT u.reason, u.seq_from, u.seq_to FROM unmonitored u JOIN nodes n "
+                              "ON n.node_id = u.node_id WHERE n.name = ?", (node,)).fetchall()
+        finally:
+            db.close()

@@ -1,0 +1,72 @@
+import threading
+import time
+
+import pytest
+from agent_testkit import CounterSource
+
+from trainsentry.agent.sampler import Sampler
+
+
+def test_schedule_does_not_drift_after_a_slow_read():
+    # Read 5 stalls for 2.5 periods: ticks 6 and 7 are skipped (counted), later ticks stay on the grid.
+    hz = 40.0
+    src = CounterSource(read_delay={5: 2.5 / hz})
+    sampler = Sampler([src], hz=hz, batch_s=0.25)
+    stats = sampler.run(duration_s=1.0)
+    assert stats.ticks + stats.missed_ticks == 40
+    assert stats.missed_ticks == 2
+    t0 = src.read_times[0]
+    # After the stall, tick k is read at t0 + k/hz (slots 6, 7 skipped), within scheduler jitter.
+    slots = list(range(0, 6)) + list(range(8, 40))
+    offsets = [t - (t0 + k / hz) for t, k in zip(src.read_times, slots)]
+    assert len(offsets) == stats.ticks
+    assert max(offsets) < 0.4 / hz, offsets
+    assert min(offsets) > -0.001
+
+
+def test_batches_close_on_tick_boundaries_and_keep_every_reading():
+    batches = []
+    src = CounterSource(devices=("eth0", "eth1", "eth2"))
+    sampler = Sampler([src], hz=50, batch_s=0.1, on_batch=lambda r, i: batches.append((list(r), i)))
+    stats = sampler.run(duration_s=0.5)
+    assert stats.missed_ticks == 0
+    assert [len(b) for b, _ in batches] == [15] * 5       # 5 ticks x 3 devices per 0.1 s batch
+    assert all(i == 0.1 for _, i in batches)
+    per_dev = {}
+    for b, _ in batches:
+        for r in b:
+            per_dev.setdefault(r.device, []).append(r.values["net_rx_bytes"])
+    assert per_dev["eth1"] == [1000 * (n + 1) for n in range(25)]   # nothing dropped or repeated
+    assert stats.batches == 5 and stats.readings == 75
+
+
+def test_stop_from_another_thread_hands_over_the_partial_batch():
+    batches = []
+    sampler = Sampler([CounterSource(devices=("eth0",))], hz=100, batch_s=10, on_batch=lambda r, i: batches.append(r))
+    threading.Timer(0.2, sampler.stop).start()
+    t = time.monotonic()
+    stats = sampler.run()
+    assert time.monotonic() - t < 1.0
+    assert len(batches) == 1 and len(batches[0]) == stats.ticks >= 10
+
+
+def test_a_failing_source_does_not_stop_the_others():
+    good, bad = CounterSource(devices=("eth0",)), CounterSource(devices=("ib0",), kind="ib", fail_on={1, 2, 3})
+    got = []
+    stats = Sampler([bad, good], hz=50, batch_s=1, on_batch=lambda r, i: got.extend(r)).run(duration_s=0.2)
+    assert stats.read_errors == 3
+    assert sum(r.device == "eth0" for r in got) == 10
+    assert sum(r.device == "ib0" for r in got) == 7
+
+
+def test_run_ends_when_every_source_is_exhausted():
+    got = []
+    src = CounterSource(devices=("eth0",), end_after=7)
+    stats = Sampler([src], hz=200, batch_s=0.01, on_batch=lambda r, i: got.extend(r)).run(duration_s=60)
+    assert len(got) == 7 and stats.readings == 7
+
+
+@pytest.mark.parametrize("kw", [{"hz": 0}, {"hz": -1}, {"batch_s": 0}, {"hz": float("nan")}])
+def test_bad_rates_are_refused(kw):
+    with pytest.raises(ValueError):
+        Sampler([CounterSource()], **kw)

@@ -1,0 +1,124 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from agent_testkit import env
+
+from trainsentry.agent.spool import MAX_SAMPLES_PER_BATCH, Spool, SpoolError
+from trainsentry.wire.batch import GENESIS_PREV, digest, parse_batch, verify
+
+KEY = "11" * 32
+
+
+def samples(n, t0=1_800_000_000.0, dev="eth0"):
+    return [{"dev": dev, "kind": "net", "t": t0 + i * 0.1, "m": {"net_tx_bytes": 100 * i}} for i in range(n)]
+
+
+def test_batches_form_a_signed_hash_chain(tmp_path):
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    for i in range(3):
+        assert sp.append(samples(4, t0=1e9 + i), 1.0) == i
+    prev = GENESIS_PREV
+    for seq in range(3):
+        b = sp.get(seq)
+        parsed = parse_batch(b.body)
+        assert (parsed.seq, parsed.prev, parsed.node, parsed.gap_from) == (seq, prev, "node-a", None)
+        assert verify(KEY, b.body, b.signature)
+        prev = digest(b.body)
+    assert sp.last_digest == prev and sp.next_seq == 3
+
+
+def test_restart_continues_the_chain_and_keeps_bytes_identical(tmp_path):
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    sp.append(samples(5), 1.0)
+    sp.append(samples(5), 1.0)
+    before = [sp.get(s) for s in (0, 1)]
+    sp.ack(0)
+    sp.close()
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    assert sp.pending_seqs() == [1]
+    assert sp.get(1) == before[1]                  # resent byte-identical, same signature
+    assert sp.append(samples(2), 1.0) == 2
+    assert parse_batch(sp.get(2).body).prev == digest(before[1].body)
+
+
+def test_staged_ticks_survive_a_crash_and_are_sealed_in_order(tmp_path):
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    sp.stage(samples(3, t0=1))
+    sp.stage(samples(3, t0=2))
+    sp._db.close()  # no seal, no clean close: what SIGKILL leaves behind
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    assert sp.staged_samples() == 6
+    assert sp.seal(1.0) == [0]
+    assert [s["t"] for s in parse_batch(sp.get(0).body).samples] == [s["t"] for s in samples(3, 1) + samples(3, 2)]
+    assert sp.staged_samples() == 0 and sp.seal(1.0) == []
+
+
+def test_a_large_seal_is_split_below_the_wire_limits(tmp_path):
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    sp.stage(samples(MAX_SAMPLES_PER_BATCH + 10))
+    assert sp.seal(1.0) == [0, 1]
+    assert sp.pending_stats()[:2] == (2, MAX_SAMPLES_PER_BATCH + 10)
+    assert parse_batch(sp.get(1).body).prev == digest(sp.get(0).body)
+
+
+def test_another_nodes_spool_is_refused(tmp_path):
+    Spool(tmp_path / "s.db", "node-a", KEY).close()
+    with pytest.raises(SpoolError, match="node-a"):
+        Spool(tmp_path / "s.db", "node-b", KEY)
+
+
+def test_a_file_that_is_not_a_spool_is_refused(tmp_path):
+    p = tmp_path / "s.db"
+    p.write_bytes(b"not sqlite at all" * 100)
+    with pytest.raises(SpoolError, match="not a usable spool"):
+        Spool(p, "node-a", KEY)
+
+
+def test_rechain_declares_the_gap_and_relinks_every_pending_batch(tmp_path):
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    for i in range(8):
+        sp.append(samples(2, t0=i), 1.0)
+    sp.ack_below(5)
+    old = {s: parse_batch(sp.get(s).body) for s in (5, 6, 7)}
+    assert sp.rechain(3) == 5
+    new = {s: parse_batch(sp.get(s).body) for s in (5, 6, 7)}
+    assert new[5].gap_from == 3 and new[6].gap_from is None
+    assert new[5].prev == old[5].prev
+    assert new[6].prev == new[5].digest and new[7].prev == new[6].digest
+    assert all(new[s].samples == old[s].samples for s in new)
+    assert all(verify(KEY, sp.get(s).body, sp.get(s).signature) for s in new)
+    assert sp.last_digest == new[7].digest
+    with pytest.raises(SpoolError):
+        sp.rechain(5)
+
+
+CRASHER = """
+import sys
+from trainsentry.agent.spool import Spool
+sp = Spool(sys.argv[1], "node-a", "11" * 32)
+i = 0
+while True:
+    seq = sp.append([{"dev": "eth0", "kind": "net", "t": float(i), "m": {"net_tx_bytes": i}}], 1.0)
+    print(seq, flush=True)   # printed only after the commit returned
+    i += 1
+"""
+
+
+def test_every_committed_batch_survives_sigkill(tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", CRASHER, str(tmp_path / "s.db")], stdout=subprocess.PIPE,
+                         text=True, env=env())
+    acked = []
+    for line in p.stdout:
+        acked.append(int(line))
+        if len(acked) == 200:
+            p.kill()
+            break
+    p.wait()
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    seqs = sp.pending_seqs()
+    assert seqs[:200] == list(range(200)) and seqs == list(range(len(seqs)))
+    assert sp.next_seq == len(seqs)
+    assert sp.last_digest == digest(sp.get(seqs[-1]).body)
+    json.loads(sp.get(seqs[-1]).body)
