@@ -86,7 +86,7 @@ class Sender(threading.Thread):
         self.backoff_max_s = backoff_max_s
         self.stats = SenderStats()
         self._wake = threading.Event()
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
         self._backoff = 0.0
         self._held_seq: int | None = None   # seq the 409-fork state is stuck on, to log once
 
@@ -95,11 +95,11 @@ class Sender(threading.Thread):
         self._wake.set()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
         self._wake.set()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stopping.is_set():
             batch = self.spool.oldest()
             if batch is None:
                 self._wake.wait(1.0)
@@ -113,7 +113,7 @@ class Sender(threading.Thread):
     def _sleep_backoff(self) -> None:
         self._backoff = min(self.backoff_max_s, max(self.backoff_min_s, self._backoff * 2))
         # Jitter so that many agents coming back after a collector outage do not arrive in lockstep.
-        self._stop.wait(self._backoff * random.uniform(0.75, 1.0))
+        self._stopping.wait(self._backoff * random.uniform(0.75, 1.0))
 
     def drain(self, timeout_s: float) -> bool:
         """Wait until the spool is empty or ``timeout_s`` passes; True when empty."""

@@ -1,0 +1,120 @@
+"""The sender against a real collector (``trainsentry serve`` subprocess on loopback)."""
+
+import time
+
+import pytest
+from agent_testkit import CollectorProcess, free_port
+
+from trainsentry.agent.sender import Sender, post
+from trainsentry.agent.spool import Spool
+from trainsentry.wire.batch import parse_batch
+
+
+def samples(n, t0, dev="eth0"):
+    return [{"dev": dev, "kind": "net", "t": t0 + i * 0.1, "m": {"net_tx_bytes": 1000 + i}} for i in range(n)]
+
+
+@pytest.fixture
+def collector(tmp_path):
+    c = CollectorProcess(tmp_path / "collector.db")
+    c.key = c.enroll("node-a")
+    yield c
+    c.stop()
+
+
+def wait_for(cond, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+def fill(spool, n_batches, per_batch=5, t0=1_800_000_000.0):
+    for b in range(n_batches):
+        spool.append(samples(per_batch, t0 + b), 1.0)
+
+
+def test_everything_arrives_once_even_across_a_collector_outage(tmp_path, collector):
+    spool = Spool(tmp_path / "spool.db", "node-a", collector.key)
+    fill(spool, 4)
+    sender = Sender(spool, collector.url, "node-a", timeout_s=2, backoff_min_s=0.05, backoff_max_s=0.2)
+    sender.start()
+    time.sleep(0.5)                               # collector not running yet: nothing may be lost
+    assert spool.pending_stats()[0] == 4 and sender.stats.failures >= 1
+    collector.start()
+    assert sender.drain(15)
+    fill(spool, 3, t0=1_800_000_010.0)
+    sender.notify()
+    assert sender.drain(15)
+    sender.stop()
+    got = collector.samples("node-a")
+    assert len(got) == 35 and len(set(got)) == 35
+    assert sender.stats.sent == 7 and sender.stats.samples_sent == 35
+
+
+def test_a_resent_batch_is_byte_identical_and_acknowledged_as_duplicate(tmp_path, collector):
+    collector.start()
+    spool = Spool(tmp_path / "spool.db", "node-a", collector.key)
+    fill(spool, 2)
+    first = spool.oldest()
+    assert post(collector.url + "/v1/batches", "node-a", first, 5).status == 200  # stored, ack "lost"
+    sender = Sender(spool, collector.url, "node-a")
+    assert sender.send_one(spool.oldest())                     # the same bytes again
+    assert sender.send_one(spool.oldest())
+    assert (sender.stats.duplicates, sender.stats.sent) == (1, 1)
+    assert len(collector.samples("node-a")) == 10
+
+
+def test_batches_the_collector_lost_are_declared_with_gap_from(tmp_path, collector):
+    collector.start()
+    spool = Spool(tmp_path / "spool.db", "node-a", collector.key)
+    fill(spool, 6)
+    sender = Sender(spool, collector.url, "node-a")
+    for _ in range(2):
+        assert sender.send_one(spool.oldest())
+    spool.ack_below(4)        # batches 2 and 3 are gone from the agent without the collector having them
+    assert sender.send_one(spool.oldest())   # 409 out_of_order -> rechain with gap_from=2
+    assert parse_batch(spool.oldest().body).gap_from == 2
+    assert sender.send_one(spool.oldest()) and sender.send_one(spool.oldest())
+    assert spool.pending_stats()[0] == 0
+    assert sender.stats.declared_lost == 2
+    assert collector.gaps("node-a") == [("declared_loss", 2, 3)]
+    assert len(collector.samples("node-a")) == 4 * 5
+
+
+def test_a_wrong_key_keeps_every_batch_and_backs_off(tmp_path, collector):
+    collector.start()
+    spool = Spool(tmp_path / "spool.db", "node-a", "22" * 32)
+    fill(spool, 2)
+    sender = Sender(spool, collector.url, "node-a", backoff_min_s=0.2, backoff_max_s=1.0)
+    sender.start()
+    time.sleep(1.2)
+    sender.stop()
+    sender.join(5)
+    assert spool.pending_stats()[0] == 2
+    assert 2 <= sender.stats.failures <= 6          # 0.2, 0.4, 0.8 s backoff: no hot loop
+    assert sender.stats.last_error.startswith("401 bad_signature")
+    assert collector.samples("node-a") == []
+
+
+def test_a_spool_that_forks_the_chain_is_held_not_dropped(tmp_path, collector):
+    collector.start()
+    a = Spool(tmp_path / "a.db", "node-a", collector.key)
+    fill(a, 2)
+    sa = Sender(a, collector.url, "node-a")
+    assert sa.send_one(a.oldest()) and sa.send_one(a.oldest())
+    b = Spool(tmp_path / "b.db", "node-a", collector.key)     # a wiped spool restarts the chain at 0
+    fill(b, 1, t0=1_800_000_100.0)
+    sb = Sender(b, collector.url, "node-a")
+    assert not sb.send_one(b.oldest())
+    assert sb.stats.last_error.startswith("409 replay")
+    assert b.pending_stats()[0] == 1
+    assert len(collector.samples("node-a")) == 10
+
+
+def test_unreachable_collector_is_reported_not_raised():
+    from trainsentry.agent.spool import SpooledBatch
+    r = post(f"http://127.0.0.1:{free_port()}/v1/batches", "n", SpooledBatch(0, b"{}", "00", 0), 1)
+    assert r.status == 0 and r.body["error"] == "unreachable"
