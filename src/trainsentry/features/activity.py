@@ -1,0 +1,68 @@
+"""Power, utilisation, memory and GPM activity features of one GPU over one window."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import signal as S
+
+GIB = float(2 ** 30)
+IDLE_UTIL_PCT = 5.0
+
+
+def _stats(prefix: str, x: np.ndarray, f: dict[str, float]) -> None:
+    v = S.finite(x)
+    if not v.size:
+        return
+    m = float(v.mean())
+    f[f"{prefix}.mean"] = m
+    f[f"{prefix}.std"] = float(v.std())
+    f[f"{prefix}.p05"] = float(np.percentile(v, 5))
+    f[f"{prefix}.p95"] = float(np.percentile(v, 95))
+    f[f"{prefix}.cv"] = float(v.std() / m) if abs(m) > 1e-9 else 0.0
+
+
+def gpu_activity(series: dict[str, np.ndarray], dt_s: float) -> dict[str, float]:
+    """Activity features from one GPU's gridded gauges; metrics the GPU lacks are simply absent."""
+    f: dict[str, float] = {}
+    power_w = series.get("power_mw")
+    if power_w is not None:
+        power_w = power_w / 1000.0
+        _stats("power_W", power_w, f)
+        f["power_W.acf_peak"], f["power_W.period_s"] = S.acf_peak(power_w, dt_s)
+        f["power_W.spec_peak"], _ = S.spectral_peak(power_w, dt_s)
+    if "energy_W" in series:
+        f["energy_W.mean"] = S.mean(series["energy_W"])
+    util = series.get("gpu_util_pct")
+    if util is not None:
+        _stats("util_pct", util, f)
+        u = S.finite(util)
+        if u.size:
+            f["util_pct.idle_frac"] = float((u < IDLE_UTIL_PCT).mean())
+            busy = u >= IDLE_UTIL_PCT
+            f["util_pct.transitions_hz"] = float(np.count_nonzero(np.diff(busy.astype(int)))) / (u.size * dt_s)
+    if "mem_util_pct" in series:
+        _stats("mem_util_pct", series["mem_util_pct"], f)
+    mem = series.get("mem_used_bytes")
+    if mem is not None:
+        m = S.finite(mem)
+        if m.size:
+            f["mem_GiB.mean"] = float(m.mean() / GIB)
+            f["mem_GiB.range"] = float((m.max() - m.min()) / GIB)
+            t = np.arange(mem.size)[np.isfinite(mem)] * dt_s
+            f["mem_GiB.slope_per_s"] = float(np.polyfit(t, m / GIB, 1)[0]) if m.size > 2 and np.ptp(t) > 0 else 0.0
+    for name in ("sm_clock_mhz", "mem_clock_mhz", "temp_c"):
+        if name in series:
+            f[f"{name}.mean"] = S.mean(series[name])
+    for name in ("gpm_sm_util_pct", "gpm_sm_occupancy_pct", "gpm_tensor_util_pct", "gpm_dram_bw_util_pct"):
+        if name in series:
+            _stats(name, series[name], f)
+    if "gpm_sm_util_pct" in series:
+        f["gpm_sm_util_pct.acf_peak"], _ = S.acf_peak(series["gpm_sm_util_pct"], dt_s)
+    if "gpm_tensor_util_pct" in series and power_w is not None:
+        # Tensor work per watt separates dense matmul phases (training and prefill) from memory-bound decode.
+        p = S.mean(power_w)
+        f["tensor_per_kW"] = S.mean(series["gpm_tensor_util_pct"]) / p * 1000.0 if p > 0 else math.nan
+    return f
