@@ -14,6 +14,7 @@ Knobs for tests: ``gpu_count`` (recorded GPUs replicated round-robin, e.g. 8 for
 benchmark), ``unsupported`` (metric keys answered NotSupported: ``power_mw``, ``energy_mj``,
 ``util``, ``mem_used``, ``sm_clock``, ``mem_clock``, ``temp``, ``pcie``, ``gpm``, ``nvlink``
 (fields 138/139), ``link_count`` (field 91), ``link_state``), ``sum_scope=False`` (a driver that rejects scopeId 0xFFFFFFFF),
+``fail={gate: code}`` (answer that gate with any NVML error code, e.g. a transient Timeout),
 ``link0_only=True`` (only scope 0 answers: a reader that took link 0 as the total would undercount
 about 18-fold, so the source must report NVLink missing instead).
 """
@@ -63,10 +64,12 @@ class FakeNvml:
     def __init__(self, recording: Recording | str | None = None, gpu_count: int | None = None,
                  unsupported: Iterable[str] = (), clock: Callable[[], float] | None = None,
                  start: float | None = None, speed: float = 1.0, loop: bool = True,
-                 sum_scope: bool = True, link0_only: bool = False, timestamp_offset_s: float = 0.0):
+                 sum_scope: bool = True, link0_only: bool = False, timestamp_offset_s: float = 0.0,
+                 fail: dict[str, int] | None = None):
         self.recording = recording if isinstance(recording, Recording) else load_recording(recording)
         self.gpu_count = gpu_count if gpu_count is not None else len(self.recording.gpus)
         self.unsupported = set(unsupported)
+        self.fail = dict(fail or {})   # gate -> NVML error code to answer with (transient or not)
         self.clock = clock or time.time
         self.start = self.clock() if start is None else start
         self.speed, self.loop = speed, loop
@@ -99,6 +102,9 @@ class FakeNvml:
 
     def _value(self, handle: FakeHandle, key: object, gate: str) -> object:
         self._check(handle)
+        self._log(gate, handle, key)
+        if gate in self.fail:
+            _raise(self.fail[gate])
         if gate in self.unsupported:
             _raise(_real.NVML_ERROR_NOT_SUPPORTED)
         gpu = self.recording.gpus[handle.index % len(self.recording.gpus)]
@@ -134,6 +140,10 @@ class FakeNvml:
     def nvmlSystemGetDriverVersion(self) -> str:
         self._check()
         return self.recording.driver
+
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        self._check()
+        return "fake (" + self.recording.source + ")"
 
     def nvmlDeviceGetCount(self) -> int:
         self._check()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import gzip
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,8 @@ FI_LINK_COUNT = 91
 SCOPE_ALL_LINKS = 0xFFFFFFFF
 FIXTURE_FORMAT = "trainsentry.nvml-fixture/1"
 PROBE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "h200"
+# 45 s on 2 x H200 at ~8 Hz: idle, all-reduce, one-way send, bf16 matmul, DDP (h200x2_load_log.json).
+FIXTURE_FILE = PROBE_DIR / "h200x2_nvml_fixture.json.gz"
 
 # GPM metric ids (pynvml NVML_GPM_METRIC_*) the probe recorded by name.
 _GPM_IDS = {"GRAPHICS_UTIL": 1, "SM_UTIL": 2, "SM_OCCUPANCY": 3, "ANY_TENSOR_UTIL": 5, "DRAM_BW_UTIL": 10,
@@ -96,8 +99,8 @@ def is_counter(key: object) -> bool:
 
 
 def load_recording(path: str | Path | None = None) -> Recording:
-    """A probe directory (holding samples.csv) or a nvml_fixture.py JSON file; default: the probe copy."""
-    path = Path(path) if path is not None else PROBE_DIR
+    """A probe directory (holding samples.csv) or a nvml_fixture.py JSON (.gz) file; default: FIXTURE_FILE."""
+    path = Path(path) if path is not None else FIXTURE_FILE
     if path.is_dir():
         return load_probe(path)
     return load_fixture(path)
@@ -159,7 +162,7 @@ _CALL_KEYS = ("power_mw", "energy_mj", "mem_used", "sm_clock", "mem_clock", "tem
 
 def load_fixture(p: Path) -> Recording:
     """The JSON written by scripts/gpu/nvml_fixture.py (see that script for the format)."""
-    doc = json.loads(p.read_text())
+    doc = json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())
     if doc.get("format") != FIXTURE_FORMAT:
         raise ValueError(f"{p}: not a {FIXTURE_FORMAT} file")
     gpus = [GpuRecording(name=g.get("name", ""), link_count=int(g.get("link_count", 0)),
