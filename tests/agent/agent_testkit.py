@@ -67,7 +67,7 @@ def free_port() -> int:
 
 def env() -> dict:
     e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(SRC), str(REPO / "tests")] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
+    e["PYTHONPATH"] = os.pathsep.join([str(SRC), str(REPO / "tests"), str(REPO / "tests" / "agent")] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
     e["PYTHONUNBUFFERED"] = "1"
     return e
 
