@@ -1,0 +1,85 @@
+"""The fake NVML itself: its recordings hold together, and the recorder script round-trips through it."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from fakes.fake_pynvml import FakeNvml, ManualClock
+from fakes.h200_recording import FIXTURE_FILE, PROBE_DIR, SCOPE_ALL_LINKS, load_recording
+from trainsentry.telemetry.nvml import NvmlSource
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "nvml_fixture.py"
+
+
+def test_probe_energy_integral_matches_the_recorded_counter():
+    """Energy the fake derives from the 20 Hz power record against NVML's own energy counter."""
+    rec = load_recording(PROBE_DIR)
+    after = json.loads((PROBE_DIR / "nvml_after.json").read_text())
+    for g, gpu in enumerate(rec.gpus):
+        derived_end = gpu.at("energy_mj", rec.t1)
+        missing_s = after["t"] - rec.t1  # power record ended ~2.4 s before the last snapshot
+        gap_mj = after["snap"][g]["energy_mJ"] - derived_end
+        # what the recorded counter adds in that gap must be a power between idle (~77 W) and the
+        # 700 W limit, else the derived series would not be the recorded trajectory
+        assert 70 * missing_s * 1e3 < gap_mj < 700 * missing_s * 1e3
+
+
+def test_probe_all_links_is_link0_times_the_measured_link_shares():
+    rec = load_recording(PROBE_DIR)
+    probe2 = json.loads((PROBE_DIR / "probe2.json").read_text())
+    shares = sum(v for _, v in probe2["per_link_after"][0]) / probe2["per_link_after"][0][0][1]
+    gpu = rec.gpus[0]
+    total = gpu.at(("field", 138, SCOPE_ALL_LINKS), rec.t1)
+    assert total == pytest.approx(gpu.at(("field", 138, 0), rec.t1) * shares, rel=1e-5)
+    assert 17.5 < shares < 18.0  # NCCL striped evenly over 18 links
+
+
+def test_fake_runs_on_the_probe_recording_too():
+    clock = ManualClock()
+    fake = FakeNvml(load_recording(PROBE_DIR), clock=clock, start=clock() - 24.0)
+    r = NvmlSource(nvml=fake, clock=clock).read()
+    assert r[0].values["nvlink_tx_kib"] > 10 * 2**20 and "temp_c" not in r[0].values  # temp unrecorded
+
+
+def test_loop_keeps_counters_growing():
+    rec = load_recording(FIXTURE_FILE)
+    clock = ManualClock()
+    fake = FakeNvml(rec, clock=clock, gpu_count=1)
+    src = NvmlSource(nvml=fake, clock=clock, gpm=False)
+    span = rec.t1 - rec.t0
+    last = src.read()[0].values
+    for _ in range(int(2.5 * span / 2.0)):
+        clock.advance(2.0)
+        now = src.read()[0].values
+        for m in ("nvlink_tx_kib", "energy_mj"):
+            assert now[m] >= last[m]
+        last = now
+    assert last["nvlink_tx_kib"] > 2 * rec.gpus[0].at(("field", 138, SCOPE_ALL_LINKS), rec.t1)
+
+
+def test_unknown_calls_fail_loudly():
+    fake = FakeNvml()
+    with pytest.raises(AttributeError):
+        fake.nvmlDeviceSetPowerManagementLimit
+    with pytest.raises(fake.NVMLError_Uninitialized):
+        fake.nvmlDeviceGetCount()
+
+
+def test_recorder_script_round_trips_through_the_fake(tmp_path, monkeypatch):
+    """scripts/gpu/nvml_fixture.py run against the fake writes a file the fake loads back."""
+    fake = FakeNvml()  # real-time clock: the script sleeps for real
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    out = tmp_path / "rec.json"
+    monkeypatch.setattr(sys, "argv", ["nvml_fixture.py", str(out), "--seconds", "0.35", "--hz", "10"])
+    runpy.run_path(str(SCRIPT), run_name="__main__")
+    rec = load_recording(out)
+    assert len(rec.gpus) == 2 and rec.gpus[0].link_count == 18
+    clock = ManualClock()
+    again = FakeNvml(rec, clock=clock, start=clock() - 0.3)
+    readings = NvmlSource(nvml=again, clock=clock).read()
+    assert {"nvlink_tx_kib", "power_mw", "energy_mj", "temp_c"} <= set(readings[0].values)

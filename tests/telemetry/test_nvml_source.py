@@ -1,0 +1,201 @@
+"""NvmlSource on the fake NVML that plays readings recorded on 2 x H200 (tests/fixtures/h200/)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pynvml
+import pytest
+
+from fakes.fake_pynvml import FakeNvml, ManualClock, calls_named
+from fakes.h200_recording import FIXTURE_FILE, PROBE_DIR, SCOPE_ALL_LINKS, load_recording
+from trainsentry.telemetry.base import SourceError
+from trainsentry.telemetry.nvml import NvmlSource
+from trainsentry.traces.io import readings_to_columns
+from trainsentry.traces.schema import GPU_METRICS
+
+REC = load_recording(FIXTURE_FILE)
+LOAD = json.loads((PROBE_DIR / "h200x2_load_log.json").read_text())
+GPU_NAMES = {m.name for m in GPU_METRICS}
+
+
+def at(phase: str, frac: float = 0.5) -> float:
+    """Seconds after the recording's start that fall `frac` into a phase of the recorded load."""
+    a, b = LOAD[phase]
+    return a + frac * (b - a) - REC.t0
+
+
+def make(offset_s: float = 0.0, **kw) -> tuple[FakeNvml, NvmlSource, ManualClock]:
+    clock = ManualClock()
+    fake = FakeNvml(REC, clock=clock, start=clock() - offset_s, **kw)
+    src = NvmlSource(nvml=fake, clock=clock)
+    return fake, src, clock
+
+
+def recorded(gpu: int, key: object, offset_s: float) -> object:
+    return REC.gpus[gpu].at(key, REC.t0 + offset_s)
+
+
+def test_values_are_the_recorded_ones_and_named_by_the_schema():
+    off = at("ddp_100M_40steps", 0.7)
+    fake, src, clock = make(off)
+    readings = src.read()
+    assert [r.device for r in readings] == ["gpu0", "gpu1"] == src.devices()
+    for g, r in enumerate(readings):
+        assert r.kind == "gpu" and set(r.values) <= GPU_NAMES
+        assert r.values["nvlink_tx_kib"] == recorded(g, ("field", 138, SCOPE_ALL_LINKS), off)
+        assert r.values["nvlink_rx_kib"] == recorded(g, ("field", 139, SCOPE_ALL_LINKS), off)
+        assert r.values["energy_mj"] == recorded(g, "energy_mj", off)
+        assert r.values["power_mw"] == recorded(g, "power_mw", off)
+        assert r.values["temp_c"] == recorded(g, "temp", off)
+        assert r.values["sm_clock_mhz"] == 1980  # recorded under load
+        assert r.values["mem_used_bytes"] > 1 << 30
+    # DDP moves NVLink bytes in both directions; link 0 alone would be ~1/18 of the total.
+    link0 = recorded(0, ("field", 138, 0), off)
+    assert readings[0].values["nvlink_tx_kib"] > 15 * link0 > 0
+
+
+@pytest.mark.parametrize("phase, rel", [("matmul_bf16_8192_4s", 0.0), ("ddp_100M_40steps", 0.01)])
+def test_per_link_fallback_sums_every_link_to_the_same_total(phase, rel):
+    # Recorded: the driver reads each field of one call at its own instant (~12 ms spread over 38
+    # fields), so while bytes flow the per-link sum and the all-links value differ slightly; when
+    # NVLink is quiet (the matmul phase, after the all-reduce and send) they are equal.
+    off = at(phase, 0.5)
+    _, whole, _ = make(off)
+    fake, per_link, _ = make(off, sum_scope=False)
+    a, b = whole.read(), per_link.read()
+    for ra, rb in zip(a, b):
+        for m in ("nvlink_tx_kib", "nvlink_rx_kib"):
+            assert rb.values[m] == pytest.approx(ra.values[m], rel=rel) and rb.values[m] > 10 * 2**20
+    req = calls_named(fake, "nvmlDeviceGetFieldValues")[-1][2][0]
+    assert sorted({s for f, s in req if f == 138}) == list(range(18))
+
+
+def test_never_link0_alone():
+    off = at("ddp_100M_40steps", 0.5)
+    fake, src, clock = make(off, link0_only=True)
+    for _ in range(3):
+        for r in src.read():
+            assert "nvlink_tx_kib" not in r.values and "nvlink_rx_kib" not in r.values
+            assert r.values["power_mw"] > 0  # the rest still reads
+        clock.advance(0.1)
+    # and in every mode, no request ever asked for the NVLink counters at link 0 only
+    for mode in ({}, {"sum_scope": False}, {"link0_only": True}):
+        fake, src, _ = make(off, **mode)
+        src.read()
+        for _, _, (req,) in calls_named(fake, "nvmlDeviceGetFieldValues"):
+            scopes = {s for f, s in req if f in (138, 139)}
+            assert scopes != {0}
+    assert not calls_named(fake, "nvmlDeviceGetNvLinkUtilizationCounter")
+
+
+@pytest.mark.parametrize("gate, metrics", [
+    ("power_mw", {"power_mw"}), ("energy_mj", {"energy_mj"}), ("util", {"gpu_util_pct", "mem_util_pct"}),
+    ("mem_used", {"mem_used_bytes"}), ("sm_clock", {"sm_clock_mhz"}), ("temp", {"temp_c"}),
+    ("nvlink", {"nvlink_tx_kib", "nvlink_rx_kib"}), ("gpm", {"gpm_sm_util_pct", "gpm_tensor_util_pct"}),
+])
+def test_unsupported_metric_is_missing_and_not_asked_again(gate, metrics):
+    fake, src, clock = make(at("matmul_bf16_8192_4s", 0.3), unsupported={gate})
+    for _ in range(5):
+        readings = src.read()
+        clock.advance(0.2)
+    for r in readings:
+        assert not metrics & set(r.values)
+        assert {"power_mw", "energy_mj", "temp_c", "gpm_sm_util_pct"} - metrics <= set(r.values)
+    if gate not in ("nvlink", "gpm"):
+        assert len(calls_named(fake, gate)) == 2  # once per GPU, then cached as unsupported
+
+
+def test_transient_error_loses_one_read_only():
+    fake, src, clock = make(10.0, fail={"power_mw": pynvml.NVML_ERROR_TIMEOUT})
+    assert all("power_mw" not in r.values for r in src.read())
+    del fake.fail["power_mw"]
+    assert all(r.values["power_mw"] > 0 for r in src.read())
+    fake.fail["temp"] = pynvml.NVML_ERROR_NO_PERMISSION
+    src.read()
+    del fake.fail["temp"]
+    assert all("temp_c" not in r.values for r in src.read())  # permission: cached
+    assert src.unsupported() == {"gpu0": ["temp_c"], "gpu1": ["temp_c"]}
+
+
+def test_reading_time_is_the_counters_own_timestamp_when_sane():
+    _, src, clock = make(5.0, timestamp_offset_s=0.02)
+    assert all(r.t == pytest.approx(clock() + 0.02, abs=1e-6) for r in src.read())
+    _, src, clock = make(5.0, timestamp_offset_s=3600.0)  # a driver clock an hour off: use ours
+    assert all(r.t == clock() for r in src.read())
+    _, src, clock = make(5.0, unsupported={"nvlink"})      # no field values at all: ours
+    assert all(r.t == clock() for r in src.read())
+
+
+def test_recorded_field_timestamps_are_epoch_microseconds_close_to_host_time():
+    import gzip
+    doc = json.loads(gzip.decompress(FIXTURE_FILE.read_bytes()))
+    lags = [f[4] / 1e6 - s["t"] for s in doc["samples"] for f in s["fields"] if f[2] == 0]
+    assert 0 <= min(lags) and max(lags) < 1.0  # so the 5 s sanity window keeps real stamps
+
+
+def test_gpm_alternates_two_buffers_and_waits_100ms():
+    off = at("matmul_bf16_8192_4s", 0.3)
+    fake, src, clock = make(off, gpu_count=1)
+    assert "gpm_sm_util_pct" not in src.read()[0].values   # first sample: nothing to compare yet
+    clock.advance(0.05)
+    assert "gpm_sm_util_pct" not in src.read()[0].values   # too soon: no sample taken
+    for _ in range(4):
+        clock.advance(0.12)
+        v = src.read()[0].values
+        assert v["gpm_sm_util_pct"] > 90 and v["gpm_tensor_util_pct"] > 85  # bf16 matmul, recorded
+    buffers = [c[2][0] for c in calls_named(fake, "nvmlGpmSampleGet")]
+    assert len(buffers) == 5 and len(set(buffers)) == 2
+    assert all(a != b for a, b in zip(buffers, buffers[1:]))
+    src.close()
+    assert fake.initialized == 0 and not fake._gpm_samples
+
+
+def test_eight_gpus_replicate_recorded_ones():
+    fake, src, _ = make(at("ddp_100M_40steps"), gpu_count=8)
+    readings = src.read()
+    assert [r.device for r in readings] == [f"gpu{i}" for i in range(8)]
+    assert readings[6].values["nvlink_tx_kib"] == readings[0].values["nvlink_tx_kib"]
+    assert readings[7].values["nvlink_rx_kib"] == readings[1].values["nvlink_rx_kib"]
+    some = NvmlSource(nvml=fake, gpus=[2, 5])
+    assert some.devices() == ["gpu2", "gpu5"]
+    with pytest.raises(SourceError):
+        NvmlSource(nvml=fake, gpus=[9])
+
+
+def test_nvml_that_cannot_start_is_a_source_error():
+    class NoDriver(FakeNvml):
+        def nvmlInit(self):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    with pytest.raises(SourceError, match="NVML cannot start"):
+        NvmlSource(nvml=NoDriver(REC))
+
+
+def poll(phase: str, fa: float, fb: float, hz: float = 10.0) -> dict[str, np.ndarray]:
+    """Columns (raw + derived rates) of gpu0 polled at hz through a fraction of a recorded phase."""
+    a, b = at(phase, fa), at(phase, fb)
+    _, src, clock = make(a, gpu_count=1)
+    readings = []
+    for _ in range(int((b - a) * hz)):
+        readings += src.read()
+        clock.advance(1.0 / hz)
+    cols = readings_to_columns("n1", readings)
+    return {k: np.array([np.nan if v is None else v for v in cols[k]], dtype=float) for k in cols
+            if k not in ("node", "device", "kind")}
+
+
+def test_nvlink_counter_rate_agrees_with_gpm_bandwidth():
+    """Counter rates (traces.rates) against NVML's independent GPM NVLink bandwidth, DDP phase."""
+    c = poll("ddp_100M_40steps", 0.1, 0.9)
+    assert np.nanmean(c["nvlink_tx_Bps"]) > 1e9  # DDP gradient all-reduce: GB/s over NVLink
+    assert np.nanmean(c["nvlink_tx_Bps"]) == pytest.approx(np.nanmean(c["gpm_nvlink_tx_mibps"]) * 2**20, rel=0.1)
+    assert np.nanmin(c["nvlink_tx_Bps"]) >= 0
+
+
+def test_energy_counter_rate_agrees_with_power_when_steady():
+    # Steady bf16 matmul: the ~1 s averaged power gauge and the energy counter's slope agree; at a
+    # phase's start they do not (the gauge lags), so the window starts 30 % into the phase.
+    c = poll("matmul_bf16_8192_4s", 0.3, 0.95)
+    assert np.nanmean(c["energy_W"]) == pytest.approx(np.nanmean(c["power_mw"]) / 1e3, rel=0.05)
+    assert np.nanmean(c["energy_W"]) > 500
