@@ -1,0 +1,79 @@
+"""The detector contract: fit on labeled windows, give P(training) per window, say why.
+
+A detector declares the window it reads (``window_s``/``stride_s``), the feature family it needs
+(``feature_set``: ``"trainsentry"`` from :mod:`trainsentry.features`, or ``"rt"`` for the Rahman &
+Tajdari reproduction) and which of those columns it uses (``uses``). ``X`` is a pandas DataFrame of
+window rows; ``y`` is 1 for training and 0 otherwise; ``classes`` (optional) carries the
+three-way label for detectors that use it.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+class Detector(ABC):
+    name: str = ""
+    feature_set: str = "trainsentry"
+    window_s: float = 8.0
+    stride_s: float = 2.0
+
+    @abstractmethod
+    def uses(self, column: str) -> bool:
+        """Whether this detector reads a feature column (its declared feature subset)."""
+
+    def columns(self, X: pd.DataFrame) -> list[str]:
+        return [c for c in X.columns if self.uses(c)]
+
+    @abstractmethod
+    def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
+            classes: Sequence[str] | None = None) -> "Detector":
+        ...
+
+    @abstractmethod
+    def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
+        """P(training) for every row of X."""
+
+    @abstractmethod
+    def explain(self, x: Mapping[str, float]) -> list[str]:
+        """Plain-words evidence behind the verdict on one window (a row as a mapping)."""
+
+    def describe(self) -> dict:
+        return {"name": self.name, "feature_set": self.feature_set, "window_s": self.window_s,
+                "stride_s": self.stride_s}
+
+
+def check_fit_input(X: pd.DataFrame, y: np.ndarray) -> np.ndarray:
+    y = np.asarray(y).astype(int)
+    if len(X) != len(y):
+        raise ValueError(f"X has {len(X)} rows but y has {len(y)}")
+    if len(X) == 0:
+        raise ValueError("no windows to fit on")
+    if not set(np.unique(y)) <= {0, 1}:
+        raise ValueError("y must be 1 (training) or 0 (not training)")
+    return y
+
+
+def save_detector(det: Detector, path: str | Path, command: str, extra: dict | None = None) -> Path:
+    """Save a fitted detector (joblib) with a JSON beside it naming the command that trained it."""
+    import joblib
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    joblib.dump(det, path)
+    meta = {"detector": det.describe(), "trained_by": command, **(extra or {})}
+    path.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+    return path
+
+
+def load_detector(path: str | Path) -> Detector:
+    import joblib
+    det = joblib.load(Path(path))
+    if not isinstance(det, Detector):
+        raise ValueError(f"{path} does not hold a trainsentry detector")
+    return det

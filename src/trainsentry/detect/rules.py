@@ -1,0 +1,131 @@
+"""``comm-rules``: an interpretable rule set on communication features only.
+
+Training needs a large, regular, symmetric gradient exchange; each rule is one of those words.
+
+* volume — data-parallel training all-reduces every gradient every step: each GPU sends
+  ≈ 2(n−1)/n · Ψ · bytes-per-value per step (anchors.md §4). Even a 10 M-parameter bf16 model at
+  10 steps/s moves ≈ 200 MB/s per GPU on 2 GPUs; inference traffic is tiny (tensor-parallel decode:
+  a few hidden vectors per token) or absent (replicas). Default threshold 100 MB/s per GPU; the
+  only fitted quantity is this threshold (one-dimensional search on the training split, logged).
+* symmetry — a collective makes every GPU send what it receives (min over GPUs of min(TX,RX)/max);
+  prefill → decode hand-offs and pipeline inference are one-way. Threshold 0.7.
+* simultaneity — a collective completes only when every GPU takes part, so bursts coincide on all
+  GPUs (co-activity of bursts, or correlation of the byte series). Threshold 0.5.
+* regularity — the exchange recurs at the step rate: either the link is busy most of the window
+  (steps shorter than the 0.1 s grid) or its autocorrelation has a clear repeat. Threshold 0.8 duty
+  or 0.3 autocorrelation peak.
+
+The channel is NVLink inside a node or the busiest network interface between nodes, whichever
+scores higher. Each rule is a soft step (a logistic in the feature), and P(training) is their
+product: a fuzzy AND whose factors are the evidence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .base import Detector, check_fit_input
+
+CHANNELS = ("nvlink", "net")
+
+
+def _soft(x: np.ndarray, thr: float, width: float) -> np.ndarray:
+    """Logistic step; NaN (no evidence) scores 0."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = 1.0 / (1.0 + np.exp(-(np.asarray(x, dtype=np.float64) - thr) / width))
+    return np.where(np.isfinite(x), out, 0.0)
+
+
+def _col(X: pd.DataFrame, key: str) -> np.ndarray:
+    if key not in X.columns:
+        return np.full(len(X), np.nan)
+    return pd.to_numeric(X[key], errors="coerce").to_numpy(dtype=np.float64)
+
+
+def _get(x: Mapping, key: str) -> float:
+    """One value of one row; NaN when absent or not a number."""
+    try:
+        return float(x.get(key, math.nan))
+    except (TypeError, ValueError):
+        return math.nan
+
+
+class CommRules(Detector):
+    name = "comm-rules"
+
+    def __init__(self, volume_Bps: float = 1e8, sym_min: float = 0.7, simult_min: float = 0.5,
+                 duty_min: float = 0.8, acf_min: float = 0.3):
+        self.volume_Bps, self.sym_min, self.simult_min = volume_Bps, sym_min, simult_min
+        self.duty_min, self.acf_min = duty_min, acf_min
+        self.calibration: dict = {}
+
+    def uses(self, column: str) -> bool:
+        return column.startswith("comm.")
+
+    def _factors(self, X: pd.DataFrame, ch: str, volume_Bps: float | None = None) -> dict[str, np.ndarray]:
+        sfx = ".min" if ch == "nvlink" else ""
+        vol = _col(X, f"comm.{ch}.Bps{sfx}")
+        thr = self.volume_Bps if volume_Bps is None else volume_Bps
+        f = {"volume": _soft(np.log10(np.maximum(vol, 0) + 1.0), math.log10(thr), 0.15),
+             "symmetry": _soft(_col(X, f"comm.{ch}.sym{sfx}"), self.sym_min, 0.05),
+             "regularity": np.maximum(_soft(_col(X, f"comm.{ch}.duty{sfx}"), self.duty_min, 0.05),
+                                      _soft(_col(X, f"comm.{ch}.acf_peak{sfx}"), self.acf_min, 0.05))}
+        if ch == "nvlink":
+            best = np.fmax(_col(X, "comm.nvlink.coactive"), _col(X, "comm.nvlink.simult_corr"))
+            # One GPU with NVLink traffic cannot be unsimultaneous with itself: neutral.
+            f["simultaneity"] = np.where(np.isfinite(best), _soft(best, self.simult_min, 0.05), 1.0)
+        return f
+
+    def _score(self, X: pd.DataFrame, volume_Bps: float | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+        """P(training), the winning channel index and every channel's factors."""
+        factors = {ch: self._factors(X, ch, volume_Bps) for ch in CHANNELS}
+        ps = np.vstack([np.prod(np.vstack(list(factors[ch].values())), axis=0) for ch in CHANNELS])
+        return ps.max(axis=0), ps.argmax(axis=0), factors
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
+            classes: Sequence[str] | None = None) -> "CommRules":
+        """Calibrate the volume threshold only: the value that best separates the training split."""
+        y = check_fit_input(X, y)
+        if len(set(y)) < 2:
+            return self
+        best = (-1.0, self.volume_Bps)
+        for thr in np.logspace(6, 10, 33):
+            pred = self._score(X, float(thr))[0] >= 0.5
+            bal = 0.5 * (pred[y == 1].mean() + (~pred[y == 0]).mean())
+            if bal > best[0] + 1e-9:
+                best = (bal, float(thr))
+        self.volume_Bps = best[1]
+        self.calibration = {"volume_Bps": best[1], "balanced_accuracy_on_fit": best[0]}
+        return self
+
+    def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
+        return self._score(X)[0]
+
+    def explain(self, x: Mapping[str, float]) -> list[str]:
+        row = pd.DataFrame([dict(x)])
+        p_all, which, factors = self._score(row)
+        p, ch = float(p_all[0]), CHANNELS[int(which[0])]
+        f = {k: float(v[0]) for k, v in factors[ch].items()}
+        label = "NVLink" if ch == "nvlink" else "network"
+        sfx = ".min" if ch == "nvlink" else ""
+        vol = _get(x, f"comm.{ch}.Bps{sfx}")
+        out = [f"P(training) = {p:.2f} from the {label} channel (product of the rule scores below)",
+               f"volume {vol / 1e6:.1f} MB/s per GPU vs threshold {self.volume_Bps / 1e6:.0f} MB/s: "
+               f"score {f['volume']:.2f}",
+               f"TX/RX symmetry (worst GPU) {_get(x, f'comm.{ch}.sym{sfx}'):.2f} vs {self.sym_min}: "
+               f"score {f['symmetry']:.2f}",
+               f"regularity: busy {_get(x, f'comm.{ch}.duty{sfx}'):.2f} of the window, autocorrelation peak "
+               f"{_get(x, f'comm.{ch}.acf_peak{sfx}'):.2f}: score {f['regularity']:.2f}"]
+        if "simultaneity" in f:
+            out.append(f"bursts on all GPUs at once: co-activity {_get(x, 'comm.nvlink.coactive'):.2f}, "
+                       f"correlation {_get(x, 'comm.nvlink.simult_corr'):.2f}: score {f['simultaneity']:.2f}")
+        return out
+
+    def describe(self) -> dict:
+        return {**super().describe(), "volume_Bps": self.volume_Bps, "sym_min": self.sym_min,
+                "simult_min": self.simult_min, "duty_min": self.duty_min, "acf_min": self.acf_min,
+                "calibration": self.calibration}
