@@ -1,0 +1,179 @@
+"""The collector's HTTP API: ``create_app(db_path)`` returns a FastAPI application.
+
+Ingest (``POST /v1/batches``) runs on the event loop thread, synchronously, with the one writer
+connection: SQLite has a single writer anyway, so serialising batches there costs nothing and
+saves a thread hop per request. With ``synchronous=NORMAL`` a commit does not fsync, so the loop
+is not held for disk flushes (see :mod:`trainsentry.collector.schema` for what that means for
+durability). Reads run in FastAPI's thread pool on per-thread read connections, which WAL lets
+proceed while a batch is being written.
+
+Live processing subscribes with ``app.state.bus.subscribe(callback)``; see
+:mod:`trainsentry.collector.hooks`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+
+from ..wire.batch import MAX_BATCH_BYTES, NODE_HEADER, SIGNATURE_HEADER
+from . import query
+from .hooks import CommitBus, CommittedBatch
+from .schema import connect
+from .store import IngestError, Store
+
+
+def _json(obj, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status,
+                    media_type="application/json")
+
+
+class _Readers(threading.local):
+    conn = None
+
+
+class Collector:
+    """State shared by the routes: the store, per-process counters, read connections, the bus."""
+
+    def __init__(self, db_path: str | Path, synchronous: str = "normal", max_batch_bytes: int = MAX_BATCH_BYTES):
+        self.store = Store(db_path, synchronous)
+        self.db_path = Path(db_path)
+        self.max_batch_bytes = max_batch_bytes
+        self.bus = CommitBus()
+        self.started_at = time.time()
+        self.accepted_batches = 0
+        self.accepted_samples = 0
+        self.duplicates = 0
+        self.rejected: Counter[str] = Counter()
+        self._readers = _Readers()
+        self._all_readers: list = []
+
+    def reader(self):
+        if self._readers.conn is None:
+            self._readers.conn = connect(self.db_path, self.store.synchronous)
+            self._all_readers.append(self._readers.conn)
+        return self._readers.conn
+
+    def close(self) -> None:
+        self.bus.close()
+        for c in self._all_readers:
+            c.close()
+        self.store.close()
+
+    async def read_body(self, request: Request) -> bytes:
+        """The body, refused with 413 as soon as it is known to exceed the limit (before parsing)."""
+        limit = self.max_batch_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                raise IngestError(400, "bad_request", "Content-Length is not a number")
+            if int(declared) > limit:
+                raise IngestError(413, "too_large", f"batch of {declared} bytes exceeds the limit of {limit}")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise IngestError(413, "too_large", f"batch exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def ingest(self, request: Request) -> Response:
+        node = request.headers.get(NODE_HEADER)
+        try:
+            body = await self.read_body(request)
+            acc = self.store.ingest(node, request.headers.get(SIGNATURE_HEADER), body,
+                                    max_bytes=self.max_batch_bytes)
+        except IngestError as e:
+            self.rejected[e.code] += 1
+            self.store.record_rejection(e, node, request.client.host if request.client else None)
+            return _json(e.body(), e.status)
+        if acc.duplicate:
+            self.duplicates += 1
+        else:
+            self.accepted_batches += 1
+            self.accepted_samples += acc.n_samples
+            self.bus.publish(CommittedBatch(acc.node, acc.seq, acc.digest, acc.received_at,
+                                            acc.batch.samples, acc.gaps))
+        return _json(acc.body())
+
+    def stats(self) -> dict:
+        return {"since_start": {"started_at": self.started_at, "accepted_batches": self.accepted_batches,
+                                "accepted_samples": self.accepted_samples, "duplicates": self.duplicates,
+                                "rejected": dict(sorted(self.rejected.items()))},
+                "total": query.totals(self.reader()), "bus": self.bus.stats()}
+
+
+def _range(start: float | None, end: float | None, default_span_s: float = 3600.0) -> tuple[float, float]:
+    end = time.time() if end is None else end
+    start = end - default_span_s if start is None else start
+    return start, end
+
+
+def create_app(db_path: str | Path, synchronous: str = "normal", max_batch_bytes: int = MAX_BATCH_BYTES) -> FastAPI:
+    """The collector application over the SQLite database at ``db_path`` (created and migrated)."""
+    col = Collector(db_path, synchronous, max_batch_bytes)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        col.close()
+
+    app = FastAPI(title="trainsentry collector", version="1", lifespan=lifespan)
+    app.state.collector = col
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_query(request: Request, exc: RequestValidationError) -> Response:
+        # One error shape for every 4xx the collector gives, instead of FastAPI's 422 default.
+        problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
+        return _json({"error": "bad_query", "detail": problems[:500]}, 400)
+    app.state.bus = col.bus
+
+    @app.post("/v1/batches")
+    async def post_batch(request: Request) -> Response:
+        return await col.ingest(request)
+
+    @app.get("/v1/nodes")
+    def get_nodes() -> Response:
+        return _json({"nodes": query.list_nodes(col.reader())})
+
+    @app.get("/v1/nodes/{node}/series")
+    def get_series(node: str, device: str | None = None, start: float | None = None, end: float | None = None,
+                   step: float = 1.0) -> Response:
+        start, end = _range(start, end)
+        try:
+            return _json(query.series(col.reader(), node, start, end, step, device))
+        except query.QueryError as e:
+            return _json({"error": e.code, "detail": e.detail}, e.status)
+
+    @app.get("/v1/nodes/{node}/unmonitored")
+    def get_unmonitored(node: str, start: float | None = None, end: float | None = None) -> Response:
+        end = time.time() if end is None else end
+        start = 0.0 if start is None else start
+        try:
+            return _json({"node": node, "start": start, "end": end,
+                          "intervals": query.unmonitored(col.reader(), node, start, end)})
+        except query.QueryError as e:
+            return _json({"error": e.code, "detail": e.detail}, e.status)
+
+    @app.get("/v1/stats")
+    def get_stats() -> Response:
+        return _json(col.stats())
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return _json({"ok": True, "schema_version": query_version(col)})
+
+    return app
+
+
+def query_version(col: Collector) -> int:
+    from .schema import current_version
+    return current_version(col.reader())

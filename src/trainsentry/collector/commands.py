@@ -1,0 +1,56 @@
+"""``trainsentry serve`` and ``trainsentry enroll``: the collector's commands (typer only at top level)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+DEFAULT_DB = "trainsentry.db"
+DEFAULT_PORT = 8470
+
+
+def serve_cmd(
+    db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="SQLite database (created and migrated if needed)"),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on"),
+    port: int = typer.Option(DEFAULT_PORT, "--port", help="TCP port (0: pick a free one and print it)"),
+    synchronous: str = typer.Option("normal", "--sync",
+                                    help="normal: committed batches survive a server crash/SIGKILL; "
+                                         "full: also survive power loss (one fsync per batch)"),
+    max_batch_bytes: int = typer.Option(4 * 1024 * 1024, "--max-batch-bytes", help="Refuse larger bodies (413)"),
+    log_level: str = typer.Option("warning", "--log-level"),
+) -> None:
+    """Run the collector: accept signed batches from enrolled nodes and serve the read API."""
+    from .server import run
+    run(db, host, port, synchronous=synchronous, max_batch_bytes=max_batch_bytes, log_level=log_level)
+
+
+def enroll_cmd(
+    node: str = typer.Argument(..., help="Node name, as the agent sends it in X-TS-Node"),
+    db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="Collector database"),
+    key_out: Path | None = typer.Option(None, "--key-out", help="Write the hex key here (mode 0600) instead of stdout"),
+    rotate: bool = typer.Option(False, "--rotate", help="Replace the key of an already enrolled node"),
+) -> None:
+    """Create a node's HMAC key (print it, or write it to --key-out) so its agent can send batches."""
+    from .store import EnrollError, Store
+    store = Store(db)
+    try:
+        key = store.enroll(node, rotate=rotate)
+    except EnrollError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    finally:
+        store.close()
+    if key_out is None:
+        typer.echo(key)
+        return
+    key_out.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(key_out, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    print(f"{'rotated' if rotate else 'enrolled'} {node}; key written to {key_out}", file=sys.stderr)
+
+
+COMMANDS = [serve_cmd, enroll_cmd]

@@ -1,0 +1,279 @@
+"""The write path: enrol nodes, accept signed batches, record rejections.
+
+A batch is acknowledged only after its transaction has committed. Checks run cheapest-first and
+before anything is written: the node must be enrolled and the HMAC must match the exact bytes
+(401), then the body must parse (400/413), then ``seq``/``prev`` must continue the node's chain
+(409). Chain state is read inside the same ``BEGIN IMMEDIATE`` transaction that writes the batch,
+so the decision and the write cannot interleave with another writer.
+
+Chain rules (``E`` = last accepted seq + 1, or 0 for a node's first batch):
+
+* ``seq < E``: a resend. Same digest as the stored batch of that seq → duplicate, acknowledged
+  without storing again (the agent lost our ack). Anything else → ``replay`` (409).
+* ``seq == E``: ``prev`` must equal the stored digest of seq-1 (``GENESIS_PREV`` for seq 0),
+  else ``chain_broken`` (409).
+* ``seq > E``: a hole. Only accepted when the agent declares the loss with ``gap_from <= E``; the
+  missing seqs are recorded as an unmonitored interval (``declared_loss``) and ``prev`` cannot be
+  checked (its batch never arrived). Otherwise ``out_of_order`` (409) with ``expected_seq`` so the
+  agent resends from there.
+
+Silence: when a batch's first sample is more than 3 × ``interval_s`` after the node's latest
+sample, the span between them is recorded as unmonitored (``silence``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from operator import itemgetter
+from pathlib import Path
+
+from ..wire.batch import GENESIS_PREV, Batch, BatchError, new_key, verify
+from .fastparse import parse as parse_batch
+from .schema import SAMPLE_COLUMNS, SAMPLE_METRICS, open_db
+
+SILENCE_FACTOR = 3.0  # no data for this many batch intervals = unmonitored
+_DETAIL_MAX = 500
+
+_INSERT_SAMPLE = f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
+_INSERT_BATCH = ("INSERT INTO batches (node_id, seq, digest, prev, received_at, n_samples, t_first, t_last, "
+                 "first_sample, last_sample, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT_DEVICE = "INSERT OR IGNORE INTO devices (node_id, device, kind, first_t) VALUES (?, ?, ?, ?)"
+_INSERT_GAP = ("INSERT INTO unmonitored (node_id, start_t, end_t, reason, seq_from, seq_to, recorded_at) "
+               "VALUES (?, ?, ?, ?, ?, ?, ?)")
+_SQLITE_INT_MAX = 2 ** 63 - 1
+_DEV = itemgetter(1)  # positions in a sample row (SAMPLE_COLUMNS order)
+_T = itemgetter(3)
+
+
+class IngestError(Exception):
+    """A refused batch: HTTP ``status``, stable ``code``, a human ``detail`` and extra JSON fields."""
+
+    def __init__(self, status: int, code: str, detail: str, **extra):
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.extra = extra
+
+    def body(self) -> dict:
+        return {"error": self.code, "detail": self.detail, **self.extra}
+
+
+class EnrollError(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class Accepted:
+    """What the collector acknowledges; ``gaps`` lists unmonitored intervals this batch revealed."""
+    node: str
+    node_id: int
+    seq: int
+    digest: str
+    n_samples: int
+    duplicate: bool = False
+    gaps: list[dict] = field(default_factory=list)
+    batch: Batch | None = None  # the parsed batch, for post-commit subscribers (None for duplicates)
+    received_at: float = 0.0
+
+    def body(self) -> dict:
+        out = {"accepted": True, "node": self.node, "seq": self.seq, "digest": self.digest,
+               "n_samples": self.n_samples}
+        if self.duplicate:
+            out["duplicate"] = True
+        if self.gaps:
+            out["unmonitored"] = self.gaps
+        return out
+
+
+def _status_for(e: BatchError) -> int:
+    return 413 if e.code == "too_large" else 400
+
+
+def _rows(node_id: int, samples: list[dict]) -> list[tuple]:
+    """Sample dicts to row tuples in SAMPLE_COLUMNS order: the only per-sample Python work."""
+    names = SAMPLE_METRICS
+    return [(node_id, s["dev"], s["kind"], s["t"], *[m.get(n) for n in names])
+            for s in samples for m in (s["m"],)]
+
+
+def _clamp_big_ints(rows: list[tuple]) -> list[tuple]:
+    """SQLite integers are 64-bit signed; the wire allows |v| < 2**64. Store the rare wider value as
+    REAL (what rates compute in anyway) instead of failing the batch."""
+    def fix(v):
+        return float(v) if isinstance(v, int) and not -_SQLITE_INT_MAX - 1 <= v <= _SQLITE_INT_MAX else v
+    return [tuple(fix(v) for v in r) for r in rows]
+
+
+class Store:
+    """The collector database: one writer connection, owned by the thread that ingests."""
+
+    def __init__(self, path: str | Path, synchronous: str = "normal"):
+        self.path = Path(path)
+        self.synchronous = synchronous
+        self.conn = open_db(self.path, synchronous)
+        self._keys: dict[str, tuple[int, bytes]] = {}  # name -> (node_id, key); refreshed on a miss
+        self._devices: set[tuple[int, str]] = set()     # (node_id, device) known to be in `devices`
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- enrolment ------------------------------------------------------------------------------
+    def enroll(self, node: str, rotate: bool = False, key: str | None = None) -> str:
+        """Create a node's key (or replace it with ``rotate``); return the key as hex."""
+        from ..wire.batch import _NODE_RE  # the wire format owns what a node name may be
+        if not _NODE_RE.match(node):
+            raise EnrollError(f"invalid node name {node!r}: must match [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}")
+        key = key or new_key()
+        bytes.fromhex(key)
+        now = time.time()
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            row = c.execute("SELECT node_id FROM nodes WHERE name = ?", (node,)).fetchone()
+            if row and not rotate:
+                raise EnrollError(f"node {node!r} is already enrolled; pass --rotate to replace its key")
+            if row:
+                c.execute("UPDATE nodes SET key = ?, key_rotated_at = ? WHERE node_id = ?", (key, now, row[0]))
+            else:
+                c.execute("INSERT INTO nodes (name, key, enrolled_at) VALUES (?, ?, ?)", (node, key, now))
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        self._keys.pop(node, None)
+        return key
+
+    def _lookup_key(self, node: str, refresh: bool = False) -> tuple[int, bytes] | None:
+        if not refresh and node in self._keys:
+            return self._keys[node]
+        row = self.conn.execute("SELECT node_id, key FROM nodes WHERE name = ?", (node,)).fetchone()
+        if row is None:
+            self._keys.pop(node, None)
+            return None
+        self._keys[node] = (row[0], bytes.fromhex(row[1]))
+        return self._keys[node]
+
+    # -- ingest ---------------------------------------------------------------------------------
+    def authenticate(self, node: str | None, signature: str | None, body: bytes) -> int:
+        """The node id when ``signature`` is the node's HMAC of ``body``; else IngestError 401."""
+        if not node:
+            raise IngestError(401, "missing_node", "the X-TS-Node header is required")
+        entry = self._lookup_key(node)
+        if entry is None:
+            raise IngestError(401, "unknown_node", f"node {node[:128]!r} is not enrolled")
+        if not signature:
+            raise IngestError(401, "missing_signature", "the X-TS-Signature header is required")
+        if not verify(entry[1], body, signature):
+            entry = self._lookup_key(node, refresh=True)  # the key may have been rotated by `enroll`
+            if entry is None or not verify(entry[1], body, signature):
+                raise IngestError(401, "bad_signature", "HMAC does not match the body under this node's key")
+        return entry[0]
+
+    def ingest(self, node: str | None, signature: str | None, body: bytes, max_bytes: int | None = None) -> Accepted:
+        """Authenticate, parse, chain-check and commit one batch, or raise IngestError with nothing stored."""
+        if max_bytes is not None and len(body) > max_bytes:
+            raise IngestError(413, "too_large", f"batch of {len(body)} bytes exceeds the limit of {max_bytes}")
+        node_id = self.authenticate(node, signature, body)
+        try:
+            batch = parse_batch(body) if max_bytes is None else parse_batch(body, max_bytes=max_bytes)
+        except BatchError as e:
+            raise IngestError(_status_for(e), e.code, e.message) from None
+        if batch.node != node:
+            raise IngestError(400, "node_mismatch", f"batch names node {batch.node!r} but was sent as {node!r}")
+        return self._commit(node_id, batch)
+
+    def _new_devices(self, node_id: int, rows: list[tuple]) -> list[tuple]:
+        unknown = {d for d in set(map(_DEV, rows)) if (node_id, d) not in self._devices}
+        if not unknown:
+            return []
+        first: dict[str, tuple] = {}
+        for r in rows:
+            if r[1] in unknown and (r[1] not in first or r[3] < first[r[1]][3]):
+                first[r[1]] = (node_id, r[1], r[2], r[3])
+        return list(first.values())
+
+    def _commit(self, node_id: int, batch: Batch) -> Accepted:
+        c = self.conn
+        now = time.time()
+        rows = _rows(node_id, batch.samples)  # built before the write lock is taken
+        ts = list(map(_T, rows))
+        t_first = min(ts) if ts else None
+        t_last = max(ts) if ts else None
+        new_devices = self._new_devices(node_id, rows)
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            last_seq, last_digest, last_t, interval_s, enrolled_at = c.execute(
+                "SELECT last_seq, last_digest, last_t, interval_s, enrolled_at FROM nodes WHERE node_id = ?",
+                (node_id,)).fetchone()
+            expected = 0 if last_seq is None else last_seq + 1
+            if batch.seq < expected:
+                stored = c.execute("SELECT digest, n_samples FROM batches WHERE node_id = ? AND seq = ?",
+                                   (node_id, batch.seq)).fetchone()
+                c.execute("ROLLBACK")
+                if stored and stored[0] == batch.digest:
+                    return Accepted(batch.node, node_id, batch.seq, batch.digest, stored[1], duplicate=True,
+                                    received_at=now)
+                raise IngestError(409, "replay", f"seq {batch.seq} is already past (next expected {expected}) "
+                                  "and this is not the batch stored under it", expected_seq=expected)
+            gaps: list[tuple] = []
+            if batch.seq > expected:
+                if batch.gap_from is None or batch.gap_from > expected:
+                    c.execute("ROLLBACK")
+                    declared = "" if batch.gap_from is None else f" (gap declared only from {batch.gap_from})"
+                    raise IngestError(409, "out_of_order", f"seq {batch.seq} skips ahead of {expected}{declared}; "
+                                      f"resend from {expected} or declare the loss with gap_from",
+                                      expected_seq=expected)
+                start = last_t if last_t is not None else enrolled_at
+                gaps.append((node_id, start, t_first if t_first is not None else now, "declared_loss",
+                             expected, batch.seq - 1, now))
+            else:
+                want_prev = GENESIS_PREV if last_digest is None else last_digest
+                if batch.prev != want_prev:
+                    c.execute("ROLLBACK")
+                    raise IngestError(409, "chain_broken", f"prev does not match the digest of batch "
+                                      f"{batch.seq - 1}", expected_prev=want_prev, expected_seq=expected)
+            if not gaps and last_t is not None and t_first is not None \
+                    and t_first - last_t > SILENCE_FACTOR * interval_s:
+                gaps.append((node_id, last_t, t_first, "silence", None, None, now))
+            first = last = None
+            if rows:
+                # New rows get max(sample_id)+1, +2, ... : the batch's samples are one contiguous range.
+                first = c.execute("SELECT COALESCE(MAX(sample_id), 0) + 1 FROM samples").fetchone()[0]
+                try:
+                    c.executemany(_INSERT_SAMPLE, rows)
+                except OverflowError:
+                    c.executemany(_INSERT_SAMPLE, _clamp_big_ints(rows))
+                last = first + len(rows) - 1
+                if c.execute("SELECT MAX(sample_id) FROM samples").fetchone()[0] != last:
+                    raise RuntimeError("sample ids of one batch are not contiguous")  # cannot happen below 2**63
+                if new_devices:
+                    c.executemany(_INSERT_DEVICE, new_devices)
+            c.execute(_INSERT_BATCH, (node_id, batch.seq, batch.digest, batch.prev, now, len(rows),
+                                      t_first, t_last, first, last, batch.body))
+            if gaps:
+                c.executemany(_INSERT_GAP, gaps)
+            new_last_t = t_last if last_t is None or (t_last is not None and t_last > last_t) else last_t
+            c.execute("UPDATE nodes SET last_seq = ?, last_digest = ?, last_seen = ?, last_t = ?, interval_s = ? "
+                      "WHERE node_id = ?", (batch.seq, batch.digest, now, new_last_t, batch.interval_s, node_id))
+            c.execute("COMMIT")
+        except IngestError:
+            raise
+        except BaseException:
+            if c.in_transaction:
+                c.execute("ROLLBACK")
+            raise
+        if new_devices:
+            self._devices.update((d[0], d[1]) for d in new_devices)
+        return Accepted(batch.node, node_id, batch.seq, batch.digest, len(rows), batch=batch, received_at=now,
+                        gaps=[{"start": g[1], "end": g[2], "reason": g[3], "seq_from": g[4], "seq_to": g[5]}
+                              for g in gaps])
+
+    # -- rejections -----------------------------------------------------------------------------
+    def record_rejection(self, err: IngestError, node: str | None, remote: str | None) -> None:
+        """Keep an audit row for a refused batch (its body is not kept: it may be hostile and large)."""
+        self.conn.execute("INSERT INTO rejections (at, node, status, code, remote, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                          (time.time(), (node or "")[:128] or None, err.status, err.code, remote,
+                           err.detail[:_DETAIL_MAX]))
