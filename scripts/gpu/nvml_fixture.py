@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Record raw NVML answers on a real GPU machine, for the fake NVML the tests run on.
 
-    python3 scripts/gpu/nvml_fixture.py OUT.json [--seconds 30] [--hz 10]
+    python3 scripts/gpu/nvml_fixture.py OUT.json [--seconds 30] [--hz 10] [--with-load]
 
-Run it beside a workload (e.g. an NCCL all-reduce, a one-way send, a DDP step loop) so the counters
-move. Needs only the standard library and nvidia-ml-py (``import pynvml``); it changes nothing on
+Run it beside a workload so the counters move; ``--with-load`` starts the built-in one (LOAD below,
+under ``torchrun --nproc_per_node=<GPUs>``, 3 s into the recording, phase times to
+OUT.load_log.json): idle, 40 x 256 MiB all-reduce, 40 x 256 MiB one-way send GPU0 -> GPU1, 4 s of
+bf16 8192^3 matmuls, 40 steps of a 100M-parameter DDP transformer. tests/fixtures/h200/
+h200x2_nvml_fixture.json.gz was recorded on 2 x H200 with ``--seconds 45 --hz 10 --with-load``. Needs only the standard library and nvidia-ml-py (``import pynvml``); it changes nothing on
 the GPU (no clocks, limits, modes or resets). ``tests/fakes/h200_recording.py`` loads the output.
 
 Per GPU and tick it stores exactly what NVML answered, errors included:
@@ -25,6 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
 
 import pynvml as N
@@ -33,6 +39,42 @@ FORMAT = "trainsentry.nvml-fixture/1"
 FI_TX, FI_RX, FI_LINK_COUNT = 138, 139, 91
 ALL_LINKS = 0xFFFFFFFF
 GPM_IDS = (1, 2, 3, 5, 7, 10, 20, 21, 60, 61)  # graphics, SM, occupancy, any/HMMA tensor, DRAM, PCIe, NVLink
+
+
+# The reference load (needs torch + NCCL, >= 2 GPUs). NVLink multicast stays off (set in main()).
+LOAD = r"""
+import os,sys,time,json,torch,torch.distributed as d
+d.init_process_group("nccl");r=d.get_rank();torch.cuda.set_device(r)
+L={};x=torch.randn(128*2**20,device="cuda",dtype=torch.bfloat16)
+def ph(n,f):
+  d.barrier();torch.cuda.synchronize();t=time.time();f();torch.cuda.synchronize();L[n]=[t,time.time()];d.barrier();time.sleep(2)
+time.sleep(1)
+ph("allreduce_256MiB_x40",lambda:[d.all_reduce(x) for _ in range(40)])
+ph("send0to1_256MiB_x40",lambda:[d.send(x,1) if r==0 else d.recv(x,0) for _ in range(40)])
+a=torch.randn(8192,8192,device="cuda",dtype=torch.bfloat16)
+def mm():
+  t=time.time()
+  while time.time()-t<4:
+    [a@a for _ in range(20)];torch.cuda.synchronize()
+ph("matmul_bf16_8192_4s",mm)
+m=torch.nn.parallel.DistributedDataParallel(torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(1024,16,4096,batch_first=True),8).cuda())
+o=torch.optim.AdamW(m.parameters())
+def ddp():
+  for _ in range(40):
+    m(torch.randn(8,512,1024,device="cuda")).float().pow(2).mean().backward();o.step();o.zero_grad()
+ph("ddp_100M_40steps",ddp)
+if r==0: json.dump(L,open(sys.argv[1],"w"),indent=1)
+d.destroy_process_group()
+"""
+
+
+def start_load(out: str, gpus: int) -> subprocess.Popen:
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    script = os.path.join(tempfile.mkdtemp(), "nvml_fixture_load.py")
+    with open(script, "w") as f:
+        f.write(LOAD)
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={gpus}", script, out + ".load_log.json"]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def field_value(fv) -> int | float:
@@ -115,7 +157,9 @@ def main() -> None:
     ap.add_argument("out", help="JSON file to write")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--hz", type=float, default=10.0)
+    ap.add_argument("--with-load", action="store_true", help="run the built-in reference load meanwhile")
     args = ap.parse_args()
+    load = None
     N.nvmlInit()
     try:
         handles = [N.nvmlDeviceGetHandleByIndex(i) for i in range(N.nvmlDeviceGetCount())]
@@ -132,6 +176,8 @@ def main() -> None:
         next_t = time.monotonic()
         end = next_t + args.seconds
         while time.monotonic() < end:
+            if args.with_load and load is None and time.monotonic() - (end - args.seconds) >= 3.0:
+                load = start_load(args.out, len(handles))
             for g, h in zip(gpus, handles):
                 t = time.time()  # host time at the start of this GPU's queries
                 s = tick(h, g["link_count"], gpm.get(g["index"], {}))
@@ -140,6 +186,8 @@ def main() -> None:
             next_t += period
             time.sleep(max(0.0, next_t - time.monotonic()))
         doc["end"] = time.time()
+        if load is not None:
+            doc["load_rc"] = load.wait()
         for st in gpm.values():
             for b in st["bufs"]:
                 N.nvmlGpmSampleFree(b)
