@@ -1,0 +1,261 @@
+"""FLOP estimators behind one contract: ``fit(X, y)``, ``predict(X)``, ``predict_interval(X)``.
+
+``X`` is the column dict of :func:`trainsentry.flops.features.stack` (one array per feature, one
+entry per run); ``y`` is ground-truth FLOPs (FlopCounterMode, summed over ranks). Every estimator
+serialises to plain JSON (``to_dict`` / :func:`from_dict`) so a saved model loads without pickle.
+
+Intervals: each estimator keeps the quantiles of its calibration residuals in log space,
+``log(y) - log(ŷ)``, and widens a prediction by them. They are in-sample residuals; how often the
+interval holds the truth on held-out configurations is measured by the evaluation, not assumed.
+
+The physical models (a, b) are fitted in energy space, as the seed study wrote them, and inverted:
+``E_net = E_per_TFLOP·TFLOPs + E_per_TB·TB + E_per_NVL·NVL_TB + P_overhead·t``. Least squares is
+weighted by 1/E_net² so every run counts by its relative error (FLOPs span orders of magnitude),
+and constrained to non-negative constants: a negative energy per byte or overhead power has no
+physical reading, and with collinear inputs (bytes and seconds both grow with FLOPs) unconstrained
+fits swing to large opposite-signed constants that do not transfer to held-out configurations.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# A prediction is never below this (1 GFLOP): the log-space errors and intervals stay finite when a
+# linear model's inversion goes to zero or below for a tiny run.
+FLOPS_FLOOR = 1e9
+LEVEL = 0.9
+
+
+def _floor(x: np.ndarray) -> np.ndarray:
+    return np.maximum(np.asarray(x, dtype=np.float64), FLOPS_FLOOR)
+
+
+class Estimator:
+    name = "base"
+    inputs: tuple[str, ...] = ()
+    description = ""
+
+    def __init__(self) -> None:
+        self.log_resid_q: dict[str, float] = {}
+
+    # -- contract -------------------------------------------------------------------------------
+    def fit(self, X: dict[str, np.ndarray], y: np.ndarray) -> "Estimator":
+        y = np.asarray(y, dtype=np.float64)
+        if y.size == 0 or not np.all(y > 0):
+            raise ValueError(f"{self.name}: need positive ground-truth FLOPs to fit")
+        self._fit(X, y)
+        self._fit_interval(X, y)
+        return self
+
+    def predict(self, X: dict[str, np.ndarray]) -> np.ndarray:
+        return _floor(self._predict(X))
+
+    def predict_interval(self, X: dict[str, np.ndarray], level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
+        if not self.log_resid_q:
+            raise RuntimeError(f"{self.name}: not fitted")
+        pred = self.predict(X)
+        lo_q, hi_q = self._quantiles(level)
+        return pred * math.exp(lo_q), pred * math.exp(hi_q)
+
+    # -- pieces subclasses fill -----------------------------------------------------------------
+    def _fit(self, X, y) -> None:
+        raise NotImplementedError
+
+    def _predict(self, X) -> np.ndarray:
+        raise NotImplementedError
+
+    def params(self) -> dict:
+        raise NotImplementedError
+
+    def load_params(self, p: dict) -> None:
+        raise NotImplementedError
+
+    # -- intervals and serialisation ------------------------------------------------------------
+    def _fit_interval(self, X, y) -> None:
+        r = np.log(y) - np.log(self.predict(X))
+        self.log_resid_q = {f"{q:.3f}": float(np.quantile(r, q)) for q in (0.025, 0.05, 0.1, 0.5, 0.9, 0.95, 0.975)}
+        self.log_resid_sd = float(np.std(r)) if r.size > 1 else 0.0
+
+    def _quantiles(self, level: float) -> tuple[float, float]:
+        tail = round((1.0 - level) / 2.0, 3)
+        lo, hi = self.log_resid_q.get(f"{tail:.3f}"), self.log_resid_q.get(f"{1 - tail:.3f}")
+        if lo is None or hi is None:
+            raise ValueError(f"interval level {level} not kept (use 0.8, 0.9 or 0.95)")
+        return min(lo, 0.0), max(hi, 0.0)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "inputs": list(self.inputs), "description": self.description,
+                "params": self.params(), "log_resid_q": self.log_resid_q,
+                "log_resid_sd": getattr(self, "log_resid_sd", None)}
+
+
+def _col(X: dict[str, np.ndarray], name: str) -> np.ndarray:
+    if name not in X:
+        raise KeyError(f"feature {name!r} missing")
+    return np.asarray(X[name], dtype=np.float64)
+
+
+def _wls_nonneg(A: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Weighted least squares with every coefficient >= 0 (energies per unit and overhead power are)."""
+    from scipy.optimize import nnls
+    sw = np.sqrt(w)[:, None]
+    scale = np.maximum(np.abs(A).max(axis=0), 1e-30)  # column scaling keeps NNLS well conditioned
+    coef, _ = nnls(A * sw / scale, b * sw[:, 0])
+    return coef / scale
+
+
+class EnergyModel(Estimator):
+    """(a) the seed study's 3-input model; with ``terms=("t",)`` it is (b), power only.
+
+    TFLOPs = (E_net − E_per_TB·TB_moved − E_per_NVL·NVL_TB − P_overhead·t) / E_per_TFLOP.
+    """
+
+    TERM_FEATURES = {"tb": "dram_bytes", "nvl_tb": "nvlink_bytes", "t": "duration_s"}
+
+    def __init__(self, terms: tuple[str, ...] = ("tb", "nvl_tb", "t"), name: str = "three_input") -> None:
+        super().__init__()
+        self.terms = tuple(terms)
+        self.name = name
+        self.inputs = ("net_energy_J",) + tuple(self.TERM_FEATURES[k] for k in self.terms)
+        self.description = ("E_net = E_per_TFLOP·TFLOPs + " +
+                            " + ".join({"tb": "E_per_TB·TB_moved", "nvl_tb": "E_per_NVL·NVL_TB",
+                                        "t": "P_overhead·t"}[k] for k in self.terms) + ", inverted")
+        self.coef: dict[str, float] = {}
+
+    def _term(self, X, k: str) -> np.ndarray:
+        v = _col(X, self.TERM_FEATURES[k])
+        return v / 1e12 if k in ("tb", "nvl_tb") else v
+
+    def _fit(self, X, y) -> None:
+        e = _col(X, "net_energy_J")
+        A = np.column_stack([y / 1e12] + [self._term(X, k) for k in self.terms])
+        w = 1.0 / np.maximum(np.abs(e), 1.0) ** 2
+        coef = _wls_nonneg(A, e, w)
+        if not coef[0] > 0:
+            raise ValueError(f"{self.name}: fitted energy per TFLOP is {coef[0]:.3g} J, not positive")
+        self.coef = {"E_per_TFLOP_J": float(coef[0]),
+                     **{{"tb": "E_per_TB_J", "nvl_tb": "E_per_NVL_TB_J", "t": "P_overhead_W"}[k]: float(c)
+                        for k, c in zip(self.terms, coef[1:])}}
+
+    def _predict(self, X) -> np.ndarray:
+        rest = _col(X, "net_energy_J").copy()
+        names = {"tb": "E_per_TB_J", "nvl_tb": "E_per_NVL_TB_J", "t": "P_overhead_W"}
+        for k in self.terms:
+            rest -= self.coef[names[k]] * self._term(X, k)
+        return rest / self.coef["E_per_TFLOP_J"] * 1e12
+
+    def params(self) -> dict:
+        return {"terms": list(self.terms), "coef": self.coef}
+
+    def load_params(self, p: dict) -> None:
+        self.coef = dict(p["coef"])
+
+
+class TensorActivity(Estimator):
+    """(e) FLOPs = R × tensor-busy GPU-seconds (clock-weighted), R the peak rate measured on calibration runs.
+
+    R is the geometric mean of FLOPs / tensor_cycles_s over the calibration runs: the tensor-pipe
+    rate these workloads actually reach per fully busy second, which the evaluation reports next
+    to the H200's dense BF16 datasheet peak (989 TFLOP/s).
+    """
+
+    name = "tensor"
+    inputs = ("tensor_cycles_s",)
+    description = "FLOPs = R_measured × ∫ GPM tensor util × (SM clock / max) dt, summed over GPUs"
+
+    def __init__(self, feature: str = "tensor_cycles_s") -> None:
+        super().__init__()
+        self.feature = feature
+        self.inputs = (feature,)
+        self.rate_flops_per_s = float("nan")
+
+    def _fit(self, X, y) -> None:
+        a = _col(X, self.feature)
+        ok = a > 0
+        if not ok.any():
+            raise ValueError(f"{self.name}: no calibration run shows tensor activity ({self.feature})")
+        self.rate_flops_per_s = float(np.exp(np.mean(np.log(y[ok] / a[ok]))))
+
+    def _predict(self, X) -> np.ndarray:
+        return self.rate_flops_per_s * _col(X, self.feature)
+
+    def params(self) -> dict:
+        return {"feature": self.feature, "rate_flops_per_s": self.rate_flops_per_s}
+
+    def load_params(self, p: dict) -> None:
+        self.feature = p["feature"]
+        self.inputs = (self.feature,)
+        self.rate_flops_per_s = float(p["rate_flops_per_s"])
+
+
+class Fusion(Estimator):
+    """Tensor activity and energy combined in log space, each weighted by 1 / its residual variance.
+
+    The two see different things: tensor activity counts busy tensor-pipe cycles (blind to how full
+    each cycle is), energy counts joules (blind to what they bought). Where one is off for a
+    workload the other pulls the estimate back; the weights come from calibration residuals.
+    """
+
+    name = "fusion"
+    description = "exp(w·log ŷ_tensor + (1−w)·log ŷ_power_only), w = inverse residual variance"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts = [TensorActivity(), EnergyModel(("t",), name="power_only")]
+        self.inputs = tuple(dict.fromkeys(i for p in self.parts for i in p.inputs))
+        self.weights: list[float] = []
+
+    def _fit(self, X, y) -> None:
+        var = []
+        for p in self.parts:
+            p.fit(X, y)
+            r = np.log(y) - np.log(p.predict(X))
+            var.append(max(float(np.mean(r ** 2)), 1e-6))
+        inv = np.asarray([1.0 / v for v in var])
+        self.weights = (inv / inv.sum()).tolist()
+
+    def _predict(self, X) -> np.ndarray:
+        logs = np.stack([np.log(p.predict(X)) for p in self.parts])
+        return np.exp(np.tensordot(np.asarray(self.weights), logs, axes=1))
+
+    def params(self) -> dict:
+        return {"weights": self.weights, "parts": [p.to_dict() for p in self.parts]}
+
+    def load_params(self, p: dict) -> None:
+        self.weights = list(p["weights"])
+        self.parts = [from_dict(d) for d in p["parts"]]
+
+
+def make(name: str, seed: int = 0) -> Estimator:
+    """A fresh, unfitted estimator by name (see ESTIMATORS)."""
+    from .mlp import LogMLP, ResidualMLP
+    makers = {
+        "three_input": lambda: EnergyModel(("tb", "nvl_tb", "t"), name="three_input"),
+        "power_only": lambda: EnergyModel(("t",), name="power_only"),
+        "mlp": lambda: LogMLP(seed=seed),
+        "residual_mlp": lambda: ResidualMLP(seed=seed),
+        "tensor": lambda: TensorActivity(),
+        "fusion": lambda: Fusion(),
+    }
+    if name not in makers:
+        raise KeyError(f"unknown estimator {name!r}; known: {sorted(makers)}")
+    return makers[name]()
+
+
+ESTIMATORS = ("three_input", "power_only", "mlp", "residual_mlp", "tensor", "fusion")
+
+
+def from_dict(d: dict) -> Estimator:
+    """Rebuild a fitted estimator from :meth:`Estimator.to_dict` output."""
+    name = d.get("name")
+    if name not in ESTIMATORS:
+        raise ValueError(f"not a saved FLOP estimator (name {name!r})")
+    est = make(name)
+    if isinstance(est, EnergyModel):
+        est = EnergyModel(tuple(d["params"]["terms"]), name=name)
+    est.load_params(d["params"])
+    est.log_resid_q = dict(d["log_resid_q"])
+    est.log_resid_sd = d.get("log_resid_sd")
+    return est
