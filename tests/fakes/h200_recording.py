@@ -191,3 +191,33 @@ def load_fixture(p: Path) -> Recording:
     if not times:
         raise ValueError(f"{p}: no samples")
     return Recording(gpus=gpus, t0=min(times), t1=max(times), source=str(p), driver=doc.get("driver", ""))
+
+
+def summarize(path: Path = FIXTURE_FILE) -> dict:
+    """The numbers docs/telemetry.md quotes about a nvml_fixture.py recording."""
+    import statistics as st
+    doc = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
+    samples = doc["samples"]
+    lags, spreads, equal = [], [], 0
+    for s in samples:
+        stamps = [f[4] for f in s["fields"] if f[2] == 0]
+        lags += [ts / 1e6 - s["t"] for ts in stamps]
+        spreads.append((max(stamps) - min(stamps)) / 1e3)
+        f = {(a, b): v for a, b, ret, v, _ in s["fields"] if ret == 0}
+        links = [f[(FI_DATA_TX, link)] for link in range(doc["gpus"][s["gpu"]]["link_count"])]
+        equal += sum(links) == f.get((FI_DATA_TX, SCOPE_ALL_LINKS))
+    calls = sorted({k for s in samples for k in s.get("call_s", {})})
+    return {
+        "samples": len(samples), "gpus": doc["count"], "seconds": round(doc["end"] - doc["start"], 1),
+        "polls_per_s_per_gpu": round(len(samples) / doc["count"] / (doc["end"] - doc["start"]), 2),
+        "field_ts_minus_host_s": [round(min(lags), 4), round(max(lags), 4)],
+        "field_ts_spread_in_one_call_ms": {"median": round(st.median(spreads), 1), "max": round(max(spreads), 1)},
+        "all_links_equals_sum_of_links": f"{equal}/{len(samples)}",
+        "call_ms_mean": {k: round(1e3 * st.mean(s["call_s"][k] for s in samples if k in s["call_s"]), 3)
+                         for k in calls},
+    }
+
+
+if __name__ == "__main__":  # python tests/fakes/h200_recording.py [recording]
+    import sys
+    print(json.dumps(summarize(Path(sys.argv[1]) if len(sys.argv) > 1 else FIXTURE_FILE), indent=1))
