@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
 from agent_testkit import CollectorProcess, env  # noqa: E402
 
 FAKE_NODE = str(Path(__file__).with_name("fake_node.py"))
+SYSFS = str(Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "node1")
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -30,7 +31,7 @@ def collector(tmp_path):
 def agent(collector, spool, *extra, gpus=4):
     return subprocess.Popen([sys.executable, FAKE_NODE, "--gpus", str(gpus), "agent", "--collector", collector.url,
                              "--node", "node-a", "--key-file", str(collector.key_file), "--spool", str(spool),
-                             "--source", "nvml", "--hz", "10", "--batch-s", "0.5", *extra],
+                             "--source", "nvml", "--source", f"net:{SYSFS}", "--hz", "10", "--batch-s", "0.5", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
 
 
@@ -55,7 +56,8 @@ def test_collector_sigkilled_mid_stream_every_sample_stored_exactly_once(tmp_pat
     s = summary(proc)
     rows = collector.samples("node-a")
     assert s["pending_batches"] == 0 and s["send_failures"] >= 1
-    assert s["samples_read"] == 60 * 4 - 4 * s["missed_ticks"]
+    assert s["ticks"] + s["missed_ticks"] == 60
+    assert s["samples_read"] == s["ticks"] * (4 + 4)   # 4 GPUs + the fixture's eth0, ifb0, 2 IB ports
     assert len(rows) == s["samples_read"]          # all arrived ...
     assert len(set(rows)) == len(rows)             # ... exactly once
     assert collector.gaps("node-a") == []          # and nothing was declared lost
@@ -115,3 +117,21 @@ def test_prometheus_endpoint_serves_dcgm_names(tmp_path, collector):
     assert 50 < float(power[0].rsplit(" ", 1)[1]) < 800            # watts, from the recorded H200 idle/load
     assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" in text
     assert "trainsentry_agent_spool_pending_batches{" in text
+
+
+def test_a_recorded_trace_replays_complete(tmp_path, collector):
+    from trainsentry.traces.io import read_trace
+    run = tmp_path / "run"
+    rec = subprocess.run([sys.executable, FAKE_NODE, "--gpus", "2", "record", str(run), "--source", "nvml",
+                          "--source", f"net:{SYSFS}", "--duration", "2", "--label", "workload=idle",
+                          "--label", "class=other"], capture_output=True, text=True, env=env(), timeout=60)
+    assert rec.returncode == 0, rec.stderr[-2000:]
+    table, _ = read_trace(run)
+    s = summary(subprocess.Popen([sys.executable, "-m", "trainsentry.cli", "replay", str(run), "--collector",
+                                  collector.url, "--node", "node-a", "--key-file", str(collector.key_file),
+                                  "--speed", "4", "--spool", str(tmp_path / "replay.db")],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()))
+    rows = collector.samples("node-a")
+    assert s["samples_read"] == table.num_rows == len(rows) == len(set(rows))
+    assert sorted({d for d, _ in rows}) == sorted(set(table.column("device").to_pylist()))
+    assert s["seconds"] < 2.0 / 4 + 3          # played at 4x, not at recorded speed

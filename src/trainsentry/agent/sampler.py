@@ -21,7 +21,7 @@ from ..telemetry.base import Reading
 log = logging.getLogger(__name__)
 
 # A source signals "no more data" (a replayed trace that has ended) by raising one of these from
-# read() or by exposing a true ``exhausted`` attribute.
+# read() or by exposing a true ``done`` (ReplaySource) or ``exhausted`` attribute.
 _END_OF_SOURCE = (StopIteration, EOFError)
 
 
@@ -88,7 +88,7 @@ class Sampler:
                               getattr(src, "name", i), type(e).__name__, e)
                     self._error_logged.add(i)
                 continue
-            if getattr(src, "exhausted", False):
+            if getattr(src, "done", False) or getattr(src, "exhausted", False):
                 self._finished.add(i)
         return out
 

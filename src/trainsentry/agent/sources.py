@@ -1,48 +1,28 @@
-"""``--source`` specs -> source objects: ``nvml``, ``net``, ``net:SYSFS_ROOT``, ``replay:RUN_DIR``.
+"""``--source`` specs -> source objects via :func:`trainsentry.telemetry.open_sources`.
 
-Defers to :func:`trainsentry.telemetry.open_sources` when the telemetry package offers it, so the
-spec syntax lives in one place; the fallback below maps the same names to the source classes.
+Specs: ``nvml``, ``net``, ``net:SYSFS_ROOT`` (node_exporter's ``--path.sysfs``: a container that
+mounts the host's /sys elsewhere), ``replay:RUN_DIR``. The ``net:ROOT`` form is translated into
+the telemetry package's ``net_sysfs_root`` option; everything else is passed through.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..telemetry.base import SourceError
-
 DEFAULT_SPECS = ("nvml", "net")
 
 
 def open_sources(specs: Sequence[str], replay_speed: float = 1.0) -> list:
+    from ..telemetry import open_sources as telemetry_open
     specs = list(specs) or list(DEFAULT_SPECS)
-    try:
-        from ..telemetry import open_sources as telemetry_open
-    except ImportError:
-        telemetry_open = None
-    if telemetry_open is not None and not any(s.startswith("replay:") for s in specs):
-        return list(telemetry_open(specs))
-    opened: list = []
-    try:
-        for spec in specs:
-            opened.append(_open_one(spec, replay_speed))
-    except BaseException:
-        for s in opened:
-            s.close()
-        raise
-    return opened
-
-
-def _open_one(spec: str, replay_speed: float):
-    name, _, arg = spec.partition(":")
-    if name == "nvml":
-        from ..telemetry.nvml import NvmlSource
-        return NvmlSource()
-    if name == "net":
-        from ..telemetry.net import NetSource
-        return NetSource(arg) if arg else NetSource()
-    if name == "replay":
-        if not arg:
-            raise SourceError("replay needs a run directory: --source replay:RUN_DIR")
-        from ..telemetry.replay import ReplaySource
-        return ReplaySource(arg, speed=replay_speed, retime=True)
-    raise SourceError(f"unknown source {spec!r}; use nvml, net[:SYSFS_ROOT] or replay:RUN_DIR")
+    opts: dict = {}
+    plain: list[str] = []
+    for spec in specs:
+        if spec.startswith("net:"):
+            opts["net_sysfs_root"] = spec[4:]
+            plain.append("net")
+        else:
+            plain.append(spec)
+    if any(s.startswith("replay:") for s in plain):
+        opts["replay_speed"] = replay_speed
+    return telemetry_open(plain, **opts)

@@ -137,8 +137,16 @@ class Spool:
         if not samples:
             return
         text = json.dumps(samples, separators=(",", ":"), allow_nan=False)
-        with self._lock, self._tx():
-            self._db.execute("INSERT INTO staged(samples) VALUES (?)", (text,))
+        with self._lock:
+            # A staged tick is committed without its own fsync (WAL, synchronous=NORMAL): it survives
+            # the agent being killed, and the next seal's FULL commit fsyncs it with the batch. Only a
+            # power loss inside the batch interval can take the staged ticks of that interval.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with self._tx():
+                    self._db.execute("INSERT INTO staged(samples) VALUES (?)", (text,))
+            finally:
+                self._db.execute("PRAGMA synchronous=FULL")
 
     def seal(self, interval_s: float, created: float | None = None) -> list[int]:
         """Turn everything staged into the next batch(es) of the chain, atomically; return their seqs."""

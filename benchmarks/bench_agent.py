@@ -1,0 +1,132 @@
+"""Agent overhead: CPU seconds the agent process spends per second of sampling.
+
+Runs the shipped agent path (sources -> sampler -> spool staged every tick, sealed every batch ->
+sender) in this process for ``--duration`` seconds at ``--hz`` and divides the process CPU time
+(user + system, all threads, from ``resource.getrusage``) by the wall time. The collector, when
+one is used, runs in a separate process and is not counted.
+
+Default: 8 fake GPUs answering from NVML readings recorded on the H200s (tests/fakes) plus the
+network source over the sysfs fixture tree. ``--real``: the GPUs and /sys of this machine, for the
+GPU machine (``PYTHONPATH=src python3 benchmarks/bench_agent.py --real``). When fastapi/uvicorn are
+missing (the GPU image), no collector can run: the sender is then not started and batches stay in
+the spool, which the result records as ``"sending": false``.
+
+Writes ``results/ingest.json`` key ``agent`` (read-modify-write: other keys are kept), one entry
+per mode (``fake_8gpu`` or ``real``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+
+def cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def machine() -> dict:
+    model = ""
+    try:
+        model = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": model or platform.processor(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def start_collector(tmp: Path, node: str):
+    if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
+        return None, None, None
+    from trainsentry.collector.store import Store
+    store = Store(tmp / "collector.db")
+    key = store.enroll(node)
+    store.close()
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    proc = subprocess.Popen([sys.executable, "-m", "trainsentry.cli", "serve", "--db", str(tmp / "collector.db"),
+                             "--port", "0"], stdout=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        proc.kill()
+        raise SystemExit(f"collector did not start: {line!r}")
+    return proc, line.rsplit(" ", 1)[1].strip(), key
+
+
+def open_sources(real: bool, gpus: int) -> list:
+    from trainsentry.telemetry import open_sources as telemetry_open
+    if real:
+        return telemetry_open(["nvml", "net"])
+    sys.path.insert(0, str(REPO / "tests"))
+    from fakes.fake_pynvml import FakeNvml
+    return telemetry_open(["nvml", "net"], nvml_module=FakeNvml(gpu_count=gpus),
+                          net_sysfs_root=str(REPO / "tests" / "fixtures" / "sysfs" / "node1"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--real", action="store_true", help="this machine's GPUs and /sys instead of the fakes")
+    ap.add_argument("--gpus", type=int, default=8, help="fake GPUs (ignored with --real)")
+    ap.add_argument("--hz", type=float, default=10.0)
+    ap.add_argument("--duration", type=float, default=30.0)
+    ap.add_argument("--out", type=Path, default=REPO / "results" / "ingest.json")
+    args = ap.parse_args()
+    if args.duration < 30:
+        print("note: the recorded benchmark uses >= 30 s; shorter runs are for trying it out", file=sys.stderr)
+
+    from trainsentry.agent.node import Agent, AgentConfig
+
+    node = "bench-node"
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        proc, url, key = start_collector(tmp, node)
+        sending = proc is not None
+        sources = open_sources(args.real, args.gpus)
+        devices = [dev for s in sources for dev in s.devices()]
+        agent = Agent(AgentConfig(collector_url=url or "http://127.0.0.1:9", node=node, key=key or "00" * 32,
+                                  spool_path=tmp / "spool.db", hz=args.hz, batch_s=1.0, duration_s=args.duration,
+                                  drain_s=0), sources)
+        if not sending:
+            agent.sender.start = lambda: None   # nothing to send to: batches stay in the spool
+            agent.sender.join = lambda timeout=None: None
+        try:
+            cpu0, wall0 = cpu_seconds(), time.monotonic()
+            summary = agent.run()
+            cpu1, wall1 = cpu_seconds(), time.monotonic()
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(10)
+    cpu_per_s = (cpu1 - cpu0) / (wall1 - wall0)
+    mode = "real" if args.real else f"fake_{args.gpus}gpu"
+    entry = {"cpu_seconds_per_second": round(cpu_per_s, 5), "percent_of_one_core": round(100 * cpu_per_s, 3),
+             "target_percent_of_one_core": 1.0, "hz": args.hz, "duration_s": round(wall1 - wall0, 2),
+             "devices": devices, "sending": sending, "samples_read": summary.samples_read,
+             "ticks": summary.ticks, "missed_ticks": summary.missed_ticks, "batches_sent": summary.batches_sent,
+             "pending_batches_at_end": summary.pending_batches, "machine": machine(),
+             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "command": "python3 benchmarks/bench_agent.py " + " ".join(sys.argv[1:])}
+    results = json.loads(args.out.read_text()) if args.out.exists() else {}
+    results.setdefault("agent", {})[mode] = entry
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp_out = args.out.with_suffix(".tmp")
+    tmp_out.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp_out, args.out)
+    print(json.dumps({mode: entry}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
