@@ -95,8 +95,7 @@ def _status_for(e: BatchError) -> int:
 def _rows(node_id: int, samples: list[dict]) -> list[tuple]:
     """Sample dicts to row tuples in SAMPLE_COLUMNS order: the only per-sample Python work."""
     names = SAMPLE_METRICS
-    return [(node_id, s["dev"], s["kind"], s["t"], *[m.get(n) for n in names])
-            for s in samples for m in (s["m"],)]
+    return [(node_id, s["dev"], s["kind"], s["t"], *map(s["m"].get, names)) for s in samples]
 
 
 def _clamp_big_ints(rows: list[tuple]) -> list[tuple]:

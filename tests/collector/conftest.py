@@ -1,0 +1,91 @@
+"""Fixtures for the collector: a fresh database, the app under TestClient, and a signing test agent."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from trainsentry.collector.app import create_app
+from trainsentry.collector.store import Store
+from trainsentry.wire.batch import GENESIS_PREV, NODE_HEADER, SIGNATURE_HEADER, digest, encode_batch, sign
+
+
+class Agent:
+    """Builds and sends correctly signed, chained batches, like a node agent; tests then break them."""
+
+    def __init__(self, client: TestClient, node: str, key: str, interval_s: float = 1.0):
+        self.client, self.node, self.key, self.interval_s = client, node, key, interval_s
+        self.seq, self.prev = 0, GENESIS_PREV
+
+    def body(self, samples: list[dict], seq: int | None = None, prev: str | None = None,
+             gap_from: int | None = None) -> bytes:
+        return encode_batch(self.node, self.seq if seq is None else seq, self.prev if prev is None else prev,
+                            samples, 1_790_000_000.0, self.interval_s, gap_from)
+
+    def post(self, body: bytes, key: str | None = None, node: str | None = None, signature: str | None = None):
+        headers = {NODE_HEADER: node or self.node,
+                   SIGNATURE_HEADER: signature if signature is not None else sign(key or self.key, body)}
+        return self.client.post("/v1/batches", content=body, headers=headers)
+
+    def send(self, samples: list[dict], **kw):
+        """Send the next batch in the chain; advance the chain when it is accepted."""
+        body = self.body(samples, **kw)
+        r = self.post(body)
+        if r.status_code == 200 and not r.json().get("duplicate"):
+            self.seq = r.json()["seq"] + 1
+            self.prev = digest(body)
+        return r
+
+
+def gpu_samples(t0: float, n: int = 10, dt: float = 0.1, dev: str = "gpu0", kib0: int = 0, kib_step: int = 100,
+                mj0: int = 0, mj_step: int = 30_000, power_mw: int = 300_000) -> list[dict]:
+    """n samples every dt s: NVLink TX grows kib_step KiB and energy mj_step mJ per sample."""
+    return [{"dev": dev, "kind": "gpu", "t": round(t0 + i * dt, 6),
+             "m": {"nvlink_tx_kib": kib0 + i * kib_step, "energy_mj": mj0 + i * mj_step, "power_mw": power_mw}}
+            for i in range(n)]
+
+
+def counts(db: Path) -> dict:
+    """What the store holds, to assert that a rejection stored nothing."""
+    c = sqlite3.connect(db)
+    try:
+        return {t: c.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                for t in ("batches", "samples", "unmonitored", "devices")}
+    finally:
+        c.close()
+
+
+def rejections(db: Path) -> list[tuple]:
+    c = sqlite3.connect(db)
+    try:
+        return c.execute("SELECT status, code, node FROM rejections ORDER BY rowid").fetchall()
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "collector.db"
+
+
+@pytest.fixture
+def key(db: Path) -> str:
+    store = Store(db)
+    try:
+        return store.enroll("node-a")
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def client(db: Path, key: str):
+    with TestClient(create_app(db, max_batch_bytes=64 * 1024)) as c:
+        yield c
+
+
+@pytest.fixture
+def agent(client: TestClient, key: str) -> Agent:
+    return Agent(client, "node-a", key)
