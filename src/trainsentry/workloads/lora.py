@@ -1,0 +1,71 @@
+"""LoRA fine-tuning: a low-rank adapter beside each linear layer of the GPT blocks, base frozen.
+
+y = W x + (alpha / r) · B A x, with A [r, in] random and B [out, r] zero, so training starts from the
+base model exactly. Only A and B get gradients, so the gradient all-reduce of a LoRA run is tiny
+(adapter bytes) while the forward and backward still cost nearly a full model's FLOPs: the shape a
+detector sees is "training compute, inference-like traffic".
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from .model import GPT, ModelConfig
+
+TARGETS = ("attn.q", "attn.k", "attn.v", "attn.o", "mlp.fc1", "mlp.fc2")
+
+
+class LoRALinear(nn.Module):
+    def __init__(self, base: nn.Linear, rank: int, alpha: float):
+        super().__init__()
+        self.base = base
+        self.scale = alpha / rank
+        dev, dt = base.weight.device, base.weight.dtype
+        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, device=dev, dtype=dt))
+        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, device=dev, dtype=dt))
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+
+    def forward(self, x):
+        return self.base(x) + (x @ self.lora_a.t() @ self.lora_b.t()) * self.scale
+
+
+def apply_lora(model: GPT, rank: int, alpha: float = 16.0) -> int:
+    """Freeze every base weight and wrap the block linears; returns the adapter parameter count."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    n = 0
+    for block in model.layers.values():
+        for path in TARGETS:
+            parent_name, attr = path.split(".")
+            parent = getattr(block, parent_name)
+            lora = LoRALinear(getattr(parent, attr), rank, alpha)
+            setattr(parent, attr, lora)
+            n += lora.lora_a.numel() + lora.lora_b.numel()
+    return n
+
+
+def lora_flops_per_token(cfg: ModelConfig, rank: int, context: int) -> float:
+    """Analytic FLOPs per token of a LoRA training step (same conventions as ModelConfig).
+
+    Forward: base matmuls + attention + adapters. Backward: frozen weights get no weight gradient,
+    so each base matmul costs one input-gradient product (2 per weight) instead of two, except the
+    first block's q/k/v whose input (embeddings, frozen) needs no gradient at all. Attention backward
+    is twice its forward. Each adapter costs its weight gradients (A and B) plus the gradient through
+    B; the gradient through A back to the input is needed everywhere but in the first block.
+    """
+    d, hd, ff, L = cfg.d_model, cfg.head_dim, cfg.ff, cfg.n_layers
+    kv = cfg.kv_heads * hd
+    shapes = [(d, d), (d, kv), (d, kv), (d, d), (d, ff), (ff, d)]   # (in, out) of q k v o fc1 fc2
+    base = sum(i * o for i, o in shapes)
+    adapter = sum(rank * (i + o) for i, o in shapes)
+    attn = 2 * 2 * context * d                                       # per layer, forward
+    head = d * cfg.vocab
+    fwd = L * (2 * base + 2 * adapter + attn) + 2 * head
+    first_qkv = sum(i * o for i, o in shapes[:3])
+    first_qkv_a = sum(rank * i for i, _ in shapes[:3])
+    bwd_base = L * 2 * base - 2 * first_qkv + 2 * head
+    bwd_adapter = L * 4 * adapter - 2 * first_qkv_a
+    return fwd + bwd_base + bwd_adapter + L * 2 * attn

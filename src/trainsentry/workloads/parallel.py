@@ -1,0 +1,196 @@
+"""Parallelism applied from outside to the one GPT definition: DDP, FSDP2, tensor and pipeline parallel.
+
+Weights are kept in fp32 and the GPU computes in bf16 under autocast (FSDP additionally gathers bf16
+parameters), so AdamW and SGD update the same master weights whatever the parallelism. Every rank
+builds the model from the same seed, directly on its device, so replicated weights agree without a
+broadcast and a multi-billion-parameter model is ready in seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import flops
+from .base import Context, Ledger
+from .comm import CollectiveCounter, counting_allreduce_hook
+from .model import GPT, ModelConfig
+
+MODEL_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "seq_len")
+
+
+def model_config(cfg: dict) -> ModelConfig:
+    return ModelConfig(**{k: cfg[k] for k in MODEL_KEYS if k in cfg})
+
+
+def build_model(ctx: Context, mcfg: ModelConfig) -> GPT:
+    torch.manual_seed(ctx.seed)          # same initial weights on every rank
+    with torch.device(ctx.device):
+        return GPT(mcfg)
+
+
+def autocast(ctx: Context):
+    """bf16 compute on GPU; fp32 on CPU (CPU bf16 matmuls are slow and toy runs check exact counts)."""
+    if ctx.is_cuda:
+        return torch.autocast("cuda", dtype=ctx.dtype)
+    return contextlib.nullcontext()
+
+
+def make_optimizers(ctx: Context, model: nn.Module, cfg: dict) -> list[torch.optim.Optimizer]:
+    """AdamW or SGD (momentum) over trainable parameters. DTensor and plain parameters go to separate
+    optimizers because foreach kernels refuse a mix (tensor parallel leaves embeddings replicated)."""
+    from torch.distributed.tensor import DTensor
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [[p for p in params if isinstance(p, DTensor)], [p for p in params if not isinstance(p, DTensor)]]
+    opts = []
+    for group in groups:
+        if not group:
+            continue
+        fast = {"fused": True} if ctx.is_cuda and not isinstance(group[0], DTensor) else {"foreach": True}
+        if cfg.get("optimizer", "adamw") == "sgd":
+            opts.append(torch.optim.SGD(group, lr=cfg.get("lr_sgd", 0.1), momentum=0.9, **fast))
+        else:
+            opts.append(torch.optim.AdamW(group, lr=cfg["lr"], betas=(0.9, 0.95), weight_decay=0.1, **fast))
+    return opts
+
+
+def wrap_ddp(ctx: Context, model: nn.Module) -> nn.Module:
+    """DDP with a comm hook that counts every gradient bucket handed to all-reduce."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ids = [ctx.device.index] if ctx.is_cuda else None
+    # DDP's construction broadcasts rank 0's weights: real traffic, counted under "broadcast".
+    with CollectiveCounter(ctx.ledger):
+        ddp = DDP(model, device_ids=ids, gradient_as_bucket_view=True)
+    ddp.register_comm_hook(None, counting_allreduce_hook(ctx.ledger))
+    return ddp
+
+
+def mesh(ctx: Context):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(ctx.device.type, (ctx.world_size,))
+
+
+def wrap_fsdp(ctx: Context, model: GPT) -> GPT:
+    """FSDP2: each block sharded on its own (all-gathered just before use, resharded after), then
+    the root (embeddings, norm, head). On GPU parameters are gathered in bf16, gradients reduced in fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kw = {"mesh": mesh(ctx)}
+    if ctx.is_cuda:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=ctx.dtype, reduce_dtype=torch.float32)
+    for block in model.layers.values():
+        fully_shard(block, **kw)
+    fully_shard(model, **kw)
+    return model
+
+
+def apply_tensor_parallel(ctx: Context, model: GPT) -> GPT:
+    """Megatron-style: q/k/v and fc1 split by columns, o and fc2 by rows, so each block costs one
+    all-reduce after attention and one after the MLP, forward and backward. Embeddings, norms and the
+    head stay replicated (every rank sees the same activations, so their gradients agree)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    cfg = model.cfg
+    if cfg.n_heads % ctx.world_size or cfg.kv_heads % ctx.world_size:
+        raise ValueError(f"heads {cfg.n_heads}/{cfg.kv_heads} not divisible by {ctx.world_size} ranks")
+    tp_mesh = mesh(ctx)
+    plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
+            "attn.o": RowwiseParallel(), "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel()}
+    for block in model.layers.values():
+        parallelize_module(block, tp_mesh, plan)
+    return model
+
+
+def pipeline_stage_module(ctx: Context, model: GPT) -> GPT:
+    """Keep this rank's contiguous share of the layers; the first stage keeps the embeddings, the last
+    the final norm and head (GPT.forward passes hidden states through when they are missing)."""
+    n, stages, rank = model.cfg.n_layers, ctx.world_size, ctx.rank
+    if n < stages:
+        raise ValueError(f"{n} layers cannot be split over {stages} pipeline stages")
+    lo, hi = rank * n // stages, (rank + 1) * n // stages
+    for key in list(model.layers.keys()):
+        if not lo <= int(key) < hi:
+            del model.layers[key]
+    if rank > 0:
+        model.tok = None
+        model.pos = None
+    if rank < stages - 1:
+        model.norm = None
+        model.head = None
+    return model
+
+
+def pipeline_schedule(ctx: Context, stage_model: GPT, cfg: dict, loss_fn):
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    stage = PipelineStage(stage_model, ctx.rank, ctx.world_size, ctx.device)
+    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[cfg.get("schedule", "1f1b")]
+    return kind(stage, n_microbatches=cfg["microbatches"], loss_fn=loss_fn)
+
+
+def counting(ctx: Context) -> CollectiveCounter:
+    return CollectiveCounter(ctx.ledger)
+
+
+def ledger_note_method(ledger: Ledger, method: str) -> None:
+    ledger.extra["collective_method"] = method
+
+
+def world_ok(ctx: Context, need: int) -> None:
+    if ctx.world_size < need or not dist.is_initialized():
+        raise RuntimeError(f"this workload needs {need} ranks in a process group, got {ctx.world_size}")
+
+
+class _LocalFlopMode(TorchDispatchMode):
+    """FlopCounterMode's counting, but after DTensor has desugared each op into the rank's local ops.
+
+    FlopCounterMode, like every dispatch mode, sees a DTensor matmul before DTensor runs, with the
+    global (unsharded) shapes, and also counts the fake-tensor matmuls DTensor runs to propagate
+    shardings, so under tensor parallel each rank would be credited with far more than it computed.
+    Returning NotImplemented for DTensor lets DTensor run first; the local matmuls it issues come back
+    here and are counted with torch's own formulas (flop_counter.flop_registry); fake ones are not.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.flops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.distributed.tensor import DTensor
+        from torch.utils import flop_counter as fc
+
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        kwargs = kwargs or {}
+        if any(issubclass(t, DTensor) for t in types):
+            return NotImplemented
+        if any(issubclass(t, FakeTensor) for t in types):
+            # DTensor's sharding propagation runs ops on fake global-shape tensors: no real work.
+            return func(*args, **kwargs)
+        packet = getattr(func, "_overloadpacket", None)
+        if packet is not None and packet not in fc.flop_registry and isinstance(func, torch._ops.OpOverload):
+            with self:                                    # as FlopCounterMode: count what it decomposes into
+                out = func.decompose(*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
+        out = func(*args, **kwargs)
+        if packet in fc.flop_registry:
+            self.flops += int(fc.flop_registry[packet](*args, **kwargs, out_val=out))
+        return out
+
+
+def measure_local(step) -> int:
+    """This rank's FLOPs for one call of ``step()``, counting sharded (DTensor) work at its local size."""
+    flops.counter()                                       # registers the CPU attention formulas
+    mode = _LocalFlopMode()
+    with mode:
+        step()
+    return mode.flops

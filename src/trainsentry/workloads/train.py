@@ -1,0 +1,287 @@
+"""Training workloads: one GPT, trained on real text (stdlib source bytes), parallelised from outside.
+
+Each registered name is one declarative config (see ``describe()`` and docs/workloads-training.md).
+Every run records per step: wall time, tokens, the training loss; FLOPs per rank per step from
+FlopCounterMode on the first (real, counted) step; the bytes handed to collectives; at the end a
+validation loss on held-out text, and the analytic FLOPs per token for comparison.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from . import parallel as par
+from .base import WORKLOADS, Context, Ledger, variants
+from .comm import CollectiveCounter
+from .data import Batches
+from .flops import measure
+from .lora import apply_lora, lora_flops_per_token
+from .model import loss_fn, n_params
+
+CLS = "training"
+# Shared toy override: a model that runs a few steps in well under a second on one CPU core.
+TOY = {"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": None, "d_ff": None, "seq_len": 64,
+       "batch": 4, "lr": 3e-3, "lr_sgd": 0.3, "val_batches": 2}
+BASE = {"d_model": 1024, "n_layers": 16, "n_heads": 16, "n_kv_heads": None, "d_ff": None, "seq_len": 1024,
+        "batch": 32, "optimizer": "adamw", "lr": 3e-4, "lr_sgd": 0.1, "val_batches": 4}
+
+
+def _train_loop(ctx: Context, cfg: dict, step, tokens_per_step: int, measure_fn=measure,
+                measure_at: int = 0) -> None:
+    """Run ``step() -> loss tensor | None`` until the deadline. Step ``measure_at`` runs under a FLOP
+    counter (it is a real step and counts); its count is this rank's FLOPs per step, credited to the
+    steps before it too (a pipeline's first step also infers stage shapes, so it measures the second)."""
+    led = ctx.ledger
+    while ctx.keep_going():
+        t0 = time.perf_counter()
+        if led.flops_per_step is None and led.steps >= measure_at:
+            out: list = []
+            led.flops_per_step = measure_fn(lambda: out.append(step()))
+            led.flops += led.flops_per_step * led.steps
+            loss = out[0]
+        else:
+            loss = step()
+        loss_value = float(loss.item()) if loss is not None else None   # .item() waits for the GPU
+        ctx.sync()
+        led.step(time.perf_counter() - t0, tokens_per_step, loss_value)
+
+
+def _record_setup(ctx: Context, cfg: dict, model, mcfg, analytic_per_token: float | None = None) -> None:
+    ctx.ledger.extra.update({
+        "model": mcfg.to_dict(), "params_total": mcfg.params(), "params_local": n_params(model),
+        "params_trainable_local": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "analytic_flops_per_token": analytic_per_token or mcfg.flops_per_token(mcfg.seq_len),
+        "optimizer": cfg.get("optimizer", "adamw"), "batch_per_rank": cfg["batch"],
+        "seq_len": mcfg.seq_len, "compute_dtype": str(ctx.dtype) if ctx.is_cuda else "torch.float32",
+    })
+
+
+@torch.no_grad()
+def _val_loss(ctx: Context, cfg: dict, model, mcfg, seed: int) -> float:
+    model.eval()
+    val = Batches("val", cfg["batch"], mcfg.seq_len, ctx.device, seed=seed)
+    losses = []
+    for _ in range(cfg.get("val_batches", 4)):
+        x, y = val.next()
+        with par.autocast(ctx):
+            losses.append(float(loss_fn(model(x), y)))
+    model.train()
+    return sum(losses) / len(losses)
+
+
+def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
+    """Shared body of DDP, FSDP, gradient accumulation, single-GPU and LoRA runs: every active rank
+    trains on its own batches; the wrapper decides what crosses the interconnect."""
+    mcfg = par.model_config(cfg)
+    model = par.build_model(ctx, mcfg)
+    analytic = None
+    if cfg.get("lora_rank"):
+        ctx.ledger.extra["lora_params"] = apply_lora(model, cfg["lora_rank"], cfg.get("lora_alpha", 16.0))
+        analytic = lora_flops_per_token(mcfg, cfg["lora_rank"], mcfg.seq_len)
+    _record_setup(ctx, cfg, model, mcfg, analytic)
+    counter = None
+    if wrap == "ddp":
+        par.world_ok(ctx, 2)
+        net = par.wrap_ddp(ctx, model)
+        ctx.ledger.extra["collective_method"] = "ddp-comm-hook"
+    elif wrap == "fsdp":
+        par.world_ok(ctx, 2)
+        net = par.wrap_fsdp(ctx, model)
+        counter = par.counting(ctx)
+        ctx.ledger.extra["collective_method"] = "dispatch-mode"
+    else:
+        net = model
+        ctx.ledger.extra["collective_method"] = "none"
+    opts = par.make_optimizers(ctx, net, cfg)
+    batches = Batches("train", cfg["batch"], mcfg.seq_len, ctx.device, seed=ctx.seed * 7919 + ctx.rank + 1)
+    accum = int(cfg.get("accum", 1))
+    clip = cfg.get("optimizer") == "sgd"
+
+    def step():
+        total = 0.0
+        for micro in range(accum):
+            x, y = batches.next()
+            # DDP: all-reduce only on the last micro-batch; earlier ones accumulate locally.
+            sync_ctx = net.no_sync() if wrap == "ddp" and micro < accum - 1 else _null()
+            with sync_ctx:
+                with par.autocast(ctx):
+                    loss = loss_fn(net(x), y) / accum
+                loss.backward()
+            total = total + loss.detach()
+        if clip:
+            torch.nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], 1.0)
+        for opt in opts:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return total
+
+    with counter if counter is not None else _null():
+        _train_loop(ctx, cfg, step, accum * cfg["batch"] * mcfg.seq_len)
+    # DDP's forward without grad needs no traffic: evaluate the bare module. FSDP must gather.
+    _set_val(ctx, lambda: _val_loss(ctx, cfg, net if wrap == "fsdp" else model, mcfg, ctx.seed + 99))
+
+
+def _set_val(ctx: Context, evaluate) -> None:
+    """Validation loss; its collectives are kept apart (extra) so collective_bytes is training traffic."""
+    side = Ledger()
+    with CollectiveCounter(side):
+        value = evaluate()
+    if value is not None:
+        ctx.ledger.extra["val_loss"] = value
+    ctx.ledger.extra["val_collective_bytes"] = side.collective_bytes
+
+
+def _null():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+def _tensor_parallel(ctx: Context, cfg: dict) -> None:
+    """Both ranks see the same batch; each holds half of every block's weights."""
+    par.world_ok(ctx, 2)
+    mcfg = par.model_config(cfg)
+    model = par.build_model(ctx, mcfg)
+    with par.counting(ctx):
+        model = par.apply_tensor_parallel(ctx, model)
+        _record_setup(ctx, cfg, model, mcfg)
+        ctx.ledger.extra["collective_method"] = "dispatch-mode"
+        ctx.ledger.extra["tokens_note"] = "the batch is shared by all ranks; tokens are recorded on rank 0 only"
+        opts = par.make_optimizers(ctx, model, cfg)
+        batches = Batches("train", cfg["batch"], mcfg.seq_len, ctx.device, seed=ctx.seed * 7919 + 1)
+
+        def step():
+            x, y = batches.next()
+            with par.autocast(ctx):
+                loss = loss_fn(model(x), y)
+            loss.backward()
+            for opt in opts:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            return loss.detach()
+
+        _train_loop(ctx, cfg, step, cfg["batch"] * mcfg.seq_len if ctx.rank == 0 else 0, par.measure_local)
+    _set_val(ctx, lambda: _val_loss(ctx, cfg, model, mcfg, ctx.seed + 99))
+
+
+def _pipeline(ctx: Context, cfg: dict) -> None:
+    """Layers split over the ranks; micro-batches flow forward (activations) and back (gradients)."""
+    par.world_ok(ctx, 2)
+    mcfg = par.model_config(cfg)
+    model = par.pipeline_stage_module(ctx, par.build_model(ctx, mcfg))
+    _record_setup(ctx, cfg, model, mcfg)
+    ctx.ledger.extra.update({"collective_method": "dispatch-mode", "stage": ctx.rank,
+                             "stage_layers": list(model.layers.keys()),
+                             "tokens_note": "the batch flows through every stage; tokens are recorded on the first stage"})
+    first, last = ctx.rank == 0, ctx.rank == ctx.world_size - 1
+    opts = par.make_optimizers(ctx, model, cfg)
+    batches = Batches("train", cfg["batch"], mcfg.seq_len, ctx.device, seed=ctx.seed * 7919 + 1)
+    with par.counting(ctx):
+        schedule = par.pipeline_schedule(ctx, model, cfg, loss_fn)
+
+        def step():
+            x, y = batches.next()          # every stage draws the batch so the generators stay in step
+            losses: list = []
+            with par.autocast(ctx):
+                if first:
+                    schedule.step(x)
+                elif last:
+                    schedule.step(target=y, losses=losses)
+                else:
+                    schedule.step()
+            for opt in opts:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            return torch.stack(losses).mean() if losses else None
+
+        _train_loop(ctx, cfg, step, cfg["batch"] * mcfg.seq_len if first else 0, measure_at=1)
+
+    @torch.no_grad()
+    def evaluate():
+        val = Batches("val", cfg["batch"], mcfg.seq_len, ctx.device, seed=ctx.seed + 99)
+        vals = []
+        model.eval()
+        for _ in range(cfg.get("val_batches", 4)):
+            x, y = val.next()
+            losses: list = []
+            with par.autocast(ctx):
+                if first:
+                    schedule.eval(x)
+                elif last:
+                    schedule.eval(target=y, losses=losses)
+                else:
+                    schedule.eval()
+            if losses:
+                vals.append(float(torch.stack(losses).mean()))
+        return sum(vals) / len(vals) if vals else None
+
+    _set_val(ctx, evaluate)
+
+
+def train_ddp(ctx: Context, cfg: dict) -> None:
+    """DDP over all ranks: a full-gradient all-reduce every step."""
+    _data_parallel(ctx, cfg, "ddp")
+
+
+def train_fsdp(ctx: Context, cfg: dict) -> None:
+    """FSDP2 (fully_shard): per-block parameter all-gathers and gradient reduce-scatters."""
+    _data_parallel(ctx, cfg, "fsdp")
+
+
+def train_single(ctx: Context, cfg: dict) -> None:
+    """One GPU, no interconnect traffic."""
+    _data_parallel(ctx, cfg, "single")
+
+
+def train_tp(ctx: Context, cfg: dict) -> None:
+    """Tensor parallel (Megatron column/row split): activation all-reduces inside every block."""
+    _tensor_parallel(ctx, cfg)
+
+
+def train_pp(ctx: Context, cfg: dict) -> None:
+    """Pipeline parallel (torch.distributed.pipelining): point-to-point activations and gradients."""
+    _pipeline(ctx, cfg)
+
+
+def _register() -> None:
+    from .train_configs import FAMILIES, TOY_EXTRA
+
+    fns = {"train_ddp": train_ddp, "train_fsdp": train_fsdp, "train_tp": train_tp, "train_pp": train_pp,
+           "train_single": train_single}
+    for prefix, family, fn_name, gpus, base, grid in FAMILIES:
+        fn = fns[fn_name]
+        variants(prefix, CLS, family, fn, {**BASE, **base}, {**TOY, **TOY_EXTRA.get(family, {})}, grid,
+                 gpus=gpus, description=(fn.__doc__ or "").strip().split("\n")[0])
+
+
+_register()
+
+
+def describe() -> list[dict]:
+    """One row per training workload: name, family, GPUs, model size, tokens per step per rank."""
+    from .parallel import model_config
+
+    rows = []
+    for spec in WORKLOADS.values():
+        if spec.cls != CLS:
+            continue
+        c = spec.config
+        m = model_config(c)
+        rows.append({"name": spec.name, "family": spec.family, "gpus": spec.gpus or "all",
+                     "params_M": round(m.params() / 1e6, 1), "d_model": m.d_model, "n_layers": m.n_layers,
+                     "heads": f"{m.n_heads}/{m.kv_heads}", "d_ff": m.ff, "seq_len": m.seq_len,
+                     "batch_per_rank": c["batch"], "accum": c.get("accum", 1),
+                     "optimizer": c.get("optimizer", "adamw"), "extra": _extra(c),
+                     "tokens_per_step_per_rank": c["batch"] * m.seq_len * c.get("accum", 1),
+                     "description": spec.description})
+    return rows
+
+
+def _extra(c: dict) -> str:
+    bits = []
+    if c.get("lora_rank"):
+        bits.append(f"lora r={c['lora_rank']}")
+    if c.get("microbatches"):
+        bits.append(f"{c.get('schedule', '1f1b')} x{c['microbatches']}")
+    return ", ".join(bits)

@@ -1,0 +1,239 @@
+"""Training workloads at toy size on CPU: two gloo ranks under torchrun, the real plan worker.
+
+One torchrun launch runs every training type for a few steps (start-up is the cost, so it is
+shared); the tests then read the truth files the worker wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainsentry.workloads import train
+from trainsentry.workloads.base import WORKLOADS
+from trainsentry.workloads.lora import apply_lora, lora_flops_per_token
+from trainsentry.workloads.model import GPT, ModelConfig
+from trainsentry.workloads.parallel import model_config
+
+HERE = Path(__file__).parent
+STEPS = 4
+LONG_STEPS = 40
+RUNS = {  # run_id -> workload (toy overrides apply)
+    "ddp": "train.ddp.w640-l12",
+    "sgd": "train.ddp.sgd-w1024",
+    "fsdp": "train.fsdp.w2048-l24",
+    "tp": "train.tp.w2048-l24",
+    "pp_gpipe": "train.pp.gpipe-w2048-l24",
+    "pp_1f1b": "train.pp.1f1b-w2048-l24",
+    "accum": "train.accum.x4-w1024",
+    "single": "train.single.w1024-l16",
+    "lora_ddp": "train.lora.ddp-r16-w2048",
+    "lora_single": "train.lora.single-r8-w1536",
+}
+
+
+@pytest.fixture(scope="module")
+def truths(tmp_path_factory) -> dict[str, dict]:
+    out = tmp_path_factory.mktemp("train_runs")
+    runs = [{"run_id": rid, "workload": name, "max_steps": STEPS, "seconds": 120} for rid, name in RUNS.items()]
+    runs.append({"run_id": "long", "workload": "train.single.w1024-l16", "max_steps": LONG_STEPS, "seconds": 120})
+    plan = out / "plan.json"
+    plan.write_text(json.dumps({"toy": True, "runs": runs}))
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(HERE / "train_worker.py"), str(plan), str(out / "out")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = {}
+    for rid in [*RUNS, "long"]:
+        path = out / "out" / f"{rid}.truth.json"
+        assert path.exists(), f"no truth for {rid}: {proc.stderr[-3000:]}"
+        result[rid] = json.loads(path.read_text())
+    return result
+
+
+def gt(truth: dict) -> dict:
+    return truth["ground_truth"]
+
+
+def extra(truth: dict, rank: int = 0) -> dict:
+    return gt(truth)["extra"][str(rank)]
+
+
+def toy_cfg(run_id: str) -> dict:
+    return WORKLOADS[RUNS[run_id]].resolve(toy=True)
+
+
+def bytes_per_step(truth: dict, rank: int, op: str) -> float:
+    return gt(truth)["collective_bytes_per_rank"][str(rank)].get(op, 0) / gt(truth)["steps"]
+
+
+# --- every run: ran, and its ledger is filled ------------------------------------------------------
+
+@pytest.mark.parametrize("run_id", list(RUNS))
+def test_run_ok_and_ledger_filled(truths, run_id):
+    t = truths[run_id]
+    assert t["ok"], t["errors"]
+    assert t["class"] == "training"
+    g = gt(t)
+    assert g["steps"] == STEPS and len(g["step_times_s"]) == STEPS
+    assert all(dt > 0 for dt in g["step_times_s"])
+    assert g["tokens"] > 0 and g["flops"] > 0
+    assert all(f and f > 0 for f in g["flops_per_step_per_rank"].values())
+    assert len(g["loss_curve"]) == STEPS and all(math.isfinite(l) for _, l in g["loss_curve"])
+    vals = [e["val_loss"] for e in g["extra"].values() if "val_loss" in e]
+    assert vals and all(math.isfinite(v) and 0 < v < 8 for v in vals)
+
+
+def test_single_gpu_runs_on_rank_zero_only_and_sends_nothing(truths):
+    for rid in ("single", "lora_single"):
+        g = gt(truths[rid])
+        assert truths[rid]["ranks"] == [0]
+        assert list(g["flops_per_step_per_rank"]) == ["0"]
+        assert g["collective_bytes_per_rank"] == {"0": {}}
+
+
+# --- FLOPs: FlopCounterMode ground truth against the analytic count ------------------------------------
+
+def analytic_total(truth: dict) -> float:
+    return extra(truth)["analytic_flops_per_token"] * gt(truth)["tokens"]
+
+
+@pytest.mark.parametrize("run_id", ["ddp", "sgd", "fsdp", "accum", "single", "long", "pp_gpipe", "pp_1f1b"])
+def test_counted_flops_match_6n_plus_attention(truths, run_id):
+    # Counted and analytic differ only by the attention backward: torch's formula counts the flash
+    # kernel's recomputation of QKᵀ (5 products, not 4), a few % at toy size.
+    # Pipeline: stages together do one model's work (tokens recorded once, on the first stage).
+    t = truths[run_id]
+    assert extra(t)["analytic_flops_per_token"] == pytest.approx(
+        model_config(toy_cfg(run_id) if run_id != "long" else WORKLOADS["train.single.w1024-l16"].resolve(True))
+        .flops_per_token(64))
+    assert gt(t)["flops"] == pytest.approx(analytic_total(t), rel=0.10)
+
+
+def test_pipeline_stages_split_the_work(truths):
+    per_rank = gt(truths["pp_1f1b"])["flops_per_step_per_rank"]
+    # one layer each; stage 1 also holds the 256-way head, so it does a bit more
+    assert 1.0 < per_rank["1"] / per_rank["0"] < 1.6
+
+
+def test_tensor_parallel_flops_are_counted_per_shard(truths):
+    # Each rank computes half of every block (local DTensor shards) but the whole replicated head,
+    # so together they do the model once plus one extra head: 6·d·vocab per token.
+    t = truths["tp"]
+    m = model_config(toy_cfg("tp"))
+    per_rank = gt(t)["flops_per_step_per_rank"]
+    assert per_rank["0"] == per_rank["1"]
+    expected = analytic_total(t) + 6 * m.d_model * m.vocab * gt(t)["tokens"]
+    assert gt(t)["flops"] == pytest.approx(expected, rel=0.10)
+    assert gt(t)["flops"] < 0.7 * 2 * analytic_total(t)     # not the global count on every rank
+
+
+def test_lora_flops_match_frozen_base_formula(truths):
+    # Frozen base weights get no weight gradient: the step costs ~4N per token, not 6N.
+    for rid in ("lora_ddp", "lora_single"):
+        t = truths[rid]
+        cfg = toy_cfg(rid)
+        expected = lora_flops_per_token(model_config(cfg), cfg["lora_rank"], 64) * gt(t)["tokens"]
+        assert gt(t)["flops"] == pytest.approx(expected, rel=0.10)
+        assert gt(t)["flops"] < 0.85 * model_config(cfg).flops_per_token(64) * gt(t)["tokens"]
+
+
+# --- loss ---------------------------------------------------------------------------------------------
+
+def test_loss_falls_on_a_short_run(truths):
+    losses = [l for _, l in gt(truths["long"])["loss_curve"]]
+    assert len(losses) == LONG_STEPS
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < first - 1.0, (first, last)
+    assert extra(truths["long"])["val_loss"] < first - 0.8
+
+
+# --- collective bytes (ground truth of interconnect traffic) -----------------------------------------
+
+def test_ddp_all_reduce_bytes_equal_gradient_bytes(truths):
+    for rid in ("ddp", "sgd", "accum", "lora_ddp"):
+        e = extra(truths[rid])
+        grad_bytes = e["params_trainable_local"] * 4                 # fp32 gradients on CPU
+        for rank in (0, 1):
+            # one all-reduce of every gradient per optimizer step (accum: only the last micro-batch)
+            assert bytes_per_step(truths[rid], rank, "all_reduce") == grad_bytes
+    assert extra(truths["lora_ddp"])["params_trainable_local"] == extra(truths["lora_ddp"])["lora_params"]
+
+
+def test_fsdp_gathers_shards_and_reduce_scatters_gradients(truths):
+    t = truths["fsdp"]
+    param_bytes = extra(t)["params_total"] * 4
+    for rank in (0, 1):
+        assert bytes_per_step(t, rank, "reduce_scatter") == param_bytes        # full gradients in
+        gathered = bytes_per_step(t, rank, "all_gather")                      # own shard out
+        assert param_bytes / 2 <= gathered <= param_bytes                    # forward, and again in backward
+    assert "all_reduce" not in gt(t)["collective_bytes_per_rank"]["0"]
+
+
+def test_tensor_parallel_all_reduces_activations(truths):
+    t = truths["tp"]
+    cfg = toy_cfg("tp")
+    act_bytes = cfg["batch"] * cfg["seq_len"] * cfg["d_model"] * 4
+    per_step = bytes_per_step(t, 0, "all_reduce")
+    # 2 all-reduces per block forward (after attention and MLP) and at least 2 backward
+    assert per_step % act_bytes == 0
+    assert 4 * cfg["n_layers"] <= per_step / act_bytes <= 8 * cfg["n_layers"]
+    assert per_step == bytes_per_step(t, 1, "all_reduce")
+
+
+@pytest.mark.parametrize("run_id", ["pp_gpipe", "pp_1f1b"])
+def test_pipeline_sends_activations_forward_and_gradients_back(truths, run_id):
+    t = truths[run_id]
+    cfg = toy_cfg(run_id)
+    act_bytes = cfg["batch"] * cfg["seq_len"] * cfg["d_model"] * 4           # all micro-batches of a step
+    coll = gt(t)["collective_bytes_per_rank"]
+    steps = gt(t)["steps"]
+    # activations 0 -> 1, their gradients 1 -> 0; the first step also exchanges a little shape metadata
+    assert coll["0"]["send"] == pytest.approx(steps * act_bytes, rel=0.01)
+    assert coll["1"]["send"] == pytest.approx(steps * act_bytes, rel=0.01)
+    assert coll["0"]["send"] == coll["1"]["recv"] and coll["1"]["send"] == coll["0"]["recv"]
+
+
+# --- registry and pieces that need no process group -------------------------------------------------
+
+def test_registry_covers_the_families():
+    rows = train.describe()
+    assert len(rows) >= 30 and len({r["name"] for r in rows}) == len(rows)
+    families = {r["family"] for r in rows}
+    assert families == {"ddp-width-depth", "ddp-long-seq", "ddp-wide-ff", "ddp-deep-narrow", "ddp-head-geometry",
+                        "ddp-optimizer", "ddp-batch", "fsdp", "tensor-parallel", "pipeline-parallel",
+                        "grad-accum", "single-gpu", "lora"}
+    sizes = [r["params_M"] for r in rows]
+    assert min(sizes) < 80 and max(sizes) > 2000
+    assert {r["optimizer"] for r in rows if r["family"] == "ddp-optimizer"} == {"adamw", "sgd"}
+    for spec in WORKLOADS.values():
+        if spec.cls != "training":
+            continue
+        for toy in (False, True):
+            m = model_config(spec.resolve(toy))
+            assert m.d_model % m.n_heads == 0 and m.n_heads % m.kv_heads == 0, spec.name
+            if spec.family == "tensor-parallel":
+                assert m.kv_heads % 2 == 0, spec.name
+            if spec.family == "pipeline-parallel":
+                assert m.n_layers >= 2 and spec.resolve(toy)["batch"] % spec.resolve(toy)["microbatches"] == 0
+
+
+def test_lora_starts_from_the_base_model_and_trains_only_adapters():
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, n_layers=2, n_heads=4, seq_len=16)
+    model = GPT(cfg)
+    x = torch.randint(0, 256, (2, 16))
+    before = model(x)
+    n = apply_lora(model, rank=4)
+    assert torch.allclose(model(x), before)                              # B starts at zero
+    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in name for name in trainable)
+    assert sum(p.numel() for p in model.parameters() if p.requires_grad) == n
