@@ -1,0 +1,96 @@
+"""Schema migrations, enrolment, key rotation, the commit hook."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+
+import pytest
+import typer
+from conftest import Agent, gpu_samples
+from typer.testing import CliRunner
+
+from trainsentry.collector import commands, schema
+from trainsentry.collector.hooks import CommittedBatch
+from trainsentry.collector.store import EnrollError, Store
+
+
+def test_migrations_create_every_table_on_an_empty_file_and_reopen_keeps_data(tmp_path):
+    path = tmp_path / "sub" / "c.db"
+    conn = schema.open_db(path)
+    assert schema.current_version(conn) == schema.SCHEMA_VERSION
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"schema_version", "nodes", "batches", "samples", "devices", "unmonitored", "rejections"} <= tables
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.execute("INSERT INTO nodes (name, key, enrolled_at) VALUES ('n', '00', 1)")
+    conn.close()
+    assert os.stat(path).st_mode & 0o777 == 0o600  # it holds node keys
+    again = schema.open_db(path)
+    assert again.execute("SELECT name FROM nodes").fetchall() == [("n",)]
+    assert again.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == len(schema.MIGRATIONS)
+    again.close()
+
+
+def test_a_database_from_a_newer_version_is_refused(tmp_path):
+    path = tmp_path / "c.db"
+    schema.open_db(path).close()
+    c = sqlite3.connect(path)
+    c.execute("INSERT INTO schema_version VALUES (?, 0)", (schema.SCHEMA_VERSION + 1,))
+    c.commit()
+    c.close()
+    with pytest.raises(schema.SchemaError, match="newer"):
+        schema.open_db(path)
+
+
+def test_enroll_rotate_and_the_old_key_stops_working(db, client):
+    store = Store(db)
+    old = store.enroll("node-b")
+    with pytest.raises(EnrollError, match="--rotate"):
+        store.enroll("node-b")
+    with pytest.raises(EnrollError, match="invalid node name"):
+        store.enroll("bad name!")
+    new = store.enroll("node-b", rotate=True)
+    store.close()
+    assert new != old
+    # the running collector picks up the rotated key without a restart
+    assert Agent(client, "node-b", old).send(gpu_samples(1.0)).json()["error"] == "bad_signature"
+    assert Agent(client, "node-b", new).send(gpu_samples(1.0)).status_code == 200
+
+
+def test_enroll_command_writes_a_private_key_file(tmp_path):
+    app = typer.Typer()
+    for cmd in commands.COMMANDS:
+        app.command(cmd.__name__.removesuffix("_cmd"))(cmd)
+    runner = CliRunner()
+    db, out = tmp_path / "c.db", tmp_path / "keys" / "n1.key"
+    r = runner.invoke(app, ["enroll", "n1", "--db", str(db), "--key-out", str(out)])
+    assert r.exit_code == 0, r.output
+    key = out.read_text().strip()
+    assert len(bytes.fromhex(key)) == 32 and os.stat(out).st_mode & 0o777 == 0o600
+    r = runner.invoke(app, ["enroll", "n1", "--db", str(db)])
+    assert r.exit_code == 2 and "--rotate" in r.output
+    r = runner.invoke(app, ["enroll", "n1", "--db", str(db), "--rotate"])
+    assert r.exit_code == 0 and r.output.strip() != key
+
+
+def test_subscribers_see_committed_batches_not_duplicates(client, agent):
+    seen: list[CommittedBatch] = []
+    done = threading.Event()
+
+    def boom(event):
+        raise RuntimeError("a broken subscriber")
+
+    def collect(event):
+        seen.append(event)
+        done.set()
+
+    bus = client.app.state.bus
+    bus.subscribe(boom)
+    bus.subscribe(collect)
+    body = agent.body(gpu_samples(1000.0))
+    assert agent.post(body).status_code == 200
+    assert agent.post(body).json()["duplicate"] is True
+    assert bus.drain(5.0)
+    assert [(e.node, e.seq, len(e.samples)) for e in seen] == [("node-a", 0, 10)]
+    assert bus.stats()["errors"] == 1 and bus.stats()["delivered"] == 1
