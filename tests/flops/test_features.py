@@ -96,3 +96,29 @@ def test_partial_interval_and_bad_input(probe_run):
         interval_features(table, m["end"], m["start"])
     with pytest.raises(ValueError, match="no GPU samples"):
         interval_features(table.slice(0, 0), m["start"], m["end"])
+
+
+def test_recorded_h200_energy_and_clock_weighted_tensor_activity(recorded_runs):
+    """The richer recording, read through NvmlSource: energy = counter difference; throttled tensor cycles."""
+    table, m = read_trace(recorded_runs["ddp_100M_40steps"])
+    f = interval_features(table, m["start"], m["end"])
+    hand = 0.0
+    for g in (0, 1):
+        sub = table.filter(pc.equal(table.column("device"), f"gpu{g}"))
+        t, e = sub.column("t").to_numpy(), sub.column("energy_mj").to_numpy().astype(float)
+        hand += (np.interp(m["end"], t, e) - np.interp(m["start"], t, e)) / 1000
+    assert f.energy_J == pytest.approx(hand, rel=1e-6)
+    assert 110 * 2 < f.idle_W < 130 * 2 and f.net_energy_J > 0.5 * f.energy_J
+    assert 0 < f.tensor_active_s < 0.1 * f.sm_active_s  # FP32 DDP: SMs busy, tensor pipes nearly idle
+    table, m = read_trace(recorded_runs["matmul_bf16_8192_4s"])
+    mm = interval_features(table, m["start"], m["end"])
+    # bf16 matmuls at the 700 W limit: tensor pipes ~93 % busy while the SM clock sags to ~1500 MHz
+    assert mm.tensor_active_s > 0.8 * 2 * mm.duration_s
+    assert 0.65 < mm.tensor_cycles_s / mm.tensor_active_s < 0.85
+    assert mm.nvlink_bytes == 0.0
+
+
+@pytest.mark.slow
+def test_ddp_ground_truth_constant_is_what_flop_counter_mode_counts():
+    from flops.fixtures.probe_traces import DDP_STEP_FLOPS_PER_RANK, count_ddp_step_flops
+    assert count_ddp_step_flops() == DDP_STEP_FLOPS_PER_RANK
