@@ -1,0 +1,1 @@
+"""Workload lab: campaign runner, dataset card, GPU checks."""
