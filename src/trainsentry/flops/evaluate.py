@@ -49,7 +49,7 @@ def run_protocol(runs: RunSet, names: tuple[str, ...] = ESTIMATORS, n_splits: in
     splits = grouped_splits(runs.configs, n_splits, seed=seed)
     n = len(runs)
     y = runs.flops
-    per = {name: {"err": [], "covered": [], "split_medians": [], "failed": 0,
+    per = {name: {"err": [], "idx": [], "covered": [], "split_medians": [], "failed": 0,
                   "log_pred_sum": np.zeros(n), "held_out": np.zeros(n, dtype=int), "fit_s": 0.0}
            for name in names}
     for s, (cal, ev) in enumerate(splits):
@@ -69,6 +69,7 @@ def run_protocol(runs: RunSet, names: tuple[str, ...] = ESTIMATORS, n_splits: in
                 p["fit_s"] += time.perf_counter() - t0
             err = 100.0 * (pred - y[ev]) / y[ev]
             p["err"].append(err)
+            p["idx"].append(ev)
             p["covered"].append((y[ev] >= lo) & (y[ev] <= hi))
             p["split_medians"].append(float(np.median(np.abs(err))))
             p["log_pred_sum"][ev] += np.log(pred)
@@ -85,12 +86,16 @@ def run_protocol(runs: RunSet, names: tuple[str, ...] = ESTIMATORS, n_splits: in
                                           "p90_abs_pct_error": None}
             continue
         err = np.concatenate(p["err"])
+        fam = np.asarray(runs.families)[np.concatenate(p["idx"])]
         sm = np.asarray(p["split_medians"])
         result["estimators"][name] = {
             **_summary(err), "interval_coverage": float(np.mean(np.concatenate(p["covered"]))),
             "split_median_p25": float(np.quantile(sm, 0.25)), "split_median_p50": float(np.median(sm)),
             "split_median_p75": float(np.quantile(sm, 0.75)), "predictions": int(err.size),
-            "failed_splits": p["failed"], "fit_seconds_total": round(p["fit_s"], 2)}
+            "failed_splits": p["failed"], "fit_seconds_total": round(p["fit_s"], 2),
+            "by_family": {f: {"median_abs_pct_error": float(np.median(np.abs(err[fam == f]))),
+                              "median_signed_pct_error": float(np.median(err[fam == f])),
+                              "predictions": int(np.sum(fam == f))} for f in sorted(set(fam.tolist()))}}
     for i in range(n):
         row = {"run_id": runs.run_ids[i], "config": runs.configs[i], "workload": runs.workloads[i],
                "family": runs.families[i], "true_flops": float(y[i])}

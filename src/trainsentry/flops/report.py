@@ -158,6 +158,16 @@ def markdown(result: dict, figs: list[Path], doc_path: Path) -> str:
         if name in cal:
             lines += ["", f"{LABELS[name]} constants (all runs): " +
                       ", ".join(f"{k} = {v:.4g}" for k, v in cal[name]["coef"].items())]
+    fams = sorted({f for n in ESTIMATORS for f in est[n].get("by_family", {})})
+    if fams:
+        lines += ["", "## Per family (median absolute error over held-out predictions; signed median in brackets)", "",
+                  "| family | " + " | ".join(LABELS[n] for n in ESTIMATORS) + " |", "|---|" + "---|" * len(ESTIMATORS)]
+        for f in fams:
+            cells = []
+            for n in ESTIMATORS:
+                b = est[n].get("by_family", {}).get(f)
+                cells.append("—" if b is None else f"{b['median_abs_pct_error']:.1f} % ({b['median_signed_pct_error']:+.1f})")
+            lines.append(f"| {f} | " + " | ".join(cells) + " |")
     lines += ["", "## Per configuration (held-out estimates, geometric mean over splits and repeats)", "",
               "| configuration | runs | true FLOPs | " + " | ".join(LABELS[n] for n in ESTIMATORS) + " |",
               "|---|---|---|" + "---|" * len(ESTIMATORS)]
