@@ -102,6 +102,10 @@ def search(target: float = typer.Option(1e25, help="target FLOP"),
     console.print(report.rich_table(f"{metric} >= {target:.3g}: cheapest per node type "
                                     f"({res.evaluations:,} evaluations)", header,
                                     report.search_rows(fake)))
+    b = describe(res.best)
+    console.print(f"cheapest: {b['node_type']} x{int(b['n_nodes'])} {b['mode_label']} "
+                  f"{b['params'] / 1e9:g}B, H {b['h']:.0f}, eta {b['eta']:.4f}, "
+                  f"chi {b['chi']:.4f}, ${b['cost_usd']:,.0f}", soft_wrap=True)
 
 
 @app.command()
