@@ -67,12 +67,11 @@ class LearnedDetector(Detector):
             return out
         ref = getattr(self, "medians_", None)
         base = self._matrix(row)[0]
-        effects = []
-        for i, c in enumerate(self.cols_):
-            alt = base.copy()
-            alt[i] = np.nan if ref is None else ref[i]
-            q = float(self.model.predict_proba(alt[None, :])[0, 1])
-            effects.append((p - q, c, base[i]))
+        # One batch: row i has feature i replaced by its typical (median) value.
+        alt = np.repeat(base[None, :], base.size, axis=0)
+        alt[np.arange(base.size), np.arange(base.size)] = np.nan if ref is None else ref
+        q = self.model.predict_proba(alt)[:, 1]
+        effects = [(p - float(q[i]), c, base[i]) for i, c in enumerate(self.cols_)]
         effects.sort(key=lambda e: -abs(e[0]))
         for d, c, v in effects[:top]:
             if abs(d) < 1e-3:

@@ -1,0 +1,50 @@
+"""``trainsentry eval``: evaluate the detectors (and ``--train-final`` to save one for live use)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+
+def eval_cmd(
+    data: Path = typer.Option(Path("data/h200"), "--data", help="Root holding run directories (manifest.json + samples.parquet)"),
+    splits: int = typer.Option(200, "--splits", help="Random 2/3–1/3 splits by configuration"),
+    subset: int | None = typer.Option(None, "--subset", help="Use only N random configurations per class (CI)"),
+    out: Path = typer.Option(Path("results"), "--out", help="Where detector.json and figures/ go"),
+    docs: Path | None = typer.Option(Path("docs/detector.md"), "--docs", help="Markdown report to write ('' to skip)"),
+    detector: list[str] = typer.Option([], "--detector", help="Evaluate only these (repeatable)"),
+    rt_trees: int = typer.Option(400, "--rt-trees", help="Trees per stage of rt-baseline (400 as published)"),
+    no_lofo: bool = typer.Option(False, "--no-lofo", help="Skip leave-one-family-out"),
+    seed: int = typer.Option(0, "--seed"),
+    cache: Path | None = typer.Option(None, "--cache", help="Feature cache directory (default ~/.cache/trainsentry/features)"),
+    train_final: str | None = typer.Option(None, "--train-final", help="Instead of evaluating: fit this detector on all data and save it"),
+    models: Path = typer.Option(Path("models"), "--models", help="Where --train-final saves the detector"),
+) -> None:
+    """Evaluate comm-rules, comm-ml, fused and rt-baseline on configuration-grouped splits."""
+    from rich.console import Console
+
+    from .pipeline import default_cache_dir, run_eval, train_final as fit_final
+    console = Console(stderr=True)
+    command = "trainsentry eval " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "eval" else \
+        "trainsentry eval"
+    cache_dir = cache or default_cache_dir()
+    try:
+        if train_final:
+            path = fit_final(str(data), train_final, models, cache_dir, rt_trees, command)
+            console.print(f"saved {path} (and {path.with_suffix('.json').name} naming the command)")
+            return
+        doc = run_eval(str(data), out, docs if docs and str(docs) else None, splits, subset, detector or None,
+                       rt_trees, seed, not no_lofo, cache_dir, command)
+    except (FileNotFoundError, ValueError) as e:
+        console.print(f"[red]eval: {e}[/red]")
+        raise typer.Exit(2)
+    for name, r in doc["detectors"].items():
+        console.print(f"{name:12s} run_acc={r['run_accuracy']}  inf_fpr={r['inference_fpr']}  "
+                      f"tta50={r['median_time_to_alert_s']}  auc={r['window_auc']}  "
+                      f"lofo_min={r['lofo_min_family_detection']}")
+    console.print(f"wrote {out / 'detector.json'}")
+
+
+COMMANDS = [eval_cmd]

@@ -1,0 +1,136 @@
+"""docs/detector.md, written from results/detector.json only (every number comes from the results)."""
+
+from __future__ import annotations
+
+
+def _f(x, pct: bool = False, digits: int = 1) -> str:
+    if x is None:
+        return "–"
+    return f"{100 * x:.{digits}f} %" if pct else f"{x:.{digits}f}"
+
+
+METHODS = """\
+## Methods
+
+**Signals and windows.** Each node's samples (10 Hz in the H200 dataset) are put on a uniform grid
+(`trainsentry.features.grid`): byte and energy counters are re-binned by integrating their
+wrap-corrected rates, so every byte lands in exactly one bin; gauges are sample-and-hold. Our
+detectors read 8 s windows every 2 s. Features are computed per GPU and summarised per node as
+max / mean / min over GPUs (`trainsentry.features.sliding_windows`, the same entry the collector's
+live path calls).
+
+**Communication features** (`comm.*`, per link type: NVLink per GPU, PCIe per GPU, the busiest
+network interface): volume (B/s), TX/RX symmetry of the window totals and per bin, simultaneity of
+bursts across GPUs (co-activity and correlation of their byte series), burst count, length, size and
+size variability, periodicity (autocorrelation peak beyond the first zero crossing, spectral peak
+share and frequency), lock of the byte series to power and SM activity (largest lagged
+correlation within ±1 s), bytes per period, bytes per joule. **Activity features** (`act.*`):
+power, utilisation, memory controller, memory used (level, range, slope), clocks, GPM SM, tensor
+and DRAM activity, power periodicity, tensor activity per watt, busy GPUs, cross-GPU power
+correlation. Missing metrics (no GPM, no network) leave features absent, never zero.
+
+**Why communication.** Gradient exchange is a collective: every GPU sends what it receives
+(symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,
+locked to the compute cycle), and each step moves about 2(n−1)/n times the parameter bytes per GPU
+for data parallelism. Inference traffic is one-way (prefill → decode hand-off, pipeline forward),
+small and continuous (tensor-parallel decode), or absent (independent replicas).
+
+**Detectors** (one contract, `trainsentry.detect.base.Detector`: `fit`, `predict_proba` → P(training),
+`explain` → evidence in words):
+* `comm-rules` — a fuzzy AND of four physically motivated rules on communication features only:
+  volume ≥ a threshold per GPU (default 100 MB/s; the only fitted number, a one-dimensional search
+  on the fitting split), symmetry ≥ 0.7 on the worst GPU, simultaneity ≥ 0.5, regularity (busy
+  ≥ 80 % of the window or autocorrelation peak ≥ 0.3); channel NVLink or network, whichever scores higher.
+* `comm-ml` — gradient-boosted trees (scikit-learn histogram boosting, balanced classes) on the
+  communication features only.
+* `fused` — the same learner on all features (communication and activity).
+* `rt-baseline` — our reproduction of Rahman & Tajdari, *Detecting Hidden ML Training With
+  Zero-Overhead Telemetry* (arXiv 2606.19262): their nine NVML signals (utilisation, memory
+  utilisation, memory used, power, temperature, SM and memory clocks, PCIe TX and RX — here PCIe from
+  the driver's throughput snapshot) resampled to 1 Hz, 30 s windows every 15 s, 166 features per
+  window, and their two-stage random forest (400 trees, unlimited depth, min_samples_leaf 2, sqrt
+  features, balanced): stage 1 ML vs non-ML, stage 2 training vs inference without absolute-level
+  statistics; P(training) = P(ML) · P(training | ML). The paper names the feature families; where it
+  does not list every member we chose: 13 statistics of 11 series (their 9 signals, PCIe total, power
+  per utilisation point), autocorrelation at 1/2/5/10/20 s of utilisation, power and memory, utilisation
+  per SM clock, memory slope, dominant power frequency and its spectral share, memory change over the
+  first 30 s, time to memory plateau, duty cycle (1 − idle fraction), utilisation transitions — 166.
+  On a multi-GPU node it reads the busiest GPU of each window (their classifier reads one GPU).
+
+**Alerting.** A run alerts when P(training) ≥ {thr} in {k} of {n} consecutive windows (the
+baseline setting of Rahman & Tajdari), evaluated over every window of the recorded trace including
+its idle margins. Time to alert is the end of the window that completes the vote minus the true
+start of the workload. With 30 s windows every 15 s the reproduced baseline cannot alert earlier
+than 60 s after a run starts, so on runs shorter than ~60 s it cannot alert at all under this rule:
+its run-level numbers below reflect that, its window AUC does not.
+
+**Protocol.** Splits are grouped by workload configuration (`labels.config`): all repeats of a
+configuration are on the same side. {splits} random splits with 2/3 of each class's configurations
+for fitting and 1/3 for testing (seed {seed}); run-level metrics are averaged over splits, the
+time-to-alert distribution is pooled over the test sides. Leave-one-family-out fits on every other
+family and tests the held-out one. Window-level false-positive rates are read at the threshold that
+detects {rate} of training windows.
+
+**Segmentation.** The seed FLOP study's daemon (utilisation polled every 1.5 s; start after 2 polls
+> 5 %, end after 3 polls < 5 %) against ours (activity from utilisation, power above the GPU's idle
+floor or NVLink bytes; segments linked into one job across pauses when the GPUs keep their memory
+and the resumed activity has the same signature).
+"""
+
+
+def render(doc: dict) -> str:
+    ds, proto, dets = doc["dataset"], doc["protocol"], doc["detectors"]
+    rule = proto["alert_rule"]
+    lines = ["# Detectors: telling training from inference", "",
+             "*Generated by `" + doc["command"] + "` from `results/detector.json`; do not edit by hand.*", "",
+             "## Results", "",
+             f"Dataset `{ds['root']}`: {ds['runs']} runs of {ds['configs']} configurations in {ds['families']} "
+             f"families; runs by class {ds['runs_by_class']}; configurations by class {ds['configs_by_class']}.", "",
+             "| detector | run accuracy | inference FPR (runs) | other FPR (runs) | training detection (runs) | "
+             "median time to alert (s) | window AUC | LOFO min family detection |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, r in dets.items():
+        lines.append(f"| `{name}` | {_f(r['run_accuracy'], True)} | {_f(r['inference_fpr'], True)} | "
+                     f"{_f(r['other_fpr'], True)} | {_f(r['training_detection'], True)} | "
+                     f"{_f(r['median_time_to_alert_s'])} | {_f(r['window_auc'], digits=3)} | "
+                     f"{_f(r['lofo_min_family_detection'], True)} |")
+    lines += ["", f"Run metrics: mean over {proto['splits']} splits (test sides). Alert rule: P ≥ {rule['threshold']} "
+              f"in {rule['k']} of {rule['n']} windows.", "",
+              "Window false-positive rate at a fixed detection rate, and time to alert (pooled):", "",
+              "| detector | FPR inference @ detection | FPR other @ detection | TTA p10 / p50 / p90 / max (s) | "
+              "training runs alerted |", "|---|---|---|---|---|"]
+    for name, r in dets.items():
+        w, t = r["window_fpr_at_detection_rate"], r["time_to_alert_s"]
+        lines.append(f"| `{name}` | {_f(w['inference']['mean'], True)} | {_f(w['other']['mean'], True)} | "
+                     f"{_f(t['p10'])} / {_f(t['p50'])} / {_f(t['p90'])} / {_f(t['max'])} | "
+                     f"{t['alerted_training_runs']} / {t['training_runs']} |")
+    fams = sorted({f for r in dets.values() for f in r["per_family"]})
+    lines += ["", "Per family: share of test runs alerted over all splits (training families: detection; "
+              "others: false alerts), and leave-one-family-out share correct:", "",
+              "| family | class | " + " | ".join(f"`{n}` alerted / LOFO correct" for n in dets) + " |",
+              "|---|---|" + "---|" * len(dets)]
+    for f in fams:
+        cls = next((r["per_family"][f]["class"] for r in dets.values() if f in r["per_family"]), "?")
+        cells = []
+        for r in dets.values():
+            a = r["per_family"].get(f, {}).get("alerted_frac")
+            lo = r["lofo"].get(f, {}).get("correct_frac")
+            cells.append(f"{_f(a, True, 0)} / {_f(lo, True, 0)}")
+        lines.append(f"| {f} | {cls} | " + " | ".join(cells) + " |")
+    seg = doc.get("segmentation", {})
+    if seg:
+        b, o = seg["baseline"], seg["ours"]
+        lines += ["", "Segmentation over the dataset's runs (each run is one workload):", "",
+                  "| segmenter | share of runs seen as exactly one workload | share missed | median onset error (s) |",
+                  "|---|---|---|---|",
+                  f"| seed-study rule | {_f(b['share_one_workload'], True)} | {_f(b['share_none'], True)} | "
+                  f"{_f(b['median_onset_error_s'])} |",
+                  f"| ours (jobs) | {_f(o['share_one_job'], True)} | {_f(o['share_none'], True)} | "
+                  f"{_f(o['median_onset_error_s'])} |"]
+    lines += ["", "Figures: `results/figures/detector_roc.png` (window ROC), `results/figures/detector_time_to_alert.png`"
+              " (time-to-alert CDF), `results/figures/detector_families.png` (alerts per family).", "",
+              METHODS.format(thr=rule["threshold"], k=rule["k"], n=rule["n"], splits=proto["splits"],
+                             seed=proto["seed"], rate=_f(dets[next(iter(dets))]["window_fpr_at_detection_rate"]
+                                                         ["detection_rate"], True, 0)),
+              "## Reproduce", "", "```", doc["command"], "```", ""]
+    return "\n".join(lines)

@@ -1,0 +1,190 @@
+"""``trainsentry eval``: every detector on the same configuration-grouped splits.
+
+Protocol (held out by configuration: no window of a run, nor any repeat of a configuration, is
+on both sides):
+* 200 random splits, 2/3 of each class's configurations to fit, 1/3 to test;
+* leave-one-family-out: fit on every other family, test on the held-out one;
+* run level: the k-of-n alert rule over every window of each test run, time to alert from the
+  true start; window level: ROC AUC and false-positive rates at a fixed detection rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .alert import AlertRule
+from .base import Detector
+from .dataset import Run, stack
+from .learned import comm_ml, fused
+from .rt_baseline import RTBaseline
+from .rules import CommRules
+
+DETECTION_RATE = 0.95   # window-level FPR is read at the threshold that catches this share of training windows
+
+
+def detector_factories(rt_trees: int = 400) -> dict[str, Callable[[], Detector]]:
+    return {"comm-rules": CommRules, "comm-ml": comm_ml, "fused": fused,
+            "rt-baseline": lambda: RTBaseline(n_trees=rt_trees)}
+
+
+def config_splits(runs: list[Run], n_splits: int, seed: int = 0, train_frac: float = 2 / 3) -> list[tuple[set, set]]:
+    """(train configs, test configs) per split, drawn per class so both sides hold every class."""
+    by_cls: dict[str, list[str]] = {}
+    for r in runs:
+        if r.config not in by_cls.setdefault(r.cls, []):
+            by_cls[r.cls].append(r.config)
+    rng = np.random.default_rng(seed)
+    splits = []
+    for _ in range(n_splits):
+        train, test = set(), set()
+        for cls in sorted(by_cls):
+            configs = sorted(by_cls[cls])
+            perm = list(rng.permutation(configs))
+            n_train = min(len(perm) - 1, max(1, round(train_frac * len(perm)))) if len(perm) > 1 else 1
+            train |= set(perm[:n_train])
+            test |= set(perm[n_train:])
+        splits.append((train, test))
+    return splits
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    cls: str
+    family: str
+    config: str
+    alerted: bool
+    time_to_alert_s: float | None
+    p_in_run: np.ndarray
+
+
+def fit_and_score(factory: Callable[[], Detector], train: list[Run], test: list[Run], rule: AlertRule) -> list[RunOutcome]:
+    det = factory()
+    X, y, classes, ids = stack(train, det.feature_set)
+    det.fit(X, y, groups=ids, classes=classes)
+    frames = [r.windows[det.feature_set] for r in test]
+    sizes = [len(f) for f in frames]
+    allX = pd.concat(frames, ignore_index=True) if sum(sizes) else pd.DataFrame()
+    p_all = det.predict_proba(allX) if len(allX) else np.zeros(0)
+    out, i = [], 0
+    for r, df, n in zip(test, frames, sizes):
+        p = p_all[i: i + n]
+        i += n
+        a = rule.evaluate(df["t_end"].to_numpy(), p, r.start) if n else {"alerted": False, "time_to_alert_s": None}
+        mask = df["in_run"].to_numpy(dtype=bool) if n else np.zeros(0, bool)
+        out.append(RunOutcome(r.run_id, r.cls, r.family, r.config, a["alerted"], a["time_to_alert_s"], p[mask]))
+    return out
+
+
+def _rate(xs: list[bool]) -> float | None:
+    return float(np.mean(xs)) if xs else None
+
+
+def run_metrics(outcomes: list[RunOutcome]) -> dict:
+    correct = [o.alerted == (o.cls == "training") for o in outcomes]
+    m = {"run_accuracy": _rate(correct),
+         "training_detection": _rate([o.alerted for o in outcomes if o.cls == "training"]),
+         "inference_fpr": _rate([o.alerted for o in outcomes if o.cls == "inference"]),
+         "other_fpr": _rate([o.alerted for o in outcomes if o.cls == "other"])}
+    y = np.concatenate([np.full(o.p_in_run.size, int(o.cls == "training")) for o in outcomes]) if outcomes else []
+    p = np.concatenate([o.p_in_run for o in outcomes]) if outcomes else []
+    m["window_auc"] = window_auc(np.asarray(y), np.asarray(p))
+    cls = np.concatenate([np.full(o.p_in_run.size, o.cls, dtype=object) for o in outcomes]) if outcomes else []
+    m["window_fpr_at_detection"] = fpr_at_detection(np.asarray(cls), np.asarray(p))
+    return m
+
+
+def window_auc(y: np.ndarray, p: np.ndarray) -> float | None:
+    from sklearn.metrics import roc_auc_score
+    if y.size == 0 or len(set(y.tolist())) < 2:
+        return None
+    return float(roc_auc_score(y, p))
+
+
+def fpr_at_detection(cls: np.ndarray, p: np.ndarray, rate: float = DETECTION_RATE) -> dict:
+    train = p[cls == "training"]
+    if train.size == 0:
+        return {}
+    thr = float(np.quantile(train, 1 - rate))
+    return {c: float(np.mean(p[cls == c] >= thr)) for c in ("inference", "other") if (cls == c).any()}
+
+
+def _summary(values: list) -> dict:
+    v = np.array([x for x in values if x is not None], dtype=float)
+    if v.size == 0:
+        return {"mean": None, "std": None, "min": None, "n": 0}
+    return {"mean": float(v.mean()), "std": float(v.std()), "min": float(v.min()), "n": int(v.size)}
+
+
+def _tta_summary(ttas: list[float], n_training: int) -> dict:
+    v = np.array(ttas, dtype=float)
+    q = (lambda x: float(np.percentile(v, x))) if v.size else (lambda x: None)
+    return {"p10": q(10), "p50": q(50), "p90": q(90), "max": float(v.max()) if v.size else None,
+            "alerted_training_runs": int(v.size), "training_runs": n_training}
+
+
+def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run], splits: list[tuple[set, set]],
+                      rule: AlertRule, lofo: bool = True, advance: Callable[[], None] | None = None) -> dict:
+    per_split, pooled, ttas = [], [], []
+    roc_y, roc_p = [], []
+    for i, (train_c, test_c) in enumerate(splits):
+        train = [r for r in runs if r.config in train_c]
+        test = [r for r in runs if r.config in test_c]
+        outcomes = fit_and_score(factory, train, test, rule)
+        m = run_metrics(outcomes)
+        per_split.append({"split": i, **{k: v for k, v in m.items()}, "n_test_runs": len(test)})
+        pooled.extend(outcomes)
+        ttas += [o.time_to_alert_s for o in outcomes if o.cls == "training" and o.alerted]
+        for o in outcomes:
+            roc_y.append(np.full(o.p_in_run.size, int(o.cls == "training")))
+            roc_p.append(o.p_in_run)
+        if advance:
+            advance()
+    fam = {}
+    for f in sorted({o.family for o in pooled}):
+        os_ = [o for o in pooled if o.family == f]
+        fam[f] = {"class": os_[0].cls, "test_instances": len(os_), "alerted_frac": _rate([o.alerted for o in os_])}
+    lofo_res = leave_one_family_out(factory, runs, rule) if lofo else {}
+    training_fams = [v["correct_frac"] for v in lofo_res.values() if v["class"] == "training"]
+    n_training = sum(1 for o in pooled if o.cls == "training")
+    splitm = {k: _summary([s[k] for s in per_split]) for k in
+              ("run_accuracy", "training_detection", "inference_fpr", "other_fpr", "window_auc")}
+    wf = {c: _summary([s["window_fpr_at_detection"].get(c) for s in per_split]) for c in ("inference", "other")}
+    return {
+        "run_accuracy": splitm["run_accuracy"]["mean"],
+        "inference_fpr": splitm["inference_fpr"]["mean"],
+        "median_time_to_alert_s": _tta_summary(ttas, n_training)["p50"],
+        "window_auc": splitm["window_auc"]["mean"],
+        "lofo_min_family_detection": min(training_fams) if training_fams else None,
+        "other_fpr": splitm["other_fpr"]["mean"],
+        "training_detection": splitm["training_detection"]["mean"],
+        "over_splits": splitm,
+        "window_fpr_at_detection_rate": {"detection_rate": DETECTION_RATE, **wf},
+        "time_to_alert_s": _tta_summary(ttas, n_training),
+        "per_family": fam,
+        "lofo": lofo_res,
+        "splits": per_split,
+        "detector": factory().describe(),
+        "_curves": {"roc_y": np.concatenate(roc_y) if roc_y else np.zeros(0), "roc_p": np.concatenate(roc_p) if roc_p else
+                    np.zeros(0), "tta": ttas},
+    }
+
+
+def leave_one_family_out(factory: Callable[[], Detector], runs: list[Run], rule: AlertRule) -> dict:
+    out = {}
+    for f in sorted({r.family for r in runs}):
+        train = [r for r in runs if r.family != f]
+        test = [r for r in runs if r.family == f]
+        if len({r.is_training for r in train}) < 2:
+            out[f] = {"class": test[0].cls, "runs": len(test), "correct_frac": None,
+                      "note": "the other families hold a single class; nothing to fit"}
+            continue
+        outcomes = fit_and_score(factory, train, test, rule)
+        out[f] = {"class": test[0].cls, "runs": len(test),
+                  "correct_frac": _rate([o.alerted == (o.cls == "training") for o in outcomes]),
+                  "alerted_frac": _rate([o.alerted for o in outcomes])}
+    return out

@@ -1,0 +1,136 @@
+"""One command from run directories to results/detector.json, figures and docs/detector.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from .alert import AlertRule
+from .base import save_detector
+from .dataset import Run, load_dataset, stack
+from .evaluate import config_splits, detector_factories, evaluate_detector
+
+RESULTS_FILE = "detector.json"
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("TRAINSENTRY_CACHE", Path.home() / ".cache" / "trainsentry")) / "features"
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+
+
+def dataset_summary(root: str, runs: list[Run]) -> dict:
+    return {"root": str(root), "runs": len(runs), "configs": len({r.config for r in runs}),
+            "families": len({r.family for r in runs}),
+            "runs_by_class": dict(Counter(r.cls for r in runs)),
+            "configs_by_class": {c: len({r.config for r in runs if r.cls == c}) for c in sorted({r.cls for r in runs})},
+            "runs_by_family": dict(sorted(Counter(r.family for r in runs).items())),
+            "windows": {k: int(sum(len(r.windows[k]) for r in runs)) for k in ("trainsentry", "rt")}}
+
+
+def segmentation_summary(runs: list[Run]) -> dict:
+    """How many workloads each segmenter finds in each run's trace, and its onset error."""
+    from ..traces.io import read_trace
+    from .segment import baseline_segments, segment_stream
+    base_n, jobs_n, seg_n, base_err, ours_err = [], [], [], [], []
+    for r in runs:
+        if r.cls == "other" and r.family == "idle":
+            continue
+        table, _ = read_trace(r.path)
+        b = next(iter(baseline_segments(table).values()), [])
+        o = next(iter(segment_stream(table).values()), {"segments": [], "jobs": []})
+        base_n.append(len(b))
+        seg_n.append(len(o["segments"]))
+        jobs_n.append(len(o["jobs"]))
+        if b:
+            base_err.append(b[0].start - r.start)
+        if o["jobs"]:
+            ours_err.append(o["jobs"][0]["start"] - r.start)
+
+    def share(xs, k=1):
+        return float(np.mean([x == k for x in xs])) if xs else None
+
+    def med(xs):
+        return float(np.median(xs)) if xs else None
+    return {"runs": len(base_n),
+            "baseline": {"share_one_workload": share(base_n), "share_none": share(base_n, 0),
+                         "median_onset_error_s": med(base_err), "median_abs_onset_error_s": med([abs(x) for x in base_err])},
+            "ours": {"share_one_job": share(jobs_n), "share_one_segment": share(seg_n), "share_none": share(jobs_n, 0),
+                     "median_onset_error_s": med(ours_err), "median_abs_onset_error_s": med([abs(x) for x in ours_err])}}
+
+
+def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subset: int | None = None,
+             detectors: list[str] | None = None, rt_trees: int = 400, seed: int = 0, lofo: bool = True,
+             cache_dir: Path | None = None, command: str = "trainsentry eval", console=None) -> dict:
+    rule = AlertRule(0.75, 3, 5)
+    factories = detector_factories(rt_trees)
+    names = detectors or list(factories)
+    unknown = set(names) - set(factories)
+    if unknown:
+        raise ValueError(f"unknown detectors {sorted(unknown)}; choose from {list(factories)}")
+    t0 = time.time()
+    from ..traces.io import iter_runs
+    n_dirs = len(iter_runs(data))
+    with _progress() as prog:
+        task = prog.add_task("features (cached per run)", total=n_dirs if subset is None else None)
+        runs = load_dataset(data, cache_dir, subset, seed, progress=lambda: prog.advance(task))
+    if len({r.is_training for r in runs}) < 2:
+        raise ValueError("the dataset needs training and non-training runs")
+    splits = config_splits(runs, n_splits, seed)
+    results = {}
+    with _progress() as prog:
+        for name in names:
+            task = prog.add_task(f"{name}: {n_splits} splits", total=n_splits)
+            results[name] = evaluate_detector(name, factories[name], runs, splits, rule, lofo,
+                                              advance=lambda t=task: prog.advance(t))
+    curves = {n: r.pop("_curves") for n, r in results.items()}
+    doc = {"command": command, "dataset": dataset_summary(data, runs),
+           "protocol": {"splits": n_splits, "train_fraction_of_configs": 2 / 3, "grouping": "labels.config",
+                        "seed": seed, "window_label": "in_run (>= 50 % of the window inside [start, end])",
+                        "alert_rule": {"threshold": rule.threshold, "k": rule.k, "n": rule.n},
+                        "rt_trees": rt_trees},
+           "detectors": results,
+           "segmentation": segmentation_summary(runs),
+           "elapsed_s": round(time.time() - t0, 1)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RESULTS_FILE).write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
+    figs = out / "figures"
+    figs.mkdir(parents=True, exist_ok=True)
+    from .figures import family_figure, roc_figure, tta_figure
+    doc["figures"] = [str(p) for p in (roc_figure(curves, figs / "detector_roc.png"),
+                                        tta_figure(curves, figs / "detector_time_to_alert.png"),
+                                        family_figure(results, figs / "detector_families.png"))]
+    (out / RESULTS_FILE).write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
+    if docs is not None:
+        from .docs import render
+        docs.parent.mkdir(parents=True, exist_ok=True)
+        docs.write_text(render(doc))
+    return doc
+
+
+def train_final(data: str, name: str, models: Path, cache_dir: Path | None, rt_trees: int, command: str) -> Path:
+    """Fit one detector on every run of the dataset and save it for the live path."""
+    runs = load_dataset(data, cache_dir)
+    det = detector_factories(rt_trees)[name]()
+    X, y, classes, ids = stack(runs, det.feature_set)
+    det.fit(X, y, groups=ids, classes=classes)
+    return save_detector(det, models / f"{name}.joblib", command,
+                         {"data": str(data), "runs": len(runs), "windows": len(X), "fitted_at": time.time()})
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, set):
+        return sorted(o)
+    raise TypeError(f"not JSON serialisable: {type(o)}")

@@ -1,0 +1,56 @@
+"""``trainsentry eval`` end to end on a tiny dataset built through traces/io."""
+
+import json
+import time
+
+from typer.testing import CliRunner
+
+from trainsentry.cli import app
+from trainsentry.detect.dataset import load_dataset
+from trainsentry.detect.evaluate import config_splits
+
+REQUIRED = {"run_accuracy", "inference_fpr", "median_time_to_alert_s", "window_auc", "lofo_min_family_detection"}
+
+
+def test_splits_never_share_a_configuration(tiny_dataset, feature_cache):
+    runs = load_dataset(tiny_dataset, feature_cache)
+    for train, test in config_splits(runs, 20, seed=1):
+        assert train and test and not (train & test)
+        assert {r.cls for r in runs if r.config in test} == {"training", "inference", "other"}
+
+
+def test_eval_end_to_end(tiny_dataset, feature_cache, tmp_path):
+    t0 = time.time()
+    out, docs = tmp_path / "results", tmp_path / "docs" / "detector.md"
+    res = CliRunner().invoke(app, ["eval", "--data", str(tiny_dataset), "--splits", "3", "--rt-trees", "10",
+                                   "--out", str(out), "--docs", str(docs), "--cache", str(feature_cache)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "detector.json").read_text())
+    assert set(doc["detectors"]) == {"comm-rules", "comm-ml", "fused", "rt-baseline"}
+    for name, r in doc["detectors"].items():
+        assert REQUIRED <= set(r), name
+        assert len(r["splits"]) == 3
+    fused = doc["detectors"]["fused"]
+    assert fused["run_accuracy"] == 1.0 and fused["inference_fpr"] == 0.0
+    assert 0 < fused["median_time_to_alert_s"] <= 20.0
+    assert fused["window_auc"] == 1.0
+    # rt-baseline's 3-of-5 rule over 30 s windows every 15 s needs > 60 s: it cannot alert on 40 s runs.
+    assert doc["detectors"]["rt-baseline"]["training_detection"] == 0.0
+    for f in ("detector_roc.png", "detector_time_to_alert.png", "detector_families.png"):
+        assert (out / "figures" / f).stat().st_size > 1000
+    text = docs.read_text()
+    assert "| `fused` | 100.0 %" in text and "arXiv 2606.19262" in text
+    assert time.time() - t0 < 60
+
+
+def test_eval_refuses_an_empty_directory(tmp_path):
+    res = CliRunner().invoke(app, ["eval", "--data", str(tmp_path), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "no runs" in res.output
+
+
+def test_train_final_saves_model_and_command(tiny_dataset, feature_cache, tmp_path):
+    res = CliRunner().invoke(app, ["eval", "--data", str(tiny_dataset), "--train-final", "fused",
+                                   "--models", str(tmp_path / "models"), "--cache", str(feature_cache)])
+    assert res.exit_code == 0, res.output
+    meta = json.loads((tmp_path / "models" / "fused.json").read_text())
+    assert meta["trained_by"].startswith("trainsentry eval") and meta["runs"] == 18
