@@ -11,6 +11,10 @@ GPU machine (``PYTHONPATH=src python3 benchmarks/bench_agent.py --real``). When 
 missing (the GPU image), no collector can run: the sender is then not started and batches stay in
 the spool, which the result records as ``"sending": false``.
 
+A second run of the same length reads the same sources on the same schedule with nothing behind
+them (no spool, no sender), so the result splits the total into what the sources cost
+(``sources_only``) and what the agent's own machinery adds.
+
 Writes ``results/ingest.json`` key ``agent`` (read-modify-write: other keys are kept), one entry
 per mode (``fake_8gpu`` or ``real``).
 """
@@ -111,9 +115,20 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(10)
     cpu_per_s = (cpu1 - cpu0) / (wall1 - wall0)
+    # The same sources read on the same schedule with nothing behind them: what the sources (NVML
+    # binding or its fake, sysfs reads) cost by themselves, so the agent's own share is visible.
+    from trainsentry.agent.sampler import Sampler
+    sources = open_sources(args.real, args.gpus)
+    cpu2, wall2 = cpu_seconds(), time.monotonic()
+    Sampler(sources, hz=args.hz).run(args.duration)
+    sources_per_s = (cpu_seconds() - cpu2) / (time.monotonic() - wall2)
+    for s in sources:
+        s.close()
     mode = "real" if args.real else f"fake_{args.gpus}gpu"
     entry = {"cpu_seconds_per_second": round(cpu_per_s, 5), "percent_of_one_core": round(100 * cpu_per_s, 3),
-             "target_percent_of_one_core": 1.0, "hz": args.hz, "duration_s": round(wall1 - wall0, 2),
+             "target_percent_of_one_core": 1.0,
+             "sources_only_percent_of_one_core": round(100 * sources_per_s, 3),
+             "agent_machinery_percent_of_one_core": round(100 * (cpu_per_s - sources_per_s), 3), "hz": args.hz, "duration_s": round(wall1 - wall0, 2),
              "devices": devices, "sending": sending, "samples_read": summary.samples_read,
              "ticks": summary.ticks, "missed_ticks": summary.missed_ticks, "batches_sent": summary.batches_sent,
              "pending_batches_at_end": summary.pending_batches, "machine": machine(),
