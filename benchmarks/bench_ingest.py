@@ -232,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args(argv)
     pinned = _pin(1)
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
         shapes = {shape: bench_shape(shape, steps, args.nodes, args.samples, args.repeats, Path(tmp))
                   for shape, steps in SHAPES.items()}
@@ -241,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/bench_ingest.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
+        # Other processes on the machine compete for the two cores: the load average says how much.
+        "load_average_1min": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
         "server": "trainsentry serve: uvicorn, 1 worker, pinned to CPU 0" if pinned else "trainsentry serve: not pinned",
         "client": "this process, pinned to CPU 1" if pinned else "this process, not pinned",
         "sqlite": {"journal_mode": "wal", "synchronous": "normal"},
