@@ -48,7 +48,9 @@ def test_first_batch_may_declare_its_predecessors_lost(client, key):
     a = Agent(client, "node-a", key)
     r = a.send(gpu_samples(1000.0), seq=2, gap_from=0)
     assert r.status_code == 200
-    assert r.json()["unmonitored"][0]["reason"] == "declared_loss"
+    (gap,) = r.json()["unmonitored"]
+    assert gap["reason"] == "declared_loss" and (gap["seq_from"], gap["seq_to"]) == (0, 1)
+    assert gap["start"] <= gap["end"] == 1000.0
 
 
 def test_node_stuck_behind_a_hole_is_reported_open(agent, client):

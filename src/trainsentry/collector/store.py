@@ -225,9 +225,11 @@ class Store:
                     raise IngestError(409, "out_of_order", f"seq {batch.seq} skips ahead of {expected}{declared}; "
                                       f"resend from {expected} or declare the loss with gap_from",
                                       expected_seq=expected)
-                start = last_t if last_t is not None else enrolled_at
-                gaps.append((node_id, start, t_first if t_first is not None else now, "declared_loss",
-                             expected, batch.seq - 1, now))
+                end = t_first if t_first is not None else now
+                # Before a node's first sample the only time we have is enrolment (server clock); an
+                # agent clock behind it must not make the interval end before it starts.
+                start = last_t if last_t is not None else min(enrolled_at, end)
+                gaps.append((node_id, start, end, "declared_loss", expected, batch.seq - 1, now))
             else:
                 want_prev = GENESIS_PREV if last_digest is None else last_digest
                 if batch.prev != want_prev:
