@@ -2,6 +2,9 @@
 
 import json
 import time
+from pathlib import Path
+
+import pytest
 
 from typer.testing import CliRunner
 
@@ -36,6 +39,8 @@ def test_eval_end_to_end(tiny_dataset, feature_cache, tmp_path):
     assert fused["window_auc"] == 1.0
     # rt-baseline's 3-of-5 rule over 30 s windows every 15 s needs > 60 s: it cannot alert on 40 s runs.
     assert doc["detectors"]["rt-baseline"]["training_detection"] == 0.0
+    # ... while its windows do separate DDP from the rest (600 W against ~80–130 W).
+    assert doc["detectors"]["rt-baseline"]["alternative_alert_rules"]["1of1@0.5"]["training_detection_pooled"] >= 0.5
     for f in ("detector_roc.png", "detector_time_to_alert.png", "detector_families.png"):
         assert (out / "figures" / f).stat().st_size > 1000
     text = docs.read_text()
@@ -54,3 +59,19 @@ def test_train_final_saves_model_and_command(tiny_dataset, feature_cache, tmp_pa
     assert res.exit_code == 0, res.output
     meta = json.loads((tmp_path / "models" / "fused.json").read_text())
     assert meta["trained_by"].startswith("trainsentry eval") and meta["runs"] == 18
+
+
+H200 = Path(__file__).resolve().parents[2] / "data" / "h200"
+
+
+@pytest.mark.skipif(not any(H200.rglob("manifest.json")) if H200.exists() else True,
+                    reason="the recorded H200 dataset is not in this checkout")
+def test_eval_on_a_subset_of_the_h200_dataset(tmp_path):
+    """CI: the real evaluation path on 2 configurations per class of the committed dataset."""
+    res = CliRunner().invoke(app, ["eval", "--data", str(H200), "--subset", "2", "--splits", "2", "--rt-trees", "20",
+                                   "--no-lofo", "--out", str(tmp_path / "r"), "--docs", "",
+                                   "--cache", str(tmp_path / "c")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "r" / "detector.json").read_text())
+    assert doc["dataset"]["runs"] > 0
+    assert all(REQUIRED <= set(r) for r in doc["detectors"].values())
