@@ -37,10 +37,14 @@ small and continuous (tensor-parallel decode), or absent (independent replicas).
 
 **Detectors** (one contract, `trainsentry.detect.base.Detector`: `fit`, `predict_proba` → P(training),
 `explain` → evidence in words):
-* `comm-rules` — a fuzzy AND of four physically motivated rules on communication features only:
+* `comm-rules` — a fuzzy AND of five physically motivated rules on communication features only:
   volume ≥ a threshold per GPU (default 100 MB/s; the only fitted number, a one-dimensional search
   on the fitting split), symmetry ≥ 0.7 on the worst GPU, simultaneity ≥ 0.5, regularity (busy
-  ≥ 80 % of the window or autocorrelation peak ≥ 0.3); channel NVLink or network, whichever scores higher.
+  ≥ 80 % of the window or autocorrelation peak ≥ 0.3), and compute-bound traffic (≤ 1 GB per joule:
+  a training step spends ≈ 6·Ψ·tokens FLOPs per ≈ 4·Ψ bytes exchanged, so only pure communication
+  such as collective benchmarks or peer copies exceeds it); channel NVLink or network, whichever
+  scores higher. Each rule is a logistic step, P(training) is their product, and `explain` lists
+  every rule's value and score.
 * `comm-ml` — gradient-boosted trees (scikit-learn histogram boosting, balanced classes) on the
   communication features only.
 * `fused` — the same learner on all features (communication and activity).

@@ -14,6 +14,11 @@ Training needs a large, regular, symmetric gradient exchange; each rule is one o
 * regularity — the exchange recurs at the step rate: either the link is busy most of the window
   (steps shorter than the 0.1 s grid) or its autocorrelation has a clear repeat. Threshold 0.8 duty
   or 0.3 autocorrelation peak.
+* compute-bound — training spends most of its energy computing: per step it does ≈ 6·Ψ·tokens
+  FLOPs for ≈ 4·Ψ bytes of bf16 gradient traffic per GPU, so bytes per joule ≈ (2/3)·(FLOP per
+  joule) / tokens per GPU per step; at H200 efficiency (≲ 1e12 FLOP/J) and ≥ ~700 tokens per step
+  that stays below ~1 GB/J. Collective benchmarks and peer copies, whose energy goes into moving
+  bytes, exceed it. Threshold 1e9 B/J (absent energy reading: neutral).
 
 The channel is NVLink inside a node or the busiest network interface between nodes, whichever
 scores higher. Each rule is a soft step (a logistic in the feature), and P(training) is their
@@ -58,9 +63,10 @@ class CommRules(Detector):
     name = "comm-rules"
 
     def __init__(self, volume_Bps: float = 1e8, sym_min: float = 0.7, simult_min: float = 0.5,
-                 duty_min: float = 0.8, acf_min: float = 0.3):
+                 duty_min: float = 0.8, acf_min: float = 0.3, bytes_per_J_max: float = 1e9):
         self.volume_Bps, self.sym_min, self.simult_min = volume_Bps, sym_min, simult_min
         self.duty_min, self.acf_min = duty_min, acf_min
+        self.bytes_per_J_max = bytes_per_J_max
         self.calibration: dict = {}
 
     def uses(self, column: str) -> bool:
@@ -74,6 +80,8 @@ class CommRules(Detector):
              "symmetry": _soft(_col(X, f"comm.{ch}.sym{sfx}"), self.sym_min, 0.05),
              "regularity": np.maximum(_soft(_col(X, f"comm.{ch}.duty{sfx}"), self.duty_min, 0.05),
                                       _soft(_col(X, f"comm.{ch}.acf_peak{sfx}"), self.acf_min, 0.05))}
+        bpj = _col(X, f"comm.{ch}.log_bytes_per_J" + (".mean" if ch == "nvlink" else ""))
+        f["compute_bound"] = np.where(np.isfinite(bpj), 1.0 - _soft(bpj, math.log10(self.bytes_per_J_max), 0.1), 1.0)
         if ch == "nvlink":
             best = np.fmax(_col(X, "comm.nvlink.coactive"), _col(X, "comm.nvlink.simult_corr"))
             # One GPU with NVLink traffic cannot be unsimultaneous with itself: neutral.
@@ -120,6 +128,9 @@ class CommRules(Detector):
                f"score {f['symmetry']:.2f}",
                f"regularity: busy {_get(x, f'comm.{ch}.duty{sfx}'):.2f} of the window, autocorrelation peak "
                f"{_get(x, f'comm.{ch}.acf_peak{sfx}'):.2f}: score {f['regularity']:.2f}"]
+        bpj = _get(x, f"comm.{ch}.log_bytes_per_J" + (".mean" if ch == "nvlink" else ""))
+        out.append(f"bytes per joule {10 ** bpj if math.isfinite(bpj) else math.nan:.3g} vs at most "
+                   f"{self.bytes_per_J_max:.0e} for compute-bound work: score {f['compute_bound']:.2f}")
         if "simultaneity" in f:
             out.append(f"bursts on all GPUs at once: co-activity {_get(x, 'comm.nvlink.coactive'):.2f}, "
                        f"correlation {_get(x, 'comm.nvlink.simult_corr'):.2f}: score {f['simultaneity']:.2f}")
@@ -128,4 +139,5 @@ class CommRules(Detector):
     def describe(self) -> dict:
         return {**super().describe(), "volume_Bps": self.volume_Bps, "sym_min": self.sym_min,
                 "simult_min": self.simult_min, "duty_min": self.duty_min, "acf_min": self.acf_min,
+                "bytes_per_J_max": self.bytes_per_J_max,
                 "calibration": self.calibration}
