@@ -60,3 +60,15 @@ def test_fit_rejects_missing_or_bad_truth(runs):
         make("nope")
     with pytest.raises(ValueError):
         from_dict({"name": "something_else"})
+
+
+def test_held_out_errors_set_the_saved_interval(runs):
+    est = make("power_only").fit(runs.X, runs.flops)
+    est.set_interval_from_errors(np.array([-20.0, -10.0, 0.0, 10.0, 30.0] * 20))
+    pred = est.predict(runs.X)
+    lo, hi = est.predict_interval(runs.X, 0.9)
+    # an estimate 30 % high means truth = ŷ / 1.3: the lower bound reaches down to it
+    assert np.all(lo < pred / 1.25) and np.all(hi > pred / 0.85)
+    again = from_dict(json.loads(json.dumps(est.to_dict())))
+    assert again.interval_source == "held-out"
+    np.testing.assert_allclose(again.predict_interval(runs.X)[0], lo)

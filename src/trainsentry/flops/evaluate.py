@@ -79,6 +79,7 @@ def run_protocol(runs: RunSet, names: tuple[str, ...] = ESTIMATORS, n_splits: in
     result = {"protocol": {"splits": n_splits, "cal_fraction": CAL_FRACTION, "seed": seed,
                            "configurations": len(set(runs.configs)), "runs": n, "interval_level": level},
               "estimators": {}, "per_run": []}
+    held_out_errors: dict[str, np.ndarray] = {}
     for name in names:
         p = per[name]
         if not p["err"]:
@@ -88,6 +89,7 @@ def run_protocol(runs: RunSet, names: tuple[str, ...] = ESTIMATORS, n_splits: in
         err = np.concatenate(p["err"])
         fam = np.asarray(runs.families)[np.concatenate(p["idx"])]
         sm = np.asarray(p["split_medians"])
+        held_out_errors[name] = err
         result["estimators"][name] = {
             **_summary(err), "interval_coverage": float(np.mean(np.concatenate(p["covered"]))),
             "split_median_p25": float(np.quantile(sm, 0.25)), "split_median_p50": float(np.median(sm)),
@@ -104,6 +106,7 @@ def run_protocol(runs: RunSet, names: tuple[str, ...] = ESTIMATORS, n_splits: in
             # geometric mean of the estimates made while this run was held out
             row[name] = float(np.exp(per[name]["log_pred_sum"][i] / k)) if k else None
         result["per_run"].append(row)
+    result["_held_out_pct_errors"] = held_out_errors  # for the saved models' intervals; not written out
     return result
 
 
