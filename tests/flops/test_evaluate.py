@@ -54,6 +54,9 @@ def test_eval_and_estimate_commands_end_to_end(synth_root, tmp_path):
     for v in res["estimators"].values():
         assert 0 <= v["median_abs_pct_error"] <= v["p90_abs_pct_error"]
     assert res["protocol"]["configurations"] == 6 and res["protocol"]["splits"] == 12
+    seg = res["with_segmentation"]  # the same protocol over the detector's segmentation
+    assert seg["runs"] == 12 and set(seg["estimators"]) == set(res["estimators"])
+    assert seg["start_shift_s_max_abs"] < 2.0 and seg["end_shift_s_max_abs"] < 2.0
     assert (out / "fig" / "flops_est_vs_true.png").stat().st_size > 1000
     assert (out / "fig" / "flops_errors.png").exists()
     doc = (out / "flops.md").read_text()
@@ -67,6 +70,11 @@ def test_eval_and_estimate_commands_end_to_end(synth_root, tmp_path):
     est = json.loads(r.output)
     assert est["lo"] <= est["flops"] <= est["hi"]
     assert abs(est["flops"] - est["true_flops"]) / est["true_flops"] < 0.2
+
+    r = runner.invoke(app, ["flops", str(run), "--model", str(out / "models" / "flops.json"), "--json", "--segment"])
+    assert r.exit_code == 0, r.output
+    seg_est = json.loads(r.output)
+    assert abs(seg_est["start"] - est["start"]) < 2.0 and abs(seg_est["flops"] - est["flops"]) / est["flops"] < 0.1
 
     # live path: FLOPs so far grow with time and stay below the whole run's estimate
     table, m = read_trace(run)

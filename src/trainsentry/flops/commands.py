@@ -15,6 +15,8 @@ def flops_cmd(trace_dir: Path = typer.Argument(..., help="run directory (samples
               model: Path = typer.Option(Path("models/flops.json"), help="saved estimator (from flops-eval)"),
               start: float = typer.Option(None, help="job start, epoch s (default: the manifest's start)"),
               end: float = typer.Option(None, help="job end, epoch s (default: the manifest's end)"),
+              segment: bool = typer.Option(False, help="integrate over the job the detector's segmentation finds "
+                                                       "(overlapping the manifest's interval), not the manifest's"),
               as_json: bool = typer.Option(False, "--json", help="print the estimate as JSON")) -> None:
     """Estimate the FLOPs a recorded run spent, with an interval."""
     import json
@@ -26,6 +28,12 @@ def flops_cmd(trace_dir: Path = typer.Argument(..., help="run directory (samples
         est = load_model(model)
         lo_t = float(manifest["start"] if start is None else start)
         hi_t = float(manifest["end"] if end is None else end)
+        if segment:
+            from .dataset import segmented_interval
+            found = segmented_interval(table, lo_t, hi_t)
+            if found is None:
+                raise ValueError("the segmentation found no job in the trace")
+            lo_t, hi_t = found
         r = estimate_interval(table, lo_t, hi_t, est)
     except (FileNotFoundError, ValueError, KeyError) as e:
         console.print(f"[red]error:[/red] {e}")
@@ -47,13 +55,16 @@ def flops_eval_cmd(data: Path = typer.Option(Path("data/h200"), help="dataset ro
                    results: Path = typer.Option(Path("results/flops.json")),
                    figures: Path = typer.Option(Path("results/figures")),
                    docs: Path = typer.Option(Path("docs/flops.md")),
-                   models: Path = typer.Option(Path("models"))) -> None:
+                   models: Path = typer.Option(Path("models")),
+                   segmentation: bool = typer.Option(True, help="also score every estimator with the detector's "
+                                                                "segmentation in place of the true intervals")) -> None:
     """Run every FLOP estimator on the same grouped splits; write results, figures, docs and models."""
     from .report import regenerate
     command = "trainsentry flops-eval " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "flops-eval" \
         else f"trainsentry flops-eval --data {data} --splits {splits} --seed {seed}"
     try:
-        res = regenerate(data, splits, seed, results, figures, docs, models, command.strip(), progress=console.print)
+        res = regenerate(data, splits, seed, results, figures, docs, models, command.strip(),
+                         with_segmentation=segmentation, progress=console.print)
     except (ValueError, FileNotFoundError) as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2)

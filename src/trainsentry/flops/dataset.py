@@ -1,8 +1,10 @@
 """The calibration/evaluation set: one feature row per recorded training run with FLOP ground truth.
 
 A run enters when its manifest says ``labels.class == "training"`` and carries a positive
-``ground_truth.flops``; the interval is the workload's own ``[start, end]`` from the manifest (the
-lab's true interval; the live path uses the detector's segmentation instead). A run that cannot be
+``ground_truth.flops``. Its interval is either the workload's own ``[start, end]`` from the
+manifest (``interval="manifest"``: the lab's truth) or the job the detector's segmentation
+(:func:`trainsentry.detect.segment.segment_stream`) finds overlapping it most
+(``interval="segment"``: what a monitor that knows nothing about the run would integrate over). A run that cannot be
 read is listed in ``skipped`` with the reason, never silently dropped.
 """
 
@@ -22,6 +24,18 @@ from .features import interval_features, stack
 MIN_COVERAGE = 0.9
 
 
+def segmented_interval(table, start: float, end: float) -> tuple[float, float] | None:
+    """The detector's job that overlaps [start, end] most, or None when it found none there."""
+    from ..detect.segment import segment_stream
+    best, best_overlap = None, 0.0
+    for res in segment_stream(table).values():
+        for job in res["jobs"]:
+            overlap = min(job["end"], end) - max(job["start"], start)
+            if overlap > best_overlap:
+                best, best_overlap = (float(job["start"]), float(job["end"])), overlap
+    return best
+
+
 @dataclass
 class RunSet:
     X: dict[str, np.ndarray]
@@ -32,6 +46,8 @@ class RunSet:
     families: list[str]
     features: list[dict] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)
+    # seconds the integrated interval's start/end lie after the true ones (0 for interval="manifest")
+    shifts_s: list[tuple[float, float]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.run_ids)
@@ -44,8 +60,10 @@ class RunSet:
 
 
 def load_runs(root: str | Path, classes: tuple[str, ...] = ("training",),
-              exclude_families: tuple[str, ...] = ()) -> RunSet:
-    rows, flops, ids, cfgs, wls, fams, skipped = [], [], [], [], [], [], []
+              exclude_families: tuple[str, ...] = (), interval: str = "manifest") -> RunSet:
+    if interval not in ("manifest", "segment"):
+        raise ValueError(f"interval must be 'manifest' or 'segment', not {interval!r}")
+    rows, flops, ids, cfgs, wls, fams, skipped, shifts = [], [], [], [], [], [], [], []
     for d in iter_runs(root):
         try:
             table, m = read_trace(d)
@@ -59,8 +77,15 @@ def load_runs(root: str | Path, classes: tuple[str, ...] = ("training",),
         if not truth > 0:
             skipped.append({"run": m["run_id"], "reason": "no positive ground_truth.flops"})
             continue
+        start, end = float(m["start"]), float(m["end"])
+        if interval == "segment":
+            found = segmented_interval(table, start, end)
+            if found is None:
+                skipped.append({"run": m["run_id"], "reason": "the segmentation found no job in the run"})
+                continue
+            start, end = found
         try:
-            f = interval_features(table, float(m["start"]), float(m["end"]))
+            f = interval_features(table, start, end)
         except ValueError as e:
             skipped.append({"run": m["run_id"], "reason": str(e)})
             continue
@@ -68,6 +93,7 @@ def load_runs(root: str | Path, classes: tuple[str, ...] = ("training",),
             skipped.append({"run": m["run_id"], "reason": f"energy samples cover {f.coverage:.0%} of the run"})
             continue
         rows.append(f.as_dict())
+        shifts.append((start - float(m["start"]), end - float(m["end"])))
         flops.append(truth)
         ids.append(m["run_id"])
         cfgs.append(config_key(m))
@@ -76,4 +102,4 @@ def load_runs(root: str | Path, classes: tuple[str, ...] = ("training",),
     if not rows:
         raise ValueError(f"{root}: no training runs with FLOP ground truth" +
                          (f" ({len(skipped)} skipped: {skipped[0]['reason']})" if skipped else ""))
-    return RunSet(stack(rows), np.asarray(flops), ids, cfgs, wls, fams, rows, skipped)
+    return RunSet(stack(rows), np.asarray(flops), ids, cfgs, wls, fams, rows, skipped, shifts)
