@@ -1,0 +1,104 @@
+"""Inference workloads (class ``inference``) on one GPU or as independent replicas: batched KV-cache
+generation, data-parallel replicas, long-context prefill-heavy batches and encoder-only embedding.
+
+The multi-GPU kinds live beside this module: tensor-parallel, pipeline-parallel and disaggregated
+serving in infer_parallel.py, the continuous-batching server in infer_serve.py. Importing this module
+registers them all. Configs are sized for 2 × H200 in bf16; the toy override runs on CPU in seconds.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from . import flops as flopcount
+from .base import Context, variants
+from .infer_common import build_model, generate_rounds, model_config, prompt_source
+
+TOY = {"model": "toy", "seq_len": 64, "batch": 2, "prompt_len": 8, "gen_len": 4, "pause_s": 0.0}
+
+
+@torch.inference_mode()
+def run_generate(ctx: Context, cfg: dict) -> None:
+    """Batched generation with a KV cache (prefill, then one token per sequence per step)."""
+    mcfg = model_config(cfg)
+    model = build_model(ctx, mcfg)
+    ctx.ledger.extra["params"] = mcfg.params()
+    generate_rounds(ctx, model, mcfg, cfg)
+
+
+variants("infer.generate", "inference", "generate", run_generate,
+         base={"model": "gpt350m", "seq_len": 2048, "batch": 64, "prompt_len": 256, "gen_len": 256},
+         toy=TOY, gpus=1, grid={
+             "s50m_b32": {"model": "gpt50m", "seq_len": 1024, "batch": 32, "prompt_len": 128, "gen_len": 384},
+             "m350m_b128": {"batch": 128, "prompt_len": 512, "gen_len": 512},
+             "l1b_b256": {"model": "gpt1b", "batch": 256, "prompt_len": 256, "gen_len": 256},
+             "xl3b_b64": {"model": "gpt3b", "batch": 64, "prompt_len": 1024, "gen_len": 512},
+             "g7b_b16": {"model": "gpt7b", "batch": 16, "prompt_len": 512, "gen_len": 256},
+             # Lightly loaded: a few users, long idle gaps between their batches.
+             "m350m_b4_light": {"batch": 4, "prompt_len": 64, "gen_len": 128, "pause_s": 2.0},
+         })
+
+# Independent copies of the model, one per GPU, each generating for its own users: no inter-GPU traffic.
+variants("infer.replicas", "inference", "replicas", run_generate,
+         base={"model": "gpt350m", "seq_len": 2048, "batch": 64, "prompt_len": 256, "gen_len": 256},
+         toy=TOY, gpus=0, grid={
+             "m350m_b64": {},
+             "l1b_b128": {"model": "gpt1b", "batch": 128, "prompt_len": 512, "gen_len": 384},
+             "s125m_b8_bursty": {"model": "gpt125m", "batch": 8, "prompt_len": 128, "gen_len": 192,
+                                 "pause_s": 1.0},
+         })
+
+# Prefill-heavy: very long prompts, a handful of output tokens (summarisation, retrieval QA).
+variants("infer.prefill", "inference", "prefill", run_generate,
+         base={"model": "gpt350m", "seq_len": 8256, "batch": 8, "prompt_len": 8192, "gen_len": 8},
+         toy={**TOY, "prompt_len": 40, "gen_len": 2}, gpus=1, grid={
+             "m350m_ctx8k": {},
+             "l1b_ctx16k": {"model": "gpt1b", "seq_len": 16416, "batch": 4, "prompt_len": 16384,
+                            "gen_len": 16},
+             "xl3b_ctx32k": {"model": "gpt3b", "seq_len": 32776, "batch": 1, "prompt_len": 32768,
+                             "gen_len": 4, "pause_s": 0.5},
+         })
+
+
+@torch.inference_mode()
+def run_embed(ctx: Context, cfg: dict) -> None:
+    """Encoder-only embedding: bidirectional attention over fixed-length texts, mean-pooled."""
+    mcfg = model_config(cfg, causal=False)
+    model = build_model(ctx, mcfg)
+    batch, length = int(cfg["batch"]), int(cfg["text_len"])
+    pause_s = float(cfg.get("pause_s", 0.0))
+    src = prompt_source(ctx, salt=ctx.rank)
+    texts = src.prompts(batch, length)
+    ctx.ledger.flops_per_step = flopcount.measure(lambda: model.embed(texts))
+    ctx.ledger.extra.update(params=mcfg.params(), method="flop_counter")
+    sink = torch.zeros(mcfg.d_model, device=ctx.device, dtype=torch.float32)
+    while ctx.keep_going():
+        texts = src.prompts(batch, length)
+        t0 = time.perf_counter()
+        vecs = model.embed(texts)
+        # Normalised vectors leave the model as a real service would hand them on.
+        sink += torch.nn.functional.normalize(vecs.float(), dim=-1).sum(0)
+        ctx.sync()
+        ctx.ledger.step(time.perf_counter() - t0, batch * length)
+        if pause_s > 0:
+            time.sleep(pause_s)
+    ctx.ledger.extra["embedding_checksum"] = float(sink.norm())
+
+
+variants("infer.embed", "inference", "embed", run_embed,
+         base={"model": "gpt125m", "seq_len": 512, "batch": 256, "text_len": 512},
+         toy={"model": "toy", "seq_len": 64, "batch": 4, "text_len": 16, "pause_s": 0.0}, gpus=1, grid={
+             "s125m_b256_l512": {},
+             "s50m_b1024_l128": {"model": "gpt50m", "seq_len": 128, "batch": 1024, "text_len": 128},
+             "m350m_b32_l2048": {"model": "gpt350m", "seq_len": 2048, "batch": 32, "text_len": 2048,
+                                 "pause_s": 0.2},
+         })
+variants("infer.embed", "inference", "embed", run_embed,
+         base={"model": "gpt1b", "seq_len": 1024, "batch": 128, "text_len": 1024},
+         toy={"model": "toy", "seq_len": 64, "batch": 4, "text_len": 16, "pause_s": 0.0}, gpus=0, grid={
+             "l1b_b128_l1024_x2": {},
+         })
+
+from . import infer_parallel, infer_serve  # noqa: E402,F401  (register tp, pp, disagg, serve)

@@ -1,0 +1,167 @@
+"""Shared pieces of the inference workloads: model presets, building on device, prompts, FLOP fits,
+the batched generation loop, and the small control messages ranks use to agree on stopping.
+
+Conventions every inference workload follows (documented in docs/workloads-inference.md):
+- A ledger step is one forward call of the model (a prefill or one decode step over the batch), except
+  for serving, where a step is one scheduler iteration, and embedding, where a step is one batch.
+- Tokens are counted once per token over the whole run (the worker sums ledgers over ranks): replicas
+  count their own tokens; tensor-parallel runs count on rank 0; pipeline runs on the last stage.
+- Decode FLOPs change as the cache grows, so FLOPs come from a fit to FlopCounterMode: one decode step
+  is counted at two context lengths and, because the counter's matmul and attention formulas are linear
+  in the number of rows and in the attended length, ``n·(w + c·L)`` is exact for any batch ``n`` and
+  context ``L``; a prefill of ``T`` tokens is ``n·(T·w + c·T²)`` (full QKᵀ, no causal discount, as the
+  counter does). ``FlopFit.check`` compares the fit with a direct count; the tests do too.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from . import flops as flopcount
+from .base import Context
+from .data import Batches
+from .model import GPT, KVCache, ModelConfig
+
+# Model presets (decoder); parameter counts are for vocab 256, seq_len 4096.
+MODELS: dict[str, dict] = {
+    "gpt50m": dict(d_model=768, n_layers=7, n_heads=12),                      # ~50 M
+    "gpt125m": dict(d_model=768, n_layers=12, n_heads=12),                    # ~88 M
+    "gpt350m": dict(d_model=1024, n_layers=24, n_heads=16, n_kv_heads=4),     # ~265 M, GQA
+    "gpt1b": dict(d_model=2048, n_layers=20, n_heads=16, n_kv_heads=8),       # ~0.9 B, GQA
+    "gpt3b": dict(d_model=2560, n_layers=32, n_heads=32, n_kv_heads=8),       # ~2.3 B, GQA
+    "gpt7b": dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8),       # ~5.6 B, GQA
+    # CPU tests: tiny, but with GQA and two heads per TP rank so every code path runs.
+    "toy": dict(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2),
+}
+
+
+def model_config(cfg: dict, causal: bool = True) -> ModelConfig:
+    if cfg["model"] not in MODELS:
+        raise ValueError(f"unknown model preset {cfg['model']!r}; known: {sorted(MODELS)}")
+    return ModelConfig(**MODELS[cfg["model"]], seq_len=int(cfg["seq_len"]), causal=causal)
+
+
+def build_model(ctx: Context, mcfg: ModelConfig) -> GPT:
+    """Same weights on every rank (seeded by ctx.seed, not the rank), built directly on the device
+    so a multi-billion model never passes through host memory."""
+    torch.manual_seed(ctx.seed)
+    with torch.device(ctx.device):
+        model = GPT(mcfg)
+    return model.to(ctx.dtype).eval()
+
+
+def prompt_source(ctx: Context, salt: int = 0) -> Batches:
+    """Real-text prompts (validation split), different per rank unless the caller passes salt=0 on all."""
+    return Batches("val", 1, 8, ctx.device, seed=ctx.seed * 7919 + salt)
+
+
+@dataclass
+class FlopFit:
+    """Per-sequence FLOPs of this rank's model: decode at attended length L = w + c·L;
+    prefill of T tokens = T·w + c·T²."""
+
+    w: float
+    c: float
+
+    def decode(self, n: int, attended: int) -> int:
+        return int(round(n * (self.w + self.c * attended)))
+
+    def prefill(self, n: int, tokens: int) -> int:
+        return int(round(n * (tokens * self.w + self.c * tokens * tokens)))
+
+    @classmethod
+    def measure(cls, decode_at: Callable[[int], None], l1: int = 4, l2: int = 12) -> "FlopFit":
+        """``decode_at(L)`` runs one decode step of one sequence attending to L keys."""
+        f1 = flopcount.measure(lambda: decode_at(l1))
+        f2 = flopcount.measure(lambda: decode_at(l2))
+        c = (f2 - f1) / (l2 - l1)
+        return cls(w=f1 - c * l1, c=c)
+
+    def as_dict(self) -> dict:
+        return {"method": "flop_counter_fit", "w_flops_per_token": self.w, "c_flops_per_token_per_key": self.c}
+
+
+def fit_model(model, mcfg: ModelConfig, ctx: Context, n_layers: int | None = None,
+              kv_heads: int | None = None, first_stage: bool = True) -> FlopFit:
+    """Fit this rank's model (a whole GPT, a tensor-parallel shard or a pipeline stage)."""
+    n_layers = n_layers or len(model.layers)
+    cache = KVCache(mcfg, n_layers, 1, 16, ctx.device, ctx.dtype, kv_heads)
+    if first_stage:
+        x = torch.zeros(1, 1, dtype=torch.long, device=ctx.device)
+    else:
+        x = torch.zeros(1, 1, mcfg.d_model, dtype=ctx.dtype, device=ctx.device)
+
+    def decode_at(attended: int) -> None:
+        cache.length = attended - 1
+        model(x, cache)
+
+    return FlopFit.measure(decode_at)
+
+
+def sample(logits: torch.Tensor) -> torch.Tensor:
+    """Greedy next token from [batch, vocab] logits, as [batch, 1]."""
+    return logits.argmax(dim=-1, keepdim=True)
+
+
+def generate_rounds(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, *, count_tokens: bool = True,
+                    lockstep: bool = False, kv_heads: int | None = None) -> None:
+    """Batched generation with a KV cache until the deadline: prefill ``batch`` prompts of
+    ``prompt_len`` tokens, then ``gen_len`` decode steps; optional idle pause between rounds.
+
+    ``lockstep`` (tensor parallel): every rank sees the same prompts, rank 0 decides at each round
+    whether to go on, and rounds run to their end so the ranks' collectives always pair up."""
+    batch, plen, glen = int(cfg["batch"]), int(cfg["prompt_len"]), int(cfg["gen_len"])
+    if plen + glen > mcfg.seq_len:
+        raise ValueError(f"prompt_len + gen_len = {plen + glen} exceeds seq_len {mcfg.seq_len}")
+    pause_s = float(cfg.get("pause_s", 0.0))
+    fit = fit_model(model, mcfg, ctx, kv_heads=kv_heads)
+    ctx.ledger.extra.update(fit.as_dict())
+    ctx.ledger.collective_bytes.clear()   # the fit's own forward passes are not part of the run
+    src = prompt_source(ctx, salt=0 if lockstep else ctx.rank)
+    cache = KVCache(mcfg, mcfg.n_layers, batch, plen + glen, ctx.device, ctx.dtype, kv_heads)
+    rng = torch.Generator().manual_seed(ctx.seed + ctx.rank)
+    rounds = generated = 0
+    while agree(ctx, ctx.keep_going()) if lockstep else ctx.keep_going():
+        prompts = src.prompts(batch, plen)
+        cache.length = 0
+        t0 = time.perf_counter()
+        tok = sample(model(prompts, cache)[:, -1])
+        ctx.sync()
+        ctx.ledger.step(time.perf_counter() - t0, batch * plen if count_tokens else 0,
+                        flops=fit.prefill(batch, plen))
+        for _ in range(glen - 1):
+            if not lockstep and not ctx.keep_going():
+                break
+            t0 = time.perf_counter()
+            tok = sample(model(tok, cache)[:, -1])
+            ctx.sync()
+            ctx.ledger.step(time.perf_counter() - t0, batch if count_tokens else 0,
+                            flops=fit.decode(batch, cache.length))
+            generated += batch
+        rounds += 1
+        if pause_s > 0:
+            # A lightly loaded server: the GPU waits for the next batch of users.
+            time.sleep(float(torch.empty(1).exponential_(1 / pause_s, generator=rng)))
+    ctx.ledger.extra.update(rounds=rounds, tokens_generated=generated + rounds * batch,
+                            tokens_prefilled=rounds * batch * plen)
+
+
+def agree(ctx: Context, go: bool) -> bool:
+    """Rank 0's decision, shared over the CPU group (no GPU traffic), so every rank runs the same
+    number of rounds of a lock-step workload and none waits forever in a collective."""
+    if not dist.is_initialized() or ctx.world_size == 1:
+        return go
+    flag = torch.tensor([1 if go else 0], dtype=torch.int32)
+    dist.broadcast(flag, src=0, group=ctx.cpu_group)
+    return bool(flag.item())
+
+
+def need_all_ranks(ctx: Context, name: str, minimum: int = 2) -> None:
+    if ctx.n_active != ctx.world_size or ctx.world_size < minimum:
+        raise ValueError(f"{name} needs all ranks of the launch and at least {minimum} "
+                         f"(world {ctx.world_size}, active {ctx.n_active})")

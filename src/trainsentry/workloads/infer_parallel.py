@@ -1,0 +1,275 @@
+"""Multi-GPU inference: tensor-parallel decode, pipeline-parallel inference and disaggregated
+prefill/decode serving. Parallelism is applied to the one GPT from outside.
+
+What each shows on the GPU link (the reason these workloads exist):
+- tensor parallel: 2 all-reduces of batch × tokens × d_model per layer per forward, small, very frequent,
+  symmetric, never a parameter-sized collective;
+- pipeline: activations one way stage to stage, the sampled token ids (a few bytes) back to stage 0;
+- disaggregated: one-way bursts of KV cache, 2 · layers · kv_heads · head_dim · bytes per prompt token.
+Bytes are counted where this code hands a tensor to torch.distributed (sends and all-reduce inputs).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from .base import Context, Ledger, variants
+from .infer_common import (agree, build_model, fit_model, generate_rounds, model_config, need_all_ranks,
+                           prompt_source, sample)
+from .model import GPT, KVCache, ModelConfig
+
+TOY = {"model": "toy", "seq_len": 64, "batch": 4, "prompt_len": 8, "gen_len": 4, "micro_batches": 2,
+       "pause_s": 0.0}
+
+
+# --------------------------------------------------------------------------- tensor parallel
+class RowParallel(nn.Module):
+    """A row-sharded linear whose partial outputs are summed over the tensor-parallel group."""
+
+    def __init__(self, linear: nn.Linear, group, ledger: Ledger | None):
+        super().__init__()
+        self.linear, self.group, self.ledger = linear, group, ledger
+
+    def forward(self, x):
+        y = self.linear(x)
+        dist.all_reduce(y, group=self.group)
+        if self.ledger is not None:
+            self.ledger.collective("all_reduce", y.numel() * y.element_size())
+        return y
+
+
+def _shard(linear: nn.Linear, dim: int, rank: int, world: int) -> nn.Linear:
+    w = linear.weight.detach()
+    if w.shape[dim] % world:
+        raise ValueError(f"cannot split {tuple(w.shape)} along dim {dim} over {world} ranks")
+    linear.weight = nn.Parameter(w.chunk(world, dim)[rank].clone(), requires_grad=False)
+    linear.out_features, linear.in_features = linear.weight.shape
+    return linear
+
+
+def shard_tensor_parallel(model: GPT, rank: int, world: int, group=None, ledger: Ledger | None = None) -> int:
+    """Megatron-style sharding in place: q/k/v and fc1 split by output (whole heads per rank), o and
+    fc2 split by input and followed by an all-reduce. Returns the local number of KV heads."""
+    cfg = model.cfg
+    if cfg.n_heads % world or cfg.kv_heads % world:
+        raise ValueError(f"heads {cfg.n_heads} / kv_heads {cfg.kv_heads} do not split over {world} ranks")
+    for block in model.layers.values():
+        attn, mlp = block.attn, block.mlp
+        for lin in (attn.q, attn.k, attn.v, mlp.fc1):
+            _shard(lin, 0, rank, world)
+        attn.o = RowParallel(_shard(attn.o, 1, rank, world), group, ledger)
+        mlp.fc2 = RowParallel(_shard(mlp.fc2, 1, rank, world), group, ledger)
+    return cfg.kv_heads // world
+
+
+@torch.inference_mode()
+def run_tp(ctx: Context, cfg: dict) -> None:
+    """Tensor-parallel batched decode over all ranks (Megatron sharding, all-reduce per layer)."""
+    need_all_ranks(ctx, "tensor-parallel decode")
+    mcfg = model_config(cfg)
+    model = build_model(ctx, mcfg)
+    kv_local = shard_tensor_parallel(model, ctx.rank, ctx.world_size, None, ctx.ledger)
+    ctx.ledger.extra.update(params=mcfg.params(), tp=ctx.world_size)
+    generate_rounds(ctx, model, mcfg, cfg, count_tokens=ctx.rank == 0, lockstep=True, kv_heads=kv_local)
+
+
+variants("infer.tp", "inference", "tp", run_tp,
+         base={"model": "gpt3b", "seq_len": 2048, "batch": 32, "prompt_len": 512, "gen_len": 256},
+         toy=TOY, gpus=0, grid={
+             "xl3b_b32": {},
+             "g7b_b64": {"model": "gpt7b", "batch": 64, "prompt_len": 1024, "gen_len": 512},
+             "l1b_b1_latency": {"model": "gpt1b", "batch": 1, "prompt_len": 128, "gen_len": 512},
+             "m350m_b256": {"model": "gpt350m", "batch": 256, "prompt_len": 256, "gen_len": 256},
+         })
+
+
+# --------------------------------------------------------------------------- pipeline parallel
+def split_stages(model: GPT, rank: int, world: int) -> range:
+    """Keep this rank's contiguous slice of layers; embeddings on the first stage, head on the last."""
+    n = model.cfg.n_layers
+    if n < world:
+        raise ValueError(f"{n} layers cannot fill {world} pipeline stages")
+    lo, hi = rank * n // world, (rank + 1) * n // world
+    for key in list(model.layers.keys()):
+        if not lo <= int(key) < hi:
+            del model.layers[key]
+    if rank != 0:
+        model.tok = model.pos = None
+    if rank != world - 1:
+        model.norm = model.head = None
+    return range(lo, hi)
+
+
+def _pp_phase(ctx: Context, model: GPT, caches: list[KVCache], inputs: list[torch.Tensor] | None,
+              shape: tuple[int, ...]) -> torch.Tensor | None:
+    """One forward of every micro-batch through this stage; returns all next tokens on every rank
+    (the last stage samples them and sends them back to stage 0, the only other rank needing them)."""
+    rank, world = ctx.rank, ctx.world_size
+    outs = []
+    for m, cache in enumerate(caches):
+        if rank == 0:
+            x = inputs[m]
+        else:
+            x = torch.empty(shape, dtype=ctx.dtype, device=ctx.device)
+            dist.recv(x, src=rank - 1)
+        y = model(x, cache)
+        if rank < world - 1:
+            y = y.contiguous()
+            dist.send(y, dst=rank + 1)
+            ctx.ledger.collective("send_activations", y.numel() * y.element_size())
+        else:
+            outs.append(sample(y[:, -1]))
+    batch = shape[0] * len(caches)
+    if rank == world - 1:
+        tokens = torch.cat(outs)
+        dist.send(tokens, dst=0)
+        ctx.ledger.collective("send_tokens", tokens.numel() * tokens.element_size())
+        return tokens
+    if rank == 0:
+        tokens = torch.empty(batch, 1, dtype=torch.long, device=ctx.device)
+        dist.recv(tokens, src=world - 1)
+        return tokens
+    return None
+
+
+@torch.inference_mode()
+def run_pp(ctx: Context, cfg: dict) -> None:
+    """Pipeline-parallel generation: layers split over ranks, micro-batches flow one way."""
+    need_all_ranks(ctx, "pipeline-parallel inference")
+    mcfg = model_config(cfg)
+    model = build_model(ctx, mcfg)
+    layers = split_stages(model, ctx.rank, ctx.world_size)
+    batch, plen, glen, n_micro = (int(cfg[k]) for k in ("batch", "prompt_len", "gen_len", "micro_batches"))
+    if batch % n_micro:
+        raise ValueError(f"batch {batch} does not split into {n_micro} micro-batches")
+    mb = batch // n_micro
+    fit = fit_model(model, mcfg, ctx, first_stage=ctx.rank == 0)
+    ctx.ledger.extra.update(fit.as_dict(), params=mcfg.params(), layers=[layers.start, layers.stop])
+    caches = [KVCache(mcfg, len(layers), mb, plen + glen, ctx.device, ctx.dtype) for _ in range(n_micro)]
+    src = prompt_source(ctx)
+    last = ctx.rank == ctx.world_size - 1
+    rounds = 0
+    while agree(ctx, ctx.keep_going()):
+        prompts = src.prompts(batch, plen).chunk(n_micro) if ctx.rank == 0 else None
+        for c in caches:
+            c.length = 0
+        t0 = time.perf_counter()
+        tok = _pp_phase(ctx, model, caches, prompts, (mb, plen, mcfg.d_model))
+        ctx.sync()
+        ctx.ledger.step(time.perf_counter() - t0, batch * plen if last else 0, flops=fit.prefill(batch, plen))
+        for _ in range(glen - 1):
+            inputs = tok.chunk(n_micro) if ctx.rank == 0 else None
+            t0 = time.perf_counter()
+            tok = _pp_phase(ctx, model, caches, inputs, (mb, 1, mcfg.d_model))
+            ctx.sync()
+            ctx.ledger.step(time.perf_counter() - t0, batch if last else 0,
+                            flops=fit.decode(batch, caches[0].length))
+        rounds += 1
+    ctx.ledger.extra["rounds"] = rounds
+
+
+variants("infer.pp", "inference", "pp", run_pp,
+         base={"model": "gpt3b", "seq_len": 2048, "batch": 64, "prompt_len": 512, "gen_len": 256,
+               "micro_batches": 4},
+         toy=TOY, gpus=0, grid={
+             "xl3b_b64_mb4": {},
+             "g7b_b32_mb2": {"model": "gpt7b", "batch": 32, "prompt_len": 1024, "gen_len": 128,
+                             "micro_batches": 2},
+             "l1b_b128_mb8": {"model": "gpt1b", "batch": 128, "prompt_len": 256, "gen_len": 384,
+                              "micro_batches": 8},
+         })
+
+
+# --------------------------------------------------------------------------- disaggregated serving
+def kv_transfer_bytes(mcfg: ModelConfig, batch: int, prompt_len: int, bytes_per_value: int) -> int:
+    """Bytes of KV cache one prefill hands to the decode rank: 2 · layers · kv_heads · head_dim · bytes
+    per prompt token."""
+    return 2 * mcfg.n_layers * mcfg.kv_heads * mcfg.head_dim * bytes_per_value * batch * prompt_len
+
+
+def _prefill_rank(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, fit) -> None:
+    batch, plen = int(cfg["batch"]), int(cfg["prompt_len"])
+    pause_s = float(cfg.get("pause_s", 0.0))
+    # Cache exactly prompt_len long, so each layer's keys and values are contiguous and go as they are.
+    cache = KVCache(mcfg, mcfg.n_layers, batch, plen, ctx.device, ctx.dtype)
+    src = prompt_source(ctx)
+    header = torch.ones(1, dtype=torch.long, device=ctx.device)
+    decoders = list(range(1, ctx.world_size))
+    rounds = 0
+    while ctx.keep_going():
+        dst = decoders[rounds % len(decoders)]
+        prompts = src.prompts(batch, plen)
+        cache.length = 0
+        t0 = time.perf_counter()
+        tok = sample(model(prompts, cache)[:, -1])
+        ctx.sync()
+        ctx.ledger.step(time.perf_counter() - t0, batch * plen, flops=fit.prefill(batch, plen))
+        for t in (header, tok):
+            dist.send(t, dst=dst)
+            ctx.ledger.collective("send_control", t.numel() * t.element_size())
+        for kv in (*cache.k, *cache.v):
+            dist.send(kv, dst=dst)
+            ctx.ledger.collective("send_kv_cache", kv.numel() * kv.element_size())
+        ctx.sync()   # back-pressure: wait until the decode rank took the cache
+        rounds += 1
+        if pause_s > 0:
+            time.sleep(pause_s)
+    header.zero_()
+    for dst in decoders:
+        dist.send(header, dst=dst)
+        ctx.ledger.collective("send_control", header.numel() * header.element_size())
+    ctx.ledger.extra["rounds"] = rounds
+
+
+def _decode_rank(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, fit) -> None:
+    batch, plen, glen = int(cfg["batch"]), int(cfg["prompt_len"]), int(cfg["gen_len"])
+    cache = KVCache(mcfg, mcfg.n_layers, batch, plen + glen, ctx.device, ctx.dtype)
+    staging = torch.empty_like(cache.k[0][:, :, :plen])
+    header = torch.empty(1, dtype=torch.long, device=ctx.device)
+    tok = torch.empty(batch, 1, dtype=torch.long, device=ctx.device)
+    rounds = 0
+    while True:
+        dist.recv(header, src=0)
+        if int(header.item()) == 0:
+            break
+        dist.recv(tok, src=0)
+        for kv in (*cache.k, *cache.v):
+            dist.recv(staging, src=0)
+            kv[:, :, :plen].copy_(staging)
+        cache.length = plen
+        for _ in range(glen - 1):   # a round always finishes: the prefill rank decides when to stop
+            t0 = time.perf_counter()
+            tok = sample(model(tok, cache)[:, -1])
+            ctx.sync()
+            ctx.ledger.step(time.perf_counter() - t0, batch, flops=fit.decode(batch, cache.length))
+        rounds += 1
+    ctx.ledger.extra["rounds"] = rounds
+
+
+@torch.inference_mode()
+def run_disagg(ctx: Context, cfg: dict) -> None:
+    """Disaggregated serving: prefill on rank 0, KV cache sent over NCCL, decode on the other ranks."""
+    need_all_ranks(ctx, "disaggregated serving")
+    mcfg = model_config(cfg)
+    model = build_model(ctx, mcfg)
+    fit = fit_model(model, mcfg, ctx)
+    ctx.ledger.extra.update(fit.as_dict(), params=mcfg.params(),
+                            role="prefill" if ctx.rank == 0 else "decode",
+                            kv_bytes_per_round=kv_transfer_bytes(mcfg, int(cfg["batch"]), int(cfg["prompt_len"]),
+                                                                 torch.empty(0, dtype=ctx.dtype).element_size()))
+    (_prefill_rank if ctx.rank == 0 else _decode_rank)(ctx, model, mcfg, cfg, fit)
+
+
+variants("infer.disagg", "inference", "disagg", run_disagg,
+         base={"model": "gpt1b", "seq_len": 4096, "batch": 32, "prompt_len": 2048, "gen_len": 256},
+         toy=TOY, gpus=0, grid={
+             "l1b_b32_p2k": {},
+             "xl3b_b16_p4k": {"model": "gpt3b", "seq_len": 4608, "batch": 16, "prompt_len": 4096,
+                              "gen_len": 128},
+             "m350m_b64_p1k_bursty": {"model": "gpt350m", "seq_len": 2048, "batch": 64, "prompt_len": 1024,
+                                      "gen_len": 512, "pause_s": 1.5},
+         })

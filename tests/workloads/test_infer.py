@@ -1,0 +1,299 @@
+"""Inference and other workloads: every registered one at toy size in one 2-rank gloo torchrun launch
+of the real plan worker (start-up paid once), ground truth checked against analytic formulas, plus
+in-process correctness of the KV cache, the serving slot pool and the FLOP fit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainsentry.workloads import flops as flopcount
+from trainsentry.workloads import infer, other  # noqa: F401  (registers the workloads under test)
+from trainsentry.workloads.base import WORKLOADS
+from trainsentry.workloads.infer_common import MODELS, fit_model, model_config
+from trainsentry.workloads.infer_parallel import kv_transfer_bytes
+from trainsentry.workloads.infer_serve import SlotPool, decode_pool
+from trainsentry.workloads.model import GPT, KVCache, ModelConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed"}
+OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle"}
+MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other"))
+STEPS = 4
+FP32 = 4
+
+# The real worker with only these modules standing in for the registry (the training module is tested
+# on its own), then a tensor-parallel vs single-device decode comparison in a fresh gloo group.
+LAUNCHER = textwrap.dedent('''
+    import json, os, sys
+    import torch, torch.distributed as dist
+    from trainsentry.workloads import infer, other
+    sys.modules.setdefault("trainsentry.workloads.registry", infer)
+    from trainsentry.workloads import worker
+    worker.main(sys.argv[1:3])
+
+    from trainsentry.workloads.infer_common import MODELS
+    from trainsentry.workloads.infer_parallel import shard_tensor_parallel
+    from trainsentry.workloads.model import GPT, KVCache, ModelConfig
+    # A fresh group on a file store: torchrun's agent store does not take a second default group.
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[2] + "/tp_check.store",
+                            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cfg = ModelConfig(**MODELS["toy"], seq_len=32)
+    torch.manual_seed(0); full = GPT(cfg).eval()
+    torch.manual_seed(0); tp = GPT(cfg).eval()
+    kv_local = shard_tensor_parallel(tp, rank, world)
+    prompt = torch.randint(0, 256, (3, 6), generator=torch.Generator().manual_seed(1))
+
+    def generate(model, kv_heads):
+        cache = KVCache(cfg, cfg.n_layers, 3, 16, "cpu", torch.float32, kv_heads)
+        logits = [model(prompt, cache)[:, -1]]
+        for _ in range(5):
+            logits.append(model(logits[-1].argmax(-1, keepdim=True), cache)[:, -1])
+        return torch.stack(logits)
+
+    with torch.inference_mode():
+        a, b = generate(full, None), generate(tp, kv_local)
+    if rank == 0:
+        out = {"max_abs_diff": (a - b).abs().max().item(), "max_abs": a.abs().max().item(),
+               "same_tokens": bool((a.argmax(-1) == b.argmax(-1)).all())}
+        open(sys.argv[2] + "/tp_check.json", "w").write(json.dumps(out))
+    dist.destroy_process_group()
+''')
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("infer_toy")
+    runs = []
+    for name in MINE:
+        item = {"run_id": name, "workload": name, "seconds": 60, "max_steps": STEPS}
+        if name.startswith("other.nccl_sweep"):   # two sizes per op, every op of the variant once
+            item.update(overrides={"min_bytes": 1024, "max_bytes": 2048}, max_steps=6)
+        runs.append(item)
+    (out / "plan.json").write_text(json.dumps({"toy": True, "runs": runs}))
+    (out / "launch.py").write_text(LAUNCHER)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(out / "launch.py"), str(out / "plan.json"), str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out
+
+
+def truth(out: Path, name: str) -> dict:
+    return json.loads((out / f"{name}.truth.json").read_text())
+
+
+def test_every_type_registered_with_enough_configs():
+    inf = {n: s for n, s in WORKLOADS.items() if s.cls == "inference"}
+    oth = {n: s for n, s in WORKLOADS.items() if s.cls == "other"}
+    assert {s.family for s in inf.values()} == INFER_TYPES
+    assert {s.family for s in oth.values()} == OTHER_TYPES
+    assert len(inf) >= 15 and len(oth) >= 6
+    for name, spec in inf.items():
+        assert name.split(".")[1] == spec.family
+
+
+def test_gpu_configs_fit_two_h200():
+    """Every full-size config is consistent and its weights plus KV cache fit one H200 (141 GB)."""
+    for name, spec in WORKLOADS.items():
+        if spec.cls != "inference":
+            continue
+        cfg = spec.resolve(toy=False)
+        m = model_config(cfg)
+        kv_per_token = 2 * m.n_layers * m.kv_heads * m.head_dim * 2
+        if spec.family == "serve":
+            assert cfg["prompt_max"] < cfg["seq_len"], name
+            tokens = cfg["slots"] * cfg["seq_len"]
+        elif spec.family == "embed":
+            assert cfg["text_len"] <= cfg["seq_len"], name
+            tokens = 0
+        else:
+            assert cfg["prompt_len"] + cfg["gen_len"] <= cfg["seq_len"], name
+            tokens = cfg["batch"] * (cfg["prompt_len"] + cfg["gen_len"])
+        if spec.family == "pp":
+            assert cfg["batch"] % cfg["micro_batches"] == 0, name
+        shards = 2 if spec.family == "tp" or cfg.get("tp") else 1
+        if shards == 2:
+            assert m.n_heads % 2 == 0 and m.kv_heads % 2 == 0, name
+        gb = (m.params() * 2 * (1 + (shards == 1)) / shards + kv_per_token * tokens / shards) / 1e9
+        assert gb < 110, f"{name} needs ~{gb:.0f} GB per GPU"
+
+
+def test_every_workload_runs_at_toy_size(toy_run):
+    for name in MINE:
+        t = truth(toy_run, name)
+        assert t["ok"], (name, t["errors"])
+        gt = t["ground_truth"]
+        assert gt["steps"] >= 1 and len(gt["step_times_s"]) == gt["steps"], name
+        if t["class"] == "inference":
+            assert gt["tokens"] > 0 and gt["flops"] > 0, name
+    assert truth(toy_run, "other.matmul.n8192_x2")["ground_truth"]["flops"] == 2 * STEPS * 2 * 2 * 64 ** 3
+
+
+def _analytic_generate(cfg: dict, steps: int) -> float:
+    """Forward FLOPs of ``steps`` steps of generation (prefill then decode), from the model config."""
+    m = model_config(cfg)
+    b, p, g = cfg["batch"], cfg["prompt_len"], cfg["gen_len"]
+    total, length, done = 0.0, 0, 0
+    while done < steps:
+        if length == 0 or length == p + g - 1:
+            total += b * p * m.flops_per_token(p, training=False)
+            length = p
+        else:
+            length += 1
+            total += b * m.flops_per_token(length, training=False)
+        done += 1
+    return total
+
+
+@pytest.mark.parametrize("name", ["infer.generate.m350m_b128", "infer.prefill.m350m_ctx8k",
+                                  "infer.replicas.m350m_b64", "infer.embed.s125m_b256_l512"])
+def test_flop_counter_matches_analytic(toy_run, name):
+    t = truth(toy_run, name)
+    cfg, gt = t["config"], t["ground_truth"]
+    ranks = len(t["ranks"])
+    if t["family"] == "embed":
+        m = model_config(cfg, causal=False)
+        no_head = m.flops_per_token(cfg["text_len"], False) - 2 * m.d_model * m.vocab   # pooled, no LM head
+        analytic = gt["steps"] * cfg["batch"] * cfg["text_len"] * no_head
+    else:
+        analytic = _analytic_generate(cfg, gt["steps"])
+    assert gt["flops"] == pytest.approx(ranks * analytic, rel=0.10)
+
+
+def test_tensor_parallel_all_reduce_bytes(toy_run):
+    t = truth(toy_run, "infer.tp.xl3b_b32")
+    cfg, gt = t["config"], t["ground_truth"]
+    m = model_config(cfg)
+    rounds = gt["extra"]["0"]["rounds"]
+    tokens_per_round = cfg["prompt_len"] + cfg["gen_len"] - 1
+    expect = rounds * 2 * m.n_layers * cfg["batch"] * tokens_per_round * m.d_model * FP32
+    for rank in ("0", "1"):
+        assert gt["collective_bytes_per_rank"][rank] == {"all_reduce": expect}
+    assert gt["tokens"] == rounds * cfg["batch"] * tokens_per_round   # counted once, on rank 0
+
+
+def test_tensor_parallel_decode_equals_single_device(toy_run):
+    check = json.loads((toy_run / "tp_check.json").read_text())
+    assert check["same_tokens"]
+    assert check["max_abs_diff"] <= 1e-5 * max(1.0, check["max_abs"])
+
+
+def test_disaggregated_kv_transfer_bytes(toy_run):
+    t = truth(toy_run, "infer.disagg.l1b_b32_p2k")
+    cfg, gt = t["config"], t["ground_truth"]
+    m = model_config(cfg)
+    rounds = gt["extra"]["0"]["rounds"]
+    assert rounds >= 1 and gt["extra"]["1"]["rounds"] == rounds
+    per_round = 2 * m.n_layers * m.kv_heads * m.head_dim * FP32 * cfg["batch"] * cfg["prompt_len"]
+    assert kv_transfer_bytes(m, cfg["batch"], cfg["prompt_len"], FP32) == per_round
+    assert gt["collective_bytes_per_rank"]["0"]["send_kv_cache"] == rounds * per_round
+    assert gt["collective_bytes_per_rank"]["1"] == {}     # one way: the decode rank sends nothing
+    assert gt["tokens"] == rounds * cfg["batch"] * (cfg["prompt_len"] + cfg["gen_len"] - 1)
+
+
+def test_pipeline_sends_activations_one_way(toy_run):
+    t = truth(toy_run, "infer.pp.xl3b_b64_mb4")
+    cfg, gt = t["config"], t["ground_truth"]
+    rounds = gt["extra"]["0"]["rounds"]
+    d = model_config(cfg).d_model
+    tokens_per_round = cfg["prompt_len"] + cfg["gen_len"] - 1
+    sent = gt["collective_bytes_per_rank"]
+    assert sent["0"] == {"send_activations": rounds * cfg["batch"] * tokens_per_round * d * FP32}
+    assert sent["1"] == {"send_tokens": rounds * cfg["gen_len"] * cfg["batch"] * 8}
+    assert gt["extra"]["0"]["layers"] == [0, 1] and gt["extra"]["1"]["layers"] == [1, 2]
+
+
+def test_replicas_and_single_gpu_send_nothing(toy_run):
+    for name in ("infer.replicas.m350m_b64", "infer.generate.s50m_b32", "infer.serve.m350m_r16_replicas"):
+        gt = truth(toy_run, name)["ground_truth"]
+        assert all(v == {} for v in gt["collective_bytes_per_rank"].values()), name
+    gt = truth(toy_run, "infer.replicas.m350m_b64")["ground_truth"]
+    assert set(gt["flops_per_step_per_rank"]) == {"0", "1"}
+
+
+def test_serving_completes_requests(toy_run):
+    for name in ("infer.serve.m350m_r40_heavy", "infer.serve.l1b_r20_tp2"):
+        t = truth(toy_run, name)
+        e = t["ground_truth"]["extra"]["0"]
+        assert e["requests_arrived"] >= e["requests_done"] >= 1, name
+        assert e["median_ttft_s"] is not None and e["median_ttft_s"] <= e["median_latency_s"]
+    tp = truth(toy_run, "infer.serve.l1b_r20_tp2")["ground_truth"]["collective_bytes_per_rank"]
+    assert tp["0"]["all_reduce"] == tp["1"]["all_reduce"] > 0
+
+
+def test_nccl_sweep_counts_bytes(toy_run):
+    gt = truth(toy_run, "other.nccl_sweep.mixed_1k_256m")["ground_truth"]
+    for rank in ("0", "1"):   # 6 steps: 2 sizes × 3 ops, 2 calls each, 1 KiB + 2 KiB
+        assert gt["collective_bytes_per_rank"][rank] == {op: 2 * (1024 + 2048)
+                                                        for op in ("all_reduce", "all_gather", "send_recv")}
+    oneway = truth(toy_run, "other.nccl_sweep.oneway_1m_512m")["ground_truth"]["collective_bytes_per_rank"]
+    assert oneway["0"]["send_oneway"] > 0 and oneway["1"]["send_oneway"] == 0
+
+
+# ------------------------------------------------------------------ in-process correctness
+TOY = ModelConfig(**MODELS["toy"], seq_len=48)
+
+
+def _model() -> GPT:
+    torch.manual_seed(3)
+    return GPT(TOY).eval()
+
+
+@torch.inference_mode()
+def test_kv_cache_decode_equals_full_forward():
+    model = _model()
+    seq = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0))
+    cache = KVCache(TOY, TOY.n_layers, 2, 16, "cpu", torch.float32)
+    steps = [model(seq[:, :8], cache)[:, -1]] + [model(seq[:, i:i + 1], cache)[:, -1] for i in range(8, 12)]
+    full = model(seq)
+    for j, logits in enumerate(steps):
+        torch.testing.assert_close(logits, full[:, 7 + j], rtol=1e-4, atol=1e-5)
+
+
+@torch.inference_mode()
+def test_slot_pool_decode_with_ragged_lengths_equals_full_forward():
+    """Continuous batching: three requests of different lengths decoded together, one leaving."""
+    model = _model()
+    pool = SlotPool(TOY, 4, 32, "cpu", torch.float32, None)
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(0, 256, (n,), generator=g) for n in (5, 9, 7)]
+    for s in seqs:
+        pool.tokens[pool.n] = model(s[None, :-1], pool.view(pool.n))[0, -1].argmax()
+        pool.lengths.append(len(s) - 1)
+        pool.tokens[pool.n - 1] = s[-1]
+    logits = decode_pool(model, pool)
+    for i, s in enumerate(seqs):
+        torch.testing.assert_close(logits[i], model(s[None])[0, -1], rtol=1e-4, atol=1e-5)
+    pool.lengths = [n + 1 for n in pool.lengths]
+    pool.release(0)                      # slot 2 moves into slot 0
+    nxt = torch.tensor([[11], [22]])
+    pool.tokens[:2] = nxt
+    logits = decode_pool(model, pool)
+    for row, s in zip(range(2), (seqs[2], seqs[1])):
+        ext = torch.cat([s, nxt[row]])
+        torch.testing.assert_close(logits[row], model(ext[None])[0, -1], rtol=1e-4, atol=1e-5)
+
+
+@torch.inference_mode()
+def test_flop_fit_is_exact_for_pool_decode_and_prefill():
+    from trainsentry.workloads.base import Context
+    model = _model()
+    ctx = Context(rank=0, world_size=1, device=torch.device("cpu"), dtype=torch.float32, deadline=0)
+    fit = fit_model(model, TOY, ctx)
+    pool = SlotPool(TOY, 4, 32, "cpu", torch.float32, None)
+    pool.lengths = [3, 17, 9]
+    assert flopcount.measure(lambda: decode_pool(model, pool)) == fit.decode(3, 18)
+    cache = KVCache(TOY, TOY.n_layers, 2, 32, "cpu", torch.float32)
+    prompt = torch.zeros(2, 21, dtype=torch.long)
+    assert flopcount.measure(lambda: model(prompt, cache)) == fit.prefill(2, 21)
+    assert fit.decode(1, 30) == pytest.approx(TOY.flops_per_token(30, training=False), rel=1e-9)
