@@ -49,6 +49,7 @@ def make_optimizers(ctx: Context, model: nn.Module, cfg: dict) -> list[torch.opt
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [[p for p in params if isinstance(p, DTensor)], [p for p in params if not isinstance(p, DTensor)]]
     opts = []
+    warmup = max(1, int(cfg.get("warmup", 1)))
     for group in groups:
         if not group:
             continue
@@ -57,7 +58,17 @@ def make_optimizers(ctx: Context, model: nn.Module, cfg: dict) -> list[torch.opt
             opts.append(torch.optim.SGD(group, lr=cfg.get("lr_sgd", 0.1), momentum=0.9, **fast))
         else:
             opts.append(torch.optim.AdamW(group, lr=cfg["lr"], betas=(0.9, 0.95), weight_decay=0.1, **fast))
+    # Linear warm-up: without it the multi-billion-parameter configs spike to a loss of ~20 first.
+    for opt in opts:
+        opt.warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
     return opts
+
+
+def optimizer_step(opts: list[torch.optim.Optimizer]) -> None:
+    for opt in opts:
+        opt.step()
+        opt.warmup.step()
+        opt.zero_grad(set_to_none=True)
 
 
 def wrap_ddp(ctx: Context, model: nn.Module) -> nn.Module:
@@ -128,10 +139,23 @@ def pipeline_stage_module(ctx: Context, model: GPT) -> GPT:
     return model
 
 
+class FloatOutput(nn.Module):
+    """A pipeline stage's output in fp32. The stage infers its output dtype by running on meta
+    tensors, where CUDA autocast does not apply (fp32), so a bf16 output at run time would fail the
+    stage's own check on one rank and leave the other waiting in a receive."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x):
+        return self.module(x).float()
+
+
 def pipeline_schedule(ctx: Context, stage_model: GPT, cfg: dict, loss_fn):
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    stage = PipelineStage(stage_model, ctx.rank, ctx.world_size, ctx.device)
+    stage = PipelineStage(FloatOutput(stage_model), ctx.rank, ctx.world_size, ctx.device)
     kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[cfg.get("schedule", "1f1b")]
     return kind(stage, n_microbatches=cfg["microbatches"], loss_fn=loss_fn)
 

@@ -23,9 +23,10 @@ from .model import loss_fn, n_params
 CLS = "training"
 # Shared toy override: a model that runs a few steps in well under a second on one CPU core.
 TOY = {"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": None, "d_ff": None, "seq_len": 64,
-       "batch": 4, "lr": 3e-3, "lr_sgd": 0.3, "val_batches": 2}
+       "batch": 4, "lr": 3e-3, "lr_sgd": 0.3, "val_batches": 2, "warmup": 2}
 BASE = {"d_model": 1024, "n_layers": 16, "n_heads": 16, "n_kv_heads": None, "d_ff": None, "seq_len": 1024,
-        "batch": 32, "optimizer": "adamw", "lr": 3e-4, "lr_sgd": 0.1, "val_batches": 4}
+        "batch": 32, "optimizer": "adamw", "lr": 3e-4, "lr_sgd": 0.1, "val_batches": 4,
+        "warmup": 10}
 
 
 def _train_loop(ctx: Context, cfg: dict, step, tokens_per_step: int, measure_fn=measure,
@@ -97,7 +98,8 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
     opts = par.make_optimizers(ctx, net, cfg)
     batches = Batches("train", cfg["batch"], mcfg.seq_len, ctx.device, seed=ctx.seed * 7919 + ctx.rank + 1)
     accum = int(cfg.get("accum", 1))
-    clip = cfg.get("optimizer") == "sgd"
+    # Clip plain-tensor gradients (DDP, single GPU); FSDP's sharded norm would add a collective.
+    clip = wrap != "fsdp"
 
     def step():
         total = 0.0
@@ -112,9 +114,7 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
             total = total + loss.detach()
         if clip:
             torch.nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], 1.0)
-        for opt in opts:
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        par.optimizer_step(opts)
         return total
 
     with counter if counter is not None else _null():
@@ -156,9 +156,7 @@ def _tensor_parallel(ctx: Context, cfg: dict) -> None:
             with par.autocast(ctx):
                 loss = loss_fn(model(x), y)
             loss.backward()
-            for opt in opts:
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+            par.optimizer_step(opts)
             return loss.detach()
 
         _train_loop(ctx, cfg, step, cfg["batch"] * mcfg.seq_len if ctx.rank == 0 else 0, par.measure_local)
@@ -190,9 +188,7 @@ def _pipeline(ctx: Context, cfg: dict) -> None:
                     schedule.step(target=y, losses=losses)
                 else:
                     schedule.step()
-            for opt in opts:
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+            par.optimizer_step(opts)
             return torch.stack(losses).mean() if losses else None
 
         _train_loop(ctx, cfg, step, cfg["batch"] * mcfg.seq_len if first else 0, measure_at=1)
@@ -285,3 +281,16 @@ def _extra(c: dict) -> str:
     if c.get("microbatches"):
         bits.append(f"{c.get('schedule', '1f1b')} x{c['microbatches']}")
     return ", ".join(bits)
+
+
+def markdown_table() -> str:
+    """The configs table of docs/workloads-training.md: ``python -m trainsentry.workloads.train``."""
+    cols = ["name", "family", "gpus", "params_M", "d_model", "n_layers", "heads", "d_ff", "seq_len",
+            "batch_per_rank", "accum", "optimizer", "extra"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in describe()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
