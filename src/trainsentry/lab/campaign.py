@@ -17,6 +17,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -145,8 +146,10 @@ def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: flo
     progress(f"campaign {campaign.name}: {len(runs)} runs planned -> {out_root}")
 
     if recorder_factory is None:
-        from ..agent.recorder import Recorder
-        recorder_factory = lambda: Recorder(sources or ["nvml", "net"], hz=campaign.hz)  # noqa: E731
+        from ..agent.record import Recorder
+        from ..agent.sources import open_sources
+        recorder_factory = lambda: Recorder(open_sources(sources or ["nvml", "net"]), hz=campaign.hz,  # noqa: E731
+                                            node=campaign.node)
     recorder = recorder_factory()
     recorder.start()
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={campaign.nproc}",
@@ -154,19 +157,26 @@ def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: flo
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
            "NVSHMEM_DISABLE_NVLS": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     t0 = time.time()
+    # a hung collective must not hang the campaign: bound the launch by the plan's own length
+    limit_s = 2 * STARTUP_S + 1.5 * sum(r["seconds"] + r["gap_before_s"] + PER_RUN_OVERHEAD_S for r in runs) + 60
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     try:
-        proc = subprocess.run(cmd, env=env, stdout=None, stderr=None)
+        returncode = proc.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        returncode = proc.wait()
+        progress(f"worker killed after {limit_s:.0f} s (hung); finished runs are kept")
     finally:
         time.sleep(campaign.post_s)
         readings = recorder.stop()
-    progress(f"worker exited {proc.returncode} after {time.time() - t0:.0f} s; {len(readings)} readings")
+    progress(f"worker exited {returncode} after {time.time() - t0:.0f} s; {len(readings)} readings")
     events_path = work / "events.jsonl"
     events = [json.loads(l) for l in events_path.read_text().splitlines()] if events_path.exists() else []
     truths = {p.name.removesuffix(".truth.json"): json.loads(p.read_text()) for p in work.glob("*.truth.json")}
     written = cut_runs(readings, events, truths, campaign, out_root, " ".join(cmd), _machine())
     failed = [rid for rid, t in truths.items() if not t.get("ok")]
     log = {"t": time.time(), "planned": [r["run_id"] for r in runs], "written": [p.name for p in written],
-           "failed": {rid: truths[rid]["errors"] for rid in failed}, "worker_rc": proc.returncode}
+           "failed": {rid: truths[rid]["errors"] for rid in failed}, "worker_rc": returncode}
     out_root.mkdir(parents=True, exist_ok=True)
     with (out_root / "campaign_log.jsonl").open("a") as f:
         f.write(json.dumps(log) + "\n")

@@ -1,0 +1,66 @@
+"""The campaign runner end to end on CPU: toy workloads under torchrun (2 gloo ranks), the recorder
+on this machine's real network counters, runs cut into traces, manifests validated, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainsentry.lab.campaign import Campaign, plan_runs, run_campaign
+from trainsentry.lab.summary import summarize
+from trainsentry.traces.io import iter_runs, read_trace
+
+WORKLOADS = ["train.single.w640-l12-seq4k", "train.ddp.w1024-l16", "infer.generate.s50m_b32", "other.idle.bare"]
+
+
+def _campaign(tmp_path: Path) -> Path:
+    spec = {"name": "toy", "node": "cpu-test", "hz": 10, "seconds": 2.5, "gap_s": 1.0, "pre_s": 0.5,
+            "post_s": 0.3, "toy": True, "runs": [{"workload": w} for w in WORKLOADS]}
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.slow
+def test_campaign_records_labeled_runs_and_resumes(tmp_path):
+    path = _campaign(tmp_path)
+    written = run_campaign(path, tmp_path / "data", sources=["net"], progress=lambda *_: None)
+    assert sorted(p.name.split("-base-")[0] for p in written) == sorted(WORKLOADS)
+    for run_dir in iter_runs(tmp_path / "data" / "toy"):
+        table, manifest = read_trace(run_dir)
+        assert manifest["labels"]["class"] in ("training", "inference", "other")
+        assert manifest["record_start"] < manifest["start"] < manifest["end"] < manifest["record_end"]
+        t = table.column("t").to_numpy()
+        assert t.min() >= manifest["record_start"] and t.max() <= manifest["record_end"]
+        assert len(table) > 0 and set(table.column("kind").to_pylist()) <= {"net", "ib"}
+        gt = manifest["ground_truth"]
+        if manifest["labels"]["class"] == "training":
+            assert gt["flops"] > 0 and gt["steps"] > 0 and gt["loss_curve"]
+    # resume: everything is on disk, nothing is planned again
+    assert plan_runs(Campaign.load(path), tmp_path / "data" / "toy", None) == []
+    card = summarize(tmp_path / "data" / "toy")
+    assert card["runs"] == len(WORKLOADS)
+    assert card["by_class"] == {"training": 2, "inference": 1, "other": 1}
+    log = [json.loads(l) for l in (tmp_path / "data" / "toy" / "campaign_log.jsonl").read_text().splitlines()]
+    assert log[-1]["worker_rc"] == 0 and not log[-1]["failed"]
+
+
+def test_budget_keeps_only_runs_that_fit(tmp_path):
+    c = Campaign.load(_campaign(tmp_path))
+    assert plan_runs(c, tmp_path / "none", budget_s=10.0) == []   # not even the start-up fits
+    all_runs = plan_runs(c, tmp_path / "none", budget_s=None)
+    assert len(all_runs) == len(WORKLOADS)
+    assert 0 < len(plan_runs(c, tmp_path / "none", budget_s=40.0)) < len(WORKLOADS)
+
+
+def test_unknown_keys_and_workloads_are_refused(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"name": "x", "runs": [], "speed": 3}))
+    with pytest.raises(ValueError, match="unknown campaign keys"):
+        Campaign.load(bad)
+    bad.write_text(yaml.safe_dump({"name": "x", "runs": [{"workload": "no.such"}]}))
+    with pytest.raises(ValueError, match="unknown workload"):
+        Campaign.load(bad).expand()
