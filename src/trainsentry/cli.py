@@ -24,19 +24,14 @@ def _register() -> None:
     function's name without a trailing ``_cmd``, underscores as dashes) and/or a command group as
     ``app`` (a typer.Typer) with its name in ``NAME``.
     """
-    import pkgutil
     from importlib import import_module
+    from pathlib import Path
 
-    import trainsentry
-    for info in sorted(pkgutil.iter_modules(trainsentry.__path__), key=lambda i: i.name):
-        if not info.ispkg:
-            continue
-        try:
-            sub = import_module(f"trainsentry.{info.name}.commands")
-        except ModuleNotFoundError as e:
-            if e.name == f"trainsentry.{info.name}.commands":
-                continue
-            raise
+    root = Path(__file__).parent
+    # Look for the file first: importing a package without commands would run its __init__ (and
+    # pull in numpy or torch on a node that only runs the agent).
+    for path in sorted(root.glob("*/commands.py")):
+        sub = import_module(f"trainsentry.{path.parent.name}.commands")
         if hasattr(sub, "app"):
             app.add_typer(sub.app, name=sub.NAME)
         for cmd in getattr(sub, "COMMANDS", ()):
