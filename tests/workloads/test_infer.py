@@ -19,7 +19,7 @@ from trainsentry.workloads import infer, other  # noqa: F401  (registers the wor
 from trainsentry.workloads.base import WORKLOADS
 from trainsentry.workloads.infer_common import MODELS, fit_model, model_config
 from trainsentry.workloads.infer_parallel import kv_transfer_bytes
-from trainsentry.workloads.infer_serve import SlotPool, decode_pool
+from trainsentry.workloads.infer_serve import SlotPool, decode_pool, prefill_into_pool
 from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -267,10 +267,12 @@ def test_slot_pool_decode_with_ragged_lengths_equals_full_forward():
     pool = SlotPool(TOY, 4, 32, "cpu", torch.float32, None)
     g = torch.Generator().manual_seed(1)
     seqs = [torch.randint(0, 256, (n,), generator=g) for n in (5, 9, 7)]
-    for s in seqs:
-        pool.tokens[pool.n] = model(s[None, :-1], pool.view(pool.n))[0, -1].argmax()
-        pool.lengths.append(len(s) - 1)
-        pool.tokens[pool.n - 1] = s[-1]
+    prefill_into_pool(model, pool, [seqs[0][:-1].tolist()])            # one joins, then two together
+    first = prefill_into_pool(model, pool, [s[:-1].tolist() for s in seqs[1:]])
+    assert first == [8, 6] and pool.lengths == [4, 8, 6]
+    for i, s in enumerate(seqs):   # the prefill's own next token is the full forward's
+        assert int(pool.tokens[i]) == int(model(s[None, :-1])[0, -1].argmax())
+    pool.tokens[:3] = torch.stack([s[-1:] for s in seqs])
     logits = decode_pool(model, pool)
     for i, s in enumerate(seqs):
         torch.testing.assert_close(logits[i], model(s[None])[0, -1], rtol=1e-4, atol=1e-5)

@@ -14,12 +14,12 @@ import torch
 
 from . import flops as flopcount
 from .base import Context, variants
-from .infer_common import build_model, generate_rounds, model_config, prompt_source
+from .infer_common import build_model, generate_rounds, inference_entry, model_config, prompt_source
 
 TOY = {"model": "toy", "seq_len": 64, "batch": 2, "prompt_len": 8, "gen_len": 4, "pause_s": 0.0}
 
 
-@torch.inference_mode()
+@inference_entry
 def run_generate(ctx: Context, cfg: dict) -> None:
     """Batched generation with a KV cache (prefill, then one token per sequence per step)."""
     mcfg = model_config(cfg)
@@ -62,7 +62,7 @@ variants("infer.prefill", "inference", "prefill", run_generate,
          })
 
 
-@torch.inference_mode()
+@inference_entry
 def run_embed(ctx: Context, cfg: dict) -> None:
     """Encoder-only embedding: bidirectional attention over fixed-length texts, mean-pooled."""
     mcfg = model_config(cfg, causal=False)

@@ -18,8 +18,8 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from .base import Context, Ledger, variants
-from .infer_common import (agree, build_model, fit_model, generate_rounds, model_config, need_all_ranks,
-                           prompt_source, sample)
+from .infer_common import (agree, build_model, fit_model, generate_rounds, inference_entry, model_config,
+                           need_all_ranks, prompt_source, sample)
 from .model import GPT, KVCache, ModelConfig
 
 TOY = {"model": "toy", "seq_len": 64, "batch": 4, "prompt_len": 8, "gen_len": 4, "micro_batches": 2,
@@ -66,7 +66,7 @@ def shard_tensor_parallel(model: GPT, rank: int, world: int, group=None, ledger:
     return cfg.kv_heads // world
 
 
-@torch.inference_mode()
+@inference_entry
 def run_tp(ctx: Context, cfg: dict) -> None:
     """Tensor-parallel batched decode over all ranks (Megatron sharding, all-reduce per layer)."""
     need_all_ranks(ctx, "tensor-parallel decode")
@@ -136,7 +136,7 @@ def _pp_phase(ctx: Context, model: GPT, caches: list[KVCache], inputs: list[torc
     return None
 
 
-@torch.inference_mode()
+@inference_entry
 def run_pp(ctx: Context, cfg: dict) -> None:
     """Pipeline-parallel generation: layers split over ranks, micro-batches flow one way."""
     need_all_ranks(ctx, "pipeline-parallel inference")
@@ -250,7 +250,7 @@ def _decode_rank(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, fit) ->
     ctx.ledger.extra["rounds"] = rounds
 
 
-@torch.inference_mode()
+@inference_entry
 def run_disagg(ctx: Context, cfg: dict) -> None:
     """Disaggregated serving: prefill on rank 0, KV cache sent over NCCL, decode on the other ranks."""
     need_all_ranks(ctx, "disaggregated serving")

@@ -3,7 +3,7 @@ bursts) with random prompt and output lengths, and continuous batching lets them
 running batch at every iteration. Each running request owns a slot of one preallocated KV-cache pool.
 
 One iteration (one ledger step) = admit waiting requests up to the free slots and a prefill-token
-budget (each admitted prompt is prefilled straight into its slot), then one decode step over every
+budget (the joining prompts are prefilled together, padded, straight into their slots), then one decode step over every
 running request, whose lengths differ: attention is masked per row. Finished requests leave, and the
 last slot moves into the hole, so the running batch stays a contiguous prefix of the pool.
 
@@ -25,7 +25,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from .base import Context, variants
-from .infer_common import build_model, fit_model, model_config, need_all_ranks, prompt_source, sample
+from .infer_common import (build_model, fit_model, inference_entry, model_config, need_all_ranks, prompt_source,
+                           sample)
 from .infer_parallel import shard_tensor_parallel
 from .model import GPT, KVCache, ModelConfig
 
@@ -43,11 +44,11 @@ class SlotPool:
     def n(self) -> int:
         return len(self.lengths)
 
-    def view(self, slot: int) -> KVCache:
-        """A batch-1 KVCache whose tensors are the slot's rows, so a prefill writes in place."""
+    def view(self, slot: int, count: int = 1) -> KVCache:
+        """A KVCache over slots ``slot .. slot+count-1`` (views), so a prefill writes in place."""
         v = KVCache.__new__(KVCache)
-        v.k = [k[slot:slot + 1] for k in self.cache.k]
-        v.v = [x[slot:slot + 1] for x in self.cache.v]
+        v.k = [k[slot:slot + count] for k in self.cache.k]
+        v.v = [x[slot:slot + count] for x in self.cache.v]
         v.length = 0
         return v
 
@@ -88,6 +89,23 @@ def decode_pool(model: GPT, pool: SlotPool) -> torch.Tensor:
         x = x + a.o(y.transpose(1, 2).reshape(n, 1, -1))
         x = x + block.mlp(block.ln2(x))
     return model.head(model.norm(x))[:, -1]
+
+
+def prefill_into_pool(model: GPT, pool: SlotPool, prompts: list[list[int]]) -> list[int]:
+    """Prefill the joining prompts into the next free slots in one forward, right-padded to the
+    longest: causal attention keeps each real token blind to the padding after it, and the pads'
+    cache entries lie beyond the request's length, masked in decode and overwritten as it grows.
+    Sets each slot's first generated token; returns the prompt lengths."""
+    device = pool.tokens.device
+    first, lens = pool.n, [len(p) for p in prompts]
+    rows = torch.zeros(len(prompts), max(lens), dtype=torch.long)
+    for j, p in enumerate(prompts):
+        rows[j, :lens[j]] = torch.tensor(p)
+    logits = model(rows.to(device), pool.view(first, len(prompts)))
+    last = torch.tensor(lens, device=device) - 1
+    pool.tokens[first:first + len(prompts)] = sample(logits[torch.arange(len(prompts), device=device), last])
+    pool.lengths.extend(lens)
+    return lens
 
 
 @dataclass
@@ -155,18 +173,19 @@ class Scheduler:
     def plan(self, running: int, go: bool) -> dict:
         self.queue.extend(self.arrivals.due(self.now()))
         self.max_queue = max(self.max_queue, len(self.queue))
-        admit, budget = [], self.budget
+        admit, longest = [], 0
+        # The budget counts padded prefill tokens (joining prompts are padded to the longest).
         while go and self.queue and running + len(admit) < self.slots and (
-                len(self.queue[0].prompt) <= budget or not admit):
+                not admit or (len(admit) + 1) * max(longest, len(self.queue[0].prompt)) <= self.budget):
             req = self.queue.popleft()
-            budget -= len(req.prompt)
+            longest = max(longest, len(req.prompt))
             admit.append(req)
         idle = go and not running and not admit
         sleep_s = min(0.25, max(0.0, self.arrivals.next_s - self.now())) if idle else 0.0
         return {"go": go, "admit": admit, "sleep_s": sleep_s}
 
 
-@torch.inference_mode()
+@inference_entry
 def run_serve(ctx: Context, cfg: dict) -> None:
     """Continuous-batching server with random arrivals and lengths (one GPU, replicas, or TP)."""
     tp = bool(cfg.get("tp", False))
@@ -198,16 +217,14 @@ def run_serve(ctx: Context, cfg: dict) -> None:
             continue
         t0 = time.perf_counter()
         step_flops = tokens = 0
-        for req in plan["admit"]:
-            slot = pool.n
-            view = pool.view(slot)
-            prompt = torch.tensor(req.prompt, device=ctx.device)[None]
-            pool.tokens[slot] = sample(model(prompt, view)[:, -1])[0]
-            pool.lengths.append(len(req.prompt))
-            running.append(req)
-            req.generated = 1
-            tokens += len(req.prompt)
-            step_flops += fit.prefill(1, len(req.prompt))
+        admit = plan["admit"]
+        if admit:
+            lens = prefill_into_pool(model, pool, [r.prompt for r in admit])
+            for req in admit:
+                req.generated = 1
+                running.append(req)
+            tokens += sum(lens)
+            step_flops += fit.prefill(len(admit), max(lens))
         decoding = [i for i, r in enumerate(running) if r.generated < r.out_len]
         if pool.n:
             attended = max(pool.lengths) + 1
