@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 from agent_testkit import CollectorProcess, env
 
 BLOCKED = ["torch", "pyarrow", "numpy", "pandas", "fastapi", "uvicorn", "starlette", "orjson", "sklearn",
@@ -41,9 +40,6 @@ def test_agent_runs_with_heavy_packages_blocked(tmp_path):
         c.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="trainsentry/features/__init__.py imports numpy and pyarrow at the top, and "
-                   "cli.py imports every package to find its commands: `trainsentry agent` cannot start on a bare "
-                   "node until features/__init__.py imports lazily (reported to the lead); strict, so the fix shows")
 def test_the_cli_starts_with_heavy_packages_blocked(tmp_path):
     script = f"import sys\nfor n in {BLOCKED!r}: sys.modules[n] = None\nimport trainsentry.cli\n"
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env(), timeout=60)
