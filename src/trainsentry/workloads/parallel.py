@@ -156,6 +156,11 @@ def pipeline_schedule(ctx: Context, stage_model: GPT, cfg: dict, loss_fn):
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     stage = PipelineStage(FloatOutput(stage_model), ctx.rank, ctx.world_size, ctx.device)
+    # Check every chunk's shapes, strides and dtypes against the inferred metadata, as torch 2.11
+    # always does (2.13 only under TORCH_DISTRIBUTED_DEBUG=DETAIL): a mismatch fails one rank and
+    # leaves the other waiting in a receive, so CPU tests must catch it before a GPU run hangs.
+    if hasattr(stage, "_runtime_validate"):
+        stage._runtime_validate = True
     kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[cfg.get("schedule", "1f1b")]
     return kind(stage, n_microbatches=cfg["microbatches"], loss_fn=loss_fn)
 

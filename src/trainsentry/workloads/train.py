@@ -26,7 +26,7 @@ TOY = {"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": None, "d_ff": N
        "batch": 4, "lr": 3e-3, "lr_sgd": 0.3, "val_batches": 2, "warmup": 2}
 BASE = {"d_model": 1024, "n_layers": 16, "n_heads": 16, "n_kv_heads": None, "d_ff": None, "seq_len": 1024,
         "batch": 32, "optimizer": "adamw", "lr": 3e-4, "lr_sgd": 0.1, "val_batches": 4,
-        "warmup": 10}
+        "warmup": 20}
 
 
 def _train_loop(ctx: Context, cfg: dict, step, tokens_per_step: int, measure_fn=measure,
@@ -180,6 +180,8 @@ def _pipeline(ctx: Context, cfg: dict) -> None:
 
         def step():
             x, y = batches.next()          # every stage draws the batch so the generators stay in step
+            # Windows of one buffer are strided views; stages check inputs against contiguous metadata.
+            x, y = x.contiguous(), y.contiguous()
             losses: list = []
             with par.autocast(ctx):
                 if first:
@@ -199,7 +201,7 @@ def _pipeline(ctx: Context, cfg: dict) -> None:
         vals = []
         model.eval()
         for _ in range(cfg.get("val_batches", 4)):
-            x, y = val.next()
+            x, y = (t.contiguous() for t in val.next())
             losses: list = []
             with par.autocast(ctx):
                 if first:
