@@ -8,6 +8,7 @@ validation loss on held-out text, and the analytic FLOPs per token for compariso
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -106,7 +107,7 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
         for micro in range(accum):
             x, y = batches.next()
             # DDP: all-reduce only on the last micro-batch; earlier ones accumulate locally.
-            sync_ctx = net.no_sync() if wrap == "ddp" and micro < accum - 1 else _null()
+            sync_ctx = net.no_sync() if wrap == "ddp" and micro < accum - 1 else contextlib.nullcontext()
             with sync_ctx:
                 with par.autocast(ctx):
                     loss = loss_fn(net(x), y) / accum
@@ -117,7 +118,7 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
         par.optimizer_step(opts)
         return total
 
-    with counter if counter is not None else _null():
+    with counter if counter is not None else contextlib.nullcontext():
         _train_loop(ctx, cfg, step, accum * cfg["batch"] * mcfg.seq_len)
     # DDP's forward without grad needs no traffic: evaluate the bare module. FSDP must gather.
     _set_val(ctx, lambda: _val_loss(ctx, cfg, net if wrap == "fsdp" else model, mcfg, ctx.seed + 99))
@@ -131,11 +132,6 @@ def _set_val(ctx: Context, evaluate) -> None:
     if value is not None:
         ctx.ledger.extra["val_loss"] = value
     ctx.ledger.extra["val_collective_bytes"] = side.collective_bytes
-
-
-def _null():
-    import contextlib
-    return contextlib.nullcontext()
 
 
 def _tensor_parallel(ctx: Context, cfg: dict) -> None:
@@ -243,14 +239,14 @@ def train_pp(ctx: Context, cfg: dict) -> None:
 
 
 def _register() -> None:
-    from .train_configs import FAMILIES, TOY_EXTRA
+    from .train_configs import DESCRIPTIONS, FAMILIES, TOY_EXTRA
 
     fns = {"train_ddp": train_ddp, "train_fsdp": train_fsdp, "train_tp": train_tp, "train_pp": train_pp,
            "train_single": train_single}
     for prefix, family, fn_name, gpus, base, grid in FAMILIES:
         fn = fns[fn_name]
         variants(prefix, CLS, family, fn, {**BASE, **base}, {**TOY, **TOY_EXTRA.get(family, {})}, grid,
-                 gpus=gpus, description=(fn.__doc__ or "").strip().split("\n")[0])
+                 gpus=gpus, description=DESCRIPTIONS[family])
 
 
 _register()

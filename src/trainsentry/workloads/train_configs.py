@@ -92,3 +92,20 @@ FAMILIES: list[tuple[str, str, str, int, dict, dict[str, dict]]] = [
 # Toy overrides per family on top of the shared toy model (CPU, gloo, a few steps).
 TOY_EXTRA = {"pipeline-parallel": {"microbatches": 2, "batch": 4}, "grad-accum": {"accum": 2},
              "lora": {"lora_rank": 4}}
+
+_DDP = "DDP on every rank: one all-reduce of all gradients per step"
+DESCRIPTIONS = {
+    "ddp-width-depth": f"{_DDP}; model width x depth",
+    "ddp-long-seq": f"{_DDP}; long sequences (attention-heavy)",
+    "ddp-wide-ff": f"{_DDP}; feed-forward 8-16x wider than the model",
+    "ddp-deep-narrow": f"{_DDP}; many narrow layers",
+    "ddp-head-geometry": f"{_DDP}; head count / head size / grouped-query attention",
+    "ddp-optimizer": f"{_DDP}; AdamW vs SGD with momentum",
+    "ddp-batch": f"{_DDP}; per-GPU batch size",
+    "fsdp": "FSDP2 fully_shard: per-block bf16 parameter all-gathers, fp32 gradient reduce-scatters",
+    "tensor-parallel": "tensor parallel (column/row split): activation all-reduces inside every block",
+    "pipeline-parallel": "pipeline parallel: activations forward and gradients back between stages",
+    "grad-accum": "DDP with gradient accumulation: one all-reduce every few micro-batches",
+    "single-gpu": "one GPU, no interconnect traffic",
+    "lora": "LoRA fine-tuning, base frozen: adapter-only gradient traffic, ~4N FLOPs per token",
+}
