@@ -12,8 +12,9 @@ from ..traces.io import iter_runs, read_manifest, read_samples
 
 def config_key(manifest: dict) -> str:
     """Runs that share a workload name and overrides are repeats of one configuration."""
-    return manifest["labels"]["workload"] + "|" + "|".join(
-        f"{k}={v}" for k, v in sorted(manifest["labels"]["config"].items()))
+    config = manifest["labels"]["config"]
+    items = sorted(config.items()) if isinstance(config, dict) else [("config", config)]
+    return manifest["labels"]["workload"] + "|" + "|".join(f"{k}={v}" for k, v in items)
 
 
 def run_stats(run_dir: Path, manifest: dict) -> dict:
