@@ -98,6 +98,11 @@ class Recorder:
             self._partial.flush()
             os.fsync(self._partial.fileno())
 
+    def snapshot(self) -> list[Reading]:
+        """A copy of the readings so far (safe while recording: a campaign cuts runs as they end)."""
+        with self._lock:
+            return list(self.readings)
+
     def wait(self, timeout_s: float | None = None) -> bool:
         """Block until the recording ends by itself (duration reached, sources exhausted)."""
         if self._thread is None:

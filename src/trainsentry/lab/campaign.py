@@ -28,8 +28,9 @@ import yaml
 
 from ..traces.io import readings_to_columns, write_trace
 
-STARTUP_S = 25.0          # torchrun + NCCL + first model build, paid once per launch
-PER_RUN_OVERHEAD_S = 4.0  # model build, FLOP counting step, teardown
+STARTUP_S = 45.0            # torchrun + NCCL + corpus + first model build, paid once per launch
+PER_RUN_OVERHEAD_S = 8.0    # model build, FLOP counting step, result gathering, teardown
+COLLECTIVE_TIMEOUT_S = 120  # a rank stuck this long in a collective ends the launch
 
 
 @dataclass
@@ -102,29 +103,25 @@ def _machine() -> dict:
     return info
 
 
-def cut_runs(readings: list, events: list[dict], truths: dict[str, dict], campaign: Campaign,
-             out_root: Path, command: str, machine: dict) -> list[Path]:
-    """Write one trace per finished run: readings in [start − pre_s, end + post_s]."""
-    written = []
-    for run_id, truth in truths.items():
-        if not truth.get("ok"):
-            continue
-        lo, hi = truth["start"] - campaign.pre_s, truth["end"] + campaign.post_s
-        rows = [r for r in readings if lo <= r.t <= hi]
-        if not rows:
-            continue
-        gt = truth["ground_truth"]
-        manifest = {
-            "run_id": run_id, "node": campaign.node, "campaign": campaign.name,
-            "start": truth["start"], "end": truth["end"], "record_start": lo, "record_end": hi,
-            "sample_hz": campaign.hz, "devices": sorted({r.device for r in rows}),
-            "labels": {"workload": truth["workload"], "class": truth["class"], "family": truth["family"],
-                       "config": truth["config"], "ranks": truth["ranks"]},
-            "ground_truth": gt, "machine": {**machine, "device": truth.get("device")},
-            "command": command, "toy": campaign.toy,
-        }
-        written.append(write_trace(out_root / run_id, readings_to_columns(campaign.node, rows), manifest))
-    return written
+def cut_run(readings: list, truth: dict, campaign: Campaign, out_root: Path, command: str,
+            machine: dict) -> Path | None:
+    """Write one finished run as a trace: the readings in [start − pre_s, end + post_s]."""
+    if not truth.get("ok"):
+        return None
+    lo, hi = truth["start"] - campaign.pre_s, truth["end"] + campaign.post_s
+    rows = [r for r in readings if lo <= r.t <= hi]
+    if not rows:
+        return None
+    manifest = {
+        "run_id": truth["run_id"], "node": campaign.node, "campaign": campaign.name,
+        "start": truth["start"], "end": truth["end"], "record_start": lo, "record_end": hi,
+        "sample_hz": campaign.hz, "devices": sorted({r.device for r in rows}),
+        "labels": {"workload": truth["workload"], "class": truth["class"], "family": truth["family"],
+                   "config": truth["config"], "ranks": truth["ranks"]},
+        "ground_truth": truth["ground_truth"], "machine": {**machine, "device": truth.get("device")},
+        "command": command, "toy": campaign.toy,
+    }
+    return write_trace(out_root / truth["run_id"], readings_to_columns(campaign.node, rows), manifest)
 
 
 def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: float | None = None,
@@ -155,30 +152,67 @@ def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: flo
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={campaign.nproc}",
            "-m", "trainsentry.workloads.worker", str(plan_path), str(work)]
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-           "NVSHMEM_DISABLE_NVLS": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+           "NVSHMEM_DISABLE_NVLS": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "TS_COLLECTIVE_TIMEOUT_S": str(int(COLLECTIVE_TIMEOUT_S))}
+    machine, command = _machine(), " ".join(cmd)
+    written: dict[str, Path] = {}
+    launches: list[int] = []
     t0 = time.time()
-    # a hung collective must not hang the campaign: bound the launch by the plan's own length
-    limit_s = 2 * STARTUP_S + 1.5 * sum(r["seconds"] + r["gap_before_s"] + PER_RUN_OVERHEAD_S for r in runs) + 60
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    deadline = None if budget_s is None else t0 + budget_s
+
+    def harvest(final: bool) -> None:
+        """Write every finished run whose trailing idle has been recorded (all of them when final)."""
+        for p in sorted(work.glob("*.truth.json")):
+            run_id = p.name.removesuffix(".truth.json")
+            if run_id in written:
+                continue
+            truth = json.loads(p.read_text())
+            if not final and time.time() < truth["end"] + campaign.post_s + 1.5:
+                continue
+            path = cut_run(recorder.snapshot(), truth, campaign, out_root, command, machine)
+            written[run_id] = path
+            if path is not None:
+                progress(f"  {run_id}: written ({truth['end'] - truth['start']:.0f} s)")
+            else:
+                progress(f"  {run_id}: FAILED {str(truth.get('errors'))[-300:]}")
+
     try:
-        returncode = proc.wait(timeout=limit_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        returncode = proc.wait()
-        progress(f"worker killed after {limit_s:.0f} s (hung); finished runs are kept")
+        # A launch that crashes or hangs (a rank stuck in a collective is ended by the collective
+        # timeout) is relaunched; the worker skips runs it already attempted.
+        while _attempted(work) < len(runs) and len(launches) < 1 + len(runs):
+            remaining = None if deadline is None else deadline - time.time()
+            if remaining is not None and remaining < STARTUP_S:
+                break
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+            while proc.poll() is None:
+                harvest(final=False)
+                if deadline is not None and time.time() > deadline:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    progress("budget reached: worker stopped; finished runs are kept")
+                    break
+                time.sleep(1.0)
+            launches.append(proc.wait())
+            if launches[-1] != 0:
+                progress(f"worker launch exited {launches[-1]}")
+            if deadline is not None and time.time() > deadline:
+                break
     finally:
         time.sleep(campaign.post_s)
-        readings = recorder.stop()
-    progress(f"worker exited {returncode} after {time.time() - t0:.0f} s; {len(readings)} readings")
-    events_path = work / "events.jsonl"
-    events = [json.loads(l) for l in events_path.read_text().splitlines()] if events_path.exists() else []
-    truths = {p.name.removesuffix(".truth.json"): json.loads(p.read_text()) for p in work.glob("*.truth.json")}
-    written = cut_runs(readings, events, truths, campaign, out_root, " ".join(cmd), _machine())
-    failed = [rid for rid, t in truths.items() if not t.get("ok")]
-    log = {"t": time.time(), "planned": [r["run_id"] for r in runs], "written": [p.name for p in written],
-           "failed": {rid: truths[rid]["errors"] for rid in failed}, "worker_rc": returncode}
+        recorder.stop()
+        harvest(final=True)
+    paths = [p for p in written.values() if p is not None]
+    failed = [rid for rid, p in written.items() if p is None]
+    log = {"t": time.time(), "planned": [r["run_id"] for r in runs], "written": [p.name for p in paths],
+           "failed": failed, "worker_rcs": launches, "elapsed_s": round(time.time() - t0, 1)}
     out_root.mkdir(parents=True, exist_ok=True)
     with (out_root / "campaign_log.jsonl").open("a") as f:
         f.write(json.dumps(log) + "\n")
-    progress(f"wrote {len(written)} runs, {len(failed)} failed: {failed}")
-    return written
+    progress(f"wrote {len(paths)} runs, {len(failed)} failed: {failed}")
+    return paths
+
+
+def _attempted(work: Path) -> int:
+    events = work / "events.jsonl"
+    if not events.exists():
+        return 0
+    return len({json.loads(l)["run_id"] for l in events.read_text().splitlines() if l.strip()})

@@ -41,7 +41,10 @@ def _setup() -> tuple[int, int, torch.device, object]:
         backend = "gloo"
     if world > 1 or "RANK" in os.environ:
         kw = {"device_id": device} if backend == "nccl" else {}
-        dist.init_process_group(backend, timeout=datetime.timedelta(minutes=10), **kw)
+        # a rank stuck in a collective (its peer failed) ends the launch after this long; the
+        # campaign runner then relaunches for the runs not yet attempted
+        timeout_s = float(os.environ.get("TS_COLLECTIVE_TIMEOUT_S", "600"))
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kw)
         cpu_group = dist.new_group(backend="gloo") if backend == "nccl" else dist.group.WORLD
     else:
         cpu_group = None
@@ -80,8 +83,9 @@ def run_plan(plan: dict, out_dir: Path) -> None:
                 f.flush()
                 os.fsync(f.fileno())
 
+    # every run is attempted once per work directory: a run that crashed or hung a launch is not retried
     done = {json.loads(l)["run_id"] for l in events.read_text().splitlines()
-            if '"end"' in l} if events.exists() else set()
+            if l.strip()} if events.exists() else set()
     for item in plan["runs"]:
         run_id = item["run_id"]
         if run_id in done or (out_dir / f"{run_id}.truth.json").exists():
