@@ -118,3 +118,37 @@ def test_unreachable_collector_is_reported_not_raised():
     from trainsentry.agent.spool import SpooledBatch
     r = post(f"http://127.0.0.1:{free_port()}/v1/batches", "n", SpooledBatch(0, b"{}", "00", 0), 1)
     assert r.status == 0 and r.body["error"] == "unreachable"
+
+
+def test_batches_share_one_connection_and_a_restarted_collector_is_reconnected(tmp_path, collector, monkeypatch):
+    import http.client
+    for var in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    connects = []
+    real_connect = http.client.HTTPConnection.connect
+    monkeypatch.setattr(http.client.HTTPConnection, "connect",
+                        lambda self: connects.append(1) or real_connect(self))
+    collector.start()
+    spool = Spool(tmp_path / "spool.db", "node-a", collector.key)
+    fill(spool, 5)
+    sender = Sender(spool, collector.url, "node-a", timeout_s=5)
+    for _ in range(5):
+        assert sender.send_one(spool.oldest())
+    assert len(connects) == 1                      # kept open: one TCP connection for 5 batches
+    collector.stop()
+    collector.start()                              # the kept connection is now dead
+    fill(spool, 2, t0=1_800_000_100.0)
+    assert sender.send_one(spool.oldest()) and sender.send_one(spool.oldest())
+    assert len(connects) == 2 and sender.stats.failures == 0   # reopened at once, nothing failed
+    assert len(collector.samples("node-a")) == 35
+
+
+def test_a_proxied_collector_goes_through_urllib(tmp_path, collector, monkeypatch):
+    from trainsentry.agent.sender import Connection
+    monkeypatch.setenv("http_proxy", "http://proxy.invalid:3128")
+    monkeypatch.setenv("no_proxy", "")
+    assert Connection("http://collector.example:8470/v1/batches", 1).via_urllib
+    monkeypatch.setenv("no_proxy", "collector.example")
+    assert not Connection("http://collector.example:8470/v1/batches", 1).via_urllib
+    with pytest.raises(ValueError, match="collector URL"):
+        Connection("ftp://x/v1/batches", 1)

@@ -122,3 +122,53 @@ def test_every_committed_batch_survives_sigkill(tmp_path):
     assert sp.next_seq == len(seqs)
     assert sp.last_digest == digest(sp.get(seqs[-1]).body)
     json.loads(sp.get(seqs[-1]).body)
+
+
+def test_a_sealed_batch_is_byte_identical_to_encoding_its_samples(tmp_path):
+    """Seal splices the staged canonical JSON; the bytes must be exactly the wire encoder's."""
+    from trainsentry.wire.batch import encode_batch
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    ticks = [samples(3, t0=1e9 + k) + [{"dev": "gpu0", "kind": "gpu", "t": 1e9 + k + 0.123456789,
+                                         "m": {"power_mw": 80123, "gpu_util_pct": 12.5, "nvlink_tx_kib": 2**63 - 1,
+                                               "gpm_sm_util_pct": 0.1 + 0.2, "energy_mj": 3039642}}]
+             for k in range(4)]
+    for tick in ticks:
+        sp.stage(tick)
+    sp.stage([])                                   # an empty tick stages nothing
+    assert sp.staged_samples() == 16
+    [seq] = sp.seal(0.4, created=1e9 + 5)
+    body = sp.get(seq).body
+    assert body == encode_batch("node-a", 0, GENESIS_PREV, [s for t in ticks for s in t], created=1e9 + 5, interval_s=0.4)
+    assert parse_batch(body).samples == json.loads(json.dumps([s for t in ticks for s in t]))
+    assert sp.get(seq).n_samples == 16 and verify(KEY, body, sp.get(seq).signature)
+
+
+def test_ticks_staged_by_an_older_agent_still_seal(tmp_path):
+    """A spool whose staged table predates the sample count (text not canonical): decoded, re-encoded."""
+    import sqlite3
+    path = tmp_path / "s.db"
+    Spool(path, "node-a", KEY).close()
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE staged")
+    db.execute("CREATE TABLE staged (id INTEGER PRIMARY KEY, samples TEXT NOT NULL)")
+    db.execute("INSERT INTO staged(samples) VALUES (?)", (json.dumps(samples(3, t0=7)),))   # keys unsorted
+    db.commit()
+    db.close()
+    sp = Spool(path, "node-a", KEY)
+    sp.stage(samples(2, t0=8))
+    assert sp.staged_samples() == 5
+    [seq] = sp.seal(1.0)
+    assert [s["t"] for s in parse_batch(sp.get(seq).body).samples] == [7.0, 7.1, 7.2, 8.0, 8.1]
+
+
+def test_chain_writes_commit_with_full_sync_and_staging_without(tmp_path):
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    seen = []
+    sp._db.set_trace_callback(seen.append)
+    sp.stage(samples(2))
+    assert [q for q in seen if "synchronous" in q] == []          # one insert, no fsync of its own
+    assert sum(q.startswith("INSERT") for q in seen) == 1 and not any(q.startswith("BEGIN") for q in seen)
+    seen.clear()
+    sp.seal(1.0)
+    assert seen[0] == "PRAGMA synchronous=FULL" and seen[1] == "BEGIN IMMEDIATE"
+    assert seen[-2:] == ["COMMIT", "PRAGMA synchronous=NORMAL"]

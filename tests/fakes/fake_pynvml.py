@@ -13,7 +13,9 @@ to play a driver whose timestamps are off).
 Knobs for tests: ``gpu_count`` (recorded GPUs replicated round-robin, e.g. 8 for the agent
 benchmark), ``unsupported`` (metric keys answered NotSupported: ``power_mw``, ``energy_mj``,
 ``util``, ``mem_used``, ``sm_clock``, ``mem_clock``, ``temp``, ``pcie``, ``gpm``, ``nvlink``
-(fields 138/139), ``link_count`` (field 91), ``link_state``), ``sum_scope=False`` (a driver that rejects scopeId 0xFFFFFFFF),
+(fields 138/139), ``link_count`` (field 91), ``link_state``, ``uuid``; ``energy_mj`` covers both the
+energy call and field 83, which answer from the same recorded counter; ``energy_field``: field 83
+alone, as a driver without it), ``sum_scope=False`` (a driver that rejects scopeId 0xFFFFFFFF),
 ``fail={gate: code}`` (answer that gate with any NVML error code, e.g. a transient Timeout),
 ``link0_only=True`` (only scope 0 answers: a reader that took link 0 as the total would undercount
 about 18-fold, so the source must report NVLink missing instead).
@@ -22,6 +24,7 @@ about 18-fold, so the source must report NVLink missing instead).
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -30,6 +33,8 @@ import pynvml as _real
 
 from .h200_recording import (FI_LINK_COUNT, SCOPE_ALL_LINKS, Err, Recording, is_counter,
                              load_recording)
+
+FI_TOTAL_ENERGY = 83   # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
 
 
 class ManualClock:
@@ -155,6 +160,16 @@ class FakeNvml:
             _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
         return FakeHandle(index)
 
+    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:
+        """``GPU-`` + 8-4-4-4-12 hex like the driver's; deterministic per index (the recordings hold
+        no UUIDs), so replicated GPUs stay distinct."""
+        self._check(handle)
+        self._log("nvmlDeviceGetUUID", handle)
+        if "uuid" in self.unsupported:
+            _raise(_real.NVML_ERROR_NOT_SUPPORTED)
+        h = hashlib.sha256(f"trainsentry-fake-gpu-{handle.index}".encode()).hexdigest()
+        return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
     def nvmlDeviceGetName(self, handle: FakeHandle) -> str:
         self._check(handle)
         return self.recording.gpus[handle.index % len(self.recording.gpus)].name
@@ -178,6 +193,14 @@ class FakeNvml:
                     v = self._value(handle, ("field", f, 0), "link_count")
                     values[i].valueType = _real.NVML_VALUE_TYPE_UNSIGNED_INT
                     values[i].value.uiVal = int(v)
+                elif f == FI_TOTAL_ENERGY:
+                    # The energy call's counter: both H200 snapshots (nvml_before/after.json) hold
+                    # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION equal to nvmlDeviceGetTotalEnergyConsumption.
+                    if "energy_field" in self.fail:        # field 83 alone failing, the call not
+                        _raise(self.fail["energy_field"])
+                    if "energy_field" in self.unsupported:
+                        _raise(_real.NVML_ERROR_NOT_SUPPORTED)
+                    values[i].value.ullVal = int(self._value(handle, "energy_mj", "energy_mj"))
                 else:
                     if scope == SCOPE_ALL_LINKS and (not self.sum_scope or self.link0_only):
                         _raise(_real.NVML_ERROR_INVALID_ARGUMENT)

@@ -97,13 +97,19 @@ def test_never_link0_alone():
 ])
 def test_unsupported_metric_is_missing_and_not_asked_again(gate, metrics):
     fake, src, clock = make(at("matmul_bf16_8192_4s", 0.3), unsupported={gate})
-    for _ in range(5):
+    seen: dict[str, set] = {"gpu0": set(), "gpu1": set()}
+    for _ in range(12):
         readings = src.read()
+        for r in readings:
+            seen[r.device] |= set(r.values)
         clock.advance(0.2)
     for r in readings:
-        assert not metrics & set(r.values)
-        assert {"power_mw", "energy_mj", "temp_c", "gpm_sm_util_pct"} - metrics <= set(r.values)
-    if gate not in ("nvlink", "gpm"):
+        assert not metrics & seen[r.device]
+        assert {"power_mw", "energy_mj"} - metrics <= set(r.values)                       # every read
+        assert {"temp_c", "sm_clock_mhz", "mem_used_bytes", "gpm_sm_util_pct"} - metrics <= seen[r.device]
+    if gate == "energy_mj":  # asked once as field 83, once through the energy call, per GPU
+        assert len(calls_named(fake, gate)) == 4 and src._energy_by_call == {0, 1}
+    elif gate not in ("nvlink", "gpm"):
         assert len(calls_named(fake, gate)) == 2  # once per GPU, then cached as unsupported
 
 
@@ -113,8 +119,10 @@ def test_transient_error_loses_one_read_only():
     del fake.fail["power_mw"]
     assert all(r.values["power_mw"] > 0 for r in src.read())
     fake.fail["temp"] = pynvml.NVML_ERROR_NO_PERMISSION
+    clock.advance(2.0)                     # temperature is read once a second (GPUs staggered)
     src.read()
     del fake.fail["temp"]
+    clock.advance(2.0)
     assert all("temp_c" not in r.values for r in src.read())  # permission: cached
     assert src.unsupported() == {"gpu0": ["temp_c"], "gpu1": ["temp_c"]}
 
@@ -137,7 +145,9 @@ def test_recorded_field_timestamps_are_epoch_microseconds_close_to_host_time():
 
 def test_gpm_alternates_two_buffers_and_waits_100ms():
     off = at("matmul_bf16_8192_4s", 0.3)
-    fake, src, clock = make(off, gpu_count=1)
+    fake, default, clock = make(off, gpu_count=1)
+    default.close()
+    src = NvmlSource(nvml=fake, clock=clock, gpm_period_s=0.0)    # as often as NVML allows
     assert "gpm_sm_util_pct" not in src.read()[0].values   # first sample: nothing to compare yet
     clock.advance(0.05)
     assert "gpm_sm_util_pct" not in src.read()[0].values   # too soon: no sample taken
@@ -199,3 +209,83 @@ def test_energy_counter_rate_agrees_with_power_when_steady():
     c = poll("matmul_bf16_8192_4s", 0.3, 0.95)
     assert np.nanmean(c["energy_W"]) == pytest.approx(np.nanmean(c["power_mw"]) / 1e3, rel=0.05)
     assert np.nanmean(c["energy_W"]) > 500
+
+
+def test_slow_gauges_once_a_second_staggered_over_the_gpus():
+    fake, src, clock = make(at("ddp_100M_40steps", 0.2), gpu_count=8)
+    per_tick = []
+    temps = {f"gpu{i}": 0 for i in range(8)}
+    for _ in range(30):                        # 3 s at 10 Hz
+        readings = src.read()
+        for r in readings:
+            assert {"nvlink_tx_kib", "nvlink_rx_kib", "energy_mj", "power_mw", "gpu_util_pct"} <= set(r.values)
+            temps[r.device] += "temp_c" in r.values
+            assert ("temp_c" in r.values) == ("sm_clock_mhz" in r.values) == ("mem_used_bytes" in r.values)
+        per_tick.append(sum("temp_c" in r.values for r in readings))
+        clock.advance(0.1)
+    assert per_tick[0] == 8                    # the first read has everything
+    assert max(per_tick[1:]) <= 2 and sum(per_tick[1:]) == 8 * 2   # then 8 GPUs spread over each second
+    assert set(temps.values()) == {3}
+    assert len(calls_named(fake, "temp")) == 24 and len(calls_named(fake, "power_mw")) == 240
+
+
+def test_energy_comes_from_field_83_in_the_nvlink_call():
+    off = at("matmul_bf16_8192_4s", 0.5)
+    fake, src, clock = make(off)
+    readings = src.read()
+    req = calls_named(fake, "nvmlDeviceGetFieldValues")[-1][2][0]
+    assert req == ((138, SCOPE_ALL_LINKS), (139, SCOPE_ALL_LINKS), (83, 0))
+    assert len(calls_named(fake, "nvmlDeviceGetFieldValues")) == 4   # 2 GPUs: the scope probe, then one call each
+    for g, r in enumerate(readings):
+        assert r.values["energy_mj"] == recorded(g, "energy_mj", off)
+
+
+def test_energy_falls_back_to_its_call_where_field_83_is_missing_and_not_for_a_transient_error():
+    off = at("matmul_bf16_8192_4s", 0.5)
+    fake, src, clock = make(off, unsupported={"energy_field"})
+    for _ in range(3):
+        assert all(r.values["energy_mj"] == recorded(g, "energy_mj", off) for g, r in enumerate(src.read()))
+    assert src._energy_by_call == {0, 1}
+    assert (83, 0) not in calls_named(fake, "nvmlDeviceGetFieldValues")[-1][2][0]   # not asked again
+    fake, src, clock = make(off, fail={"energy_field": pynvml.NVML_ERROR_TIMEOUT})
+    assert all("energy_mj" not in r.values and r.values["nvlink_tx_kib"] > 0 for r in src.read())
+    del fake.fail["energy_field"]
+    clock.advance(0.1)
+    assert all("energy_mj" in r.values for r in src.read()) and not src._energy_by_call
+
+
+def test_uuids_are_asked_once_and_look_like_the_drivers():
+    fake, src, _ = make(5.0, gpu_count=8)
+    u = src.uuids()
+    assert list(u) == src.devices() and len(set(u.values())) == 8
+    import re
+    assert all(re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", x) for x in u.values())
+    assert src.uuids() == u == make(9.0, gpu_count=8)[1].uuids()      # deterministic
+    assert len(calls_named(fake, "nvmlDeviceGetUUID")) == 8
+    assert make(5.0, unsupported={"uuid"})[1].uuids() == {}
+
+
+def test_gpm_at_a_lower_rate_averages_over_the_longer_interval():
+    fake, _, clock = make(at("matmul_bf16_8192_4s", 0.2), gpu_count=1)
+    src = NvmlSource(nvml=fake, clock=clock, gpm_period_s=0.5)
+    got = []
+    for _ in range(20):
+        got.append("gpm_sm_util_pct" in src.read()[0].values)
+        clock.advance(0.1)
+    assert sum(got) == 3 and got[5] and got[10] and got[15]    # samples at 0, 0.5, 1.0, 1.5 s
+    assert len(calls_named(fake, "nvmlGpmSampleGet")) == 4
+    with pytest.raises(ValueError):
+        NvmlSource(nvml=FakeNvml(REC), slow_period_s=-1)
+
+
+def test_field_values_unpacked_from_bytes_equal_the_bindings_attributes():
+    from trainsentry.telemetry.nvml import _field_layout
+    vals = (pynvml.c_nvmlFieldValue_t * 3)()
+    for k, (ret, v, ts) in enumerate([(0, 2**64 - 1, 1796007431823081), (pynvml.NVML_ERROR_NOT_SUPPORTED, 0, 0),
+                                      (0, 18, -5)]):
+        vals[k].fieldId, vals[k].scopeId, vals[k].latencyUsec = 138, SCOPE_ALL_LINKS, 7
+        vals[k].nvmlReturn, vals[k].value.ullVal, vals[k].timestamp = ret, v, ts
+    layout = _field_layout(pynvml.c_nvmlFieldValue_t)
+    assert [(r, v, ts) for ts, r, v in layout.iter_unpack(bytes(vals))] == \
+        [(int(x.nvmlReturn), int(x.value.ullVal), int(x.timestamp)) for x in vals]
+    assert _field_layout(int) is None

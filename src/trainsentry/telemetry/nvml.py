@@ -1,8 +1,12 @@
 """GPU telemetry through NVML (the official ``nvidia-ml-py`` binding, imported as ``pynvml``).
 
-Per GPU and read: NVLink payload counters (fields 138/139, KiB, summed over all links), energy
-(mJ), power (mW), GPU and memory utilization, memory used, SM and memory clocks, temperature and,
-where the GPU has them, GPM metrics averaged since the previous read.
+Per GPU and read: NVLink payload counters (fields 138/139, KiB, summed over all links) and energy
+(field 83, mJ) in one ``nvmlDeviceGetFieldValues`` call, power (mW), GPU and memory utilization,
+and, where the GPU has them, GPM metrics averaged since the previous GPM sample. Gauges that move
+slowly (memory used, SM and memory clocks, temperature, and the PCIe snapshot when enabled) are
+read every ``slow_period_s`` (1 s), GPM every ``gpm_period_s`` (at most every 100 ms): a reading
+carries only the metrics read for it (absent means not read this time, never zero). The GPUs'
+slow reads are staggered over the period, so no single tick pays for all of them.
 
 Every metric is optional. Each NVML call goes through :meth:`NvmlSource._query`, which turns the
 "this GPU cannot do that" errors into a missing metric and remembers it, so an unsupported metric
@@ -15,6 +19,9 @@ traffic on an H200), and the deprecated ``nvmlDeviceGetNvLinkUtilizationCounter`
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import struct
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,9 +31,14 @@ from .base import Reading, SourceError
 FI_NVLINK_DATA_TX = 138   # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, KiB, 64-bit
 FI_NVLINK_DATA_RX = 139   # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
 FI_NVLINK_LINK_COUNT = 91
+FI_TOTAL_ENERGY = 83      # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ: the same counter as the energy call
 SCOPE_ALL_LINKS = 0xFFFFFFFF
 MAX_LINKS = 18            # NVLink 4 on H100/H200; used only when NVML cannot say how many
 GPM_MIN_INTERVAL_S = 0.1  # NVML needs samples >= 100 ms apart for meaningful GPM metrics
+SLOW_PERIOD_S = 1.0       # memory used, clocks, temperature: they move over seconds
+# GPM metrics are averages over the interval between two samples, so a slower rate loses no time
+# covered, only resolution; a GPM read costs ~1.9 ms per GPU on the H200s (sample + metrics).
+GPM_PERIOD_S = 0.5
 TIMESTAMP_TOLERANCE_S = 5.0
 
 # Errors meaning "this GPU/driver/VM cannot give this metric": stop asking.
@@ -46,6 +58,27 @@ GPM_METRIC_IDS: dict[str, int] = {
 }
 
 
+@functools.cache
+def _field_layout(t: Any) -> struct.Struct | None:
+    """A Struct reading (timestamp, nvmlReturn, value as u64) from one element of the binding's
+    c_nvmlFieldValue_t array, built from the binding's own field offsets; None if it cannot."""
+    try:
+        parts = sorted((getattr(t, name).offset, code) for name, code in
+                       (("nvmlReturn", "I"), ("value", "Q"), ("timestamp", "q")))
+        size = ctypes.sizeof(t)
+    except (AttributeError, TypeError):
+        return None
+    fmt, pos = "=", 0
+    for off, code in parts:
+        fmt += f"{off - pos}x{code}"
+        pos = off + struct.calcsize("=" + code)
+    s = struct.Struct(fmt + f"{size - pos}x")
+    order = [c for _, c in parts]
+    if order != ["q", "I", "Q"] or s.size != size:  # the layout every pynvml release has had
+        return None
+    return s
+
+
 class _Missing:
     """The query helper's answer when a metric is not available (never a number)."""
 
@@ -59,8 +92,9 @@ MISSING = _Missing()
 class _Gpm:
     """Two alternating GPM sample buffers of one GPU; ``last`` holds the newest taken sample."""
 
-    def __init__(self, buffers: list[Any]):
+    def __init__(self, buffers: list[Any], request: Any):
         self.buffers = buffers
+        self.request = request         # the c_nvmlGpmMetricsGet_t reused for every metrics call
         self.last: int | None = None   # index of the buffer holding the newest sample
         self.last_t = 0.0
 
@@ -71,7 +105,10 @@ class NvmlSource:
     name = "nvml"
 
     def __init__(self, nvml: Any = None, gpus: Sequence[int] | None = None, gpm: bool = True,
-                 pcie_snapshot: bool = False, clock: Callable[[], float] = time.time):
+                 pcie_snapshot: bool = False, clock: Callable[[], float] = time.time,
+                 slow_period_s: float = SLOW_PERIOD_S, gpm_period_s: float = GPM_PERIOD_S):
+        if not slow_period_s >= 0 or not gpm_period_s >= 0:
+            raise ValueError(f"periods must be >= 0 s, got slow {slow_period_s}, gpm {gpm_period_s}")
         if nvml is None:
             try:
                 import pynvml as nvml
@@ -80,6 +117,8 @@ class NvmlSource:
         self.nvml = nvml
         self.clock = clock
         self.pcie_snapshot = pcie_snapshot  # nvmlDeviceGetPcieThroughput: a 20 ms snapshot, off by default
+        self.slow_period_s = float(slow_period_s)
+        self.gpm_period_s = max(float(gpm_period_s), GPM_MIN_INTERVAL_S)
         self._unsupported: set[tuple[int, str]] = set()
         try:
             nvml.nvmlInit()
@@ -95,25 +134,29 @@ class NvmlSource:
         except nvml.NVMLError as e:
             nvml.nvmlShutdown()
             raise SourceError(f"NVML cannot list GPUs: {e}") from e
+        self._permanent_codes = {getattr(nvml, n, None) for n in _PERMANENT} - {None}
         self._nvlink_links: dict[int, list[int] | None] = {}  # None: the all-links scope works
+        self._energy_by_call: set[int] = set()   # GPUs whose field 83 does not answer
         self._gpm: dict[int, _Gpm | None] = {}
         self._gpm_enabled = gpm
+        self._slow_due: dict[int, float] = {}    # per GPU: when the slow gauges are next read
+        self._uuids: dict[str, str] | None = None
         self._closed = False
 
     # ---- the one query helper ------------------------------------------------------------
-    def _query(self, gpu: int, metric: str, fn: Callable[[], Any]) -> Any:
-        """fn() or MISSING; a permanent "cannot" is cached per (gpu, metric) and not asked again."""
+    def _query(self, gpu: int, metric: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """fn(*args) or MISSING; a permanent "cannot" is cached per (gpu, metric) and not asked again."""
         if (gpu, metric) in self._unsupported:
             return MISSING
         try:
-            return fn()
+            return fn(*args)
         except self.nvml.NVMLError as e:
             if self._is_permanent(getattr(e, "value", None)):
                 self._unsupported.add((gpu, metric))
             return MISSING
 
     def _is_permanent(self, code: int | None) -> bool:
-        return code in {getattr(self.nvml, n, None) for n in _PERMANENT}
+        return code in self._permanent_codes
 
     def unsupported(self) -> dict[str, list[str]]:
         """Metrics found unsupported so far, per device (for logs and the agent's health report)."""
@@ -126,10 +169,20 @@ class NvmlSource:
     def devices(self) -> list[str]:
         return [f"gpu{i}" for i in self.indices]
 
+    def uuids(self) -> dict[str, str]:
+        """Device name -> NVML UUID (``GPU-…``), asked once; a GPU that will not say is left out."""
+        if self._uuids is None:
+            self._uuids = {}
+            for i in self.indices:
+                u = self._query(i, "uuid", self.nvml.nvmlDeviceGetUUID, self.handles[i])
+                if u is not MISSING:
+                    self._uuids[f"gpu{i}"] = u.decode() if isinstance(u, bytes) else str(u)
+        return dict(self._uuids)
+
     def read(self) -> list[Reading]:
         if self._closed:
             raise SourceError("NvmlSource is closed")
-        return [self._read_gpu(i) for i in self.indices]
+        return [self._read_gpu(k, i) for k, i in enumerate(self.indices)]
 
     def close(self) -> None:
         if self._closed:
@@ -153,67 +206,118 @@ class NvmlSource:
         self.close()
 
     # ---- one GPU -------------------------------------------------------------------------
-    def _read_gpu(self, i: int) -> Reading:
-        n, h = self.nvml, self.handles[i]
+    def _read_gpu(self, k: int, i: int) -> Reading:
+        """GPU ``i``, the ``k``-th of this source: every-read metrics, plus the slow ones when due."""
+        n, h, q = self.nvml, self.handles[i], self._query
         host_t = self.clock()
         values: dict[str, float | int] = {}
-        tx, rx, field_t = self._nvlink(i)
-        values["nvlink_tx_kib"], values["nvlink_rx_kib"] = tx, rx
-        values["energy_mj"] = self._query(i, "energy_mj", lambda: n.nvmlDeviceGetTotalEnergyConsumption(h))
-        values["power_mw"] = self._query(i, "power_mw", lambda: n.nvmlDeviceGetPowerUsage(h))
-        util = self._query(i, "util", lambda: n.nvmlDeviceGetUtilizationRates(h))
+        tx, rx, energy, field_t = self._fields(i)
+        if tx is not MISSING:
+            values["nvlink_tx_kib"] = tx
+        if rx is not MISSING:
+            values["nvlink_rx_kib"] = rx
+        if energy is None:  # field 83 not asked or not answering: the energy call of its own
+            energy = q(i, "energy_mj", n.nvmlDeviceGetTotalEnergyConsumption, h)
+        if energy is not MISSING:
+            values["energy_mj"] = energy
+        power = q(i, "power_mw", n.nvmlDeviceGetPowerUsage, h)
+        if power is not MISSING:
+            values["power_mw"] = power
+        util = q(i, "util", n.nvmlDeviceGetUtilizationRates, h)
         if util is not MISSING:
             values["gpu_util_pct"], values["mem_util_pct"] = float(util.gpu), float(util.memory)
-        mem = self._query(i, "mem_used_bytes", lambda: n.nvmlDeviceGetMemoryInfo(h))
-        values["mem_used_bytes"] = MISSING if mem is MISSING else int(mem.used)
-        values["sm_clock_mhz"] = self._query(i, "sm_clock_mhz", lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM))
-        values["mem_clock_mhz"] = self._query(i, "mem_clock_mhz", lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM))
-        values["temp_c"] = self._query(i, "temp_c", lambda: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU))
-        if self.pcie_snapshot:
-            values["pcie_tx_kbps"] = self._query(
-                i, "pcie_tx_kbps", lambda: n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_TX_BYTES))
-            values["pcie_rx_kbps"] = self._query(
-                i, "pcie_rx_kbps", lambda: n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_RX_BYTES))
+        if self._slow_is_due(k, i, host_t):
+            self._read_slow(i, values)
         if self._gpm_enabled:
-            values.update(self._gpm_read(i))
+            self._gpm_read(i, values)
         t = field_t if field_t is not None else host_t
-        return Reading(device=f"gpu{i}", kind="gpu", t=t,
-                       values={k: v for k, v in values.items() if v is not MISSING})
+        return Reading(device=f"gpu{i}", kind="gpu", t=t, values=values)
 
-    # ---- NVLink --------------------------------------------------------------------------
+    def _slow_is_due(self, k: int, i: int, now: float) -> bool:
+        due, period = self._slow_due.get(i), self.slow_period_s
+        if due is not None and 0 < due - now <= 2 * period:
+            return False
+        if due is None:
+            # The first read has everything; after it, GPU k of n takes its turn k/n of a period
+            # later, so the slow calls of n GPUs spread over the period instead of one tick.
+            self._slow_due[i] = now + period * (1 + k / max(len(self.indices), 1))
+        elif 0 <= now - due < period:
+            self._slow_due[i] = due + period     # on schedule: keep the phase
+        else:
+            self._slow_due[i] = now + period     # far behind, or the clock jumped back: from now on
+        return True
+
+    def _read_slow(self, i: int, values: dict[str, float | int]) -> None:
+        n, h, q = self.nvml, self.handles[i], self._query
+        mem = q(i, "mem_used_bytes", n.nvmlDeviceGetMemoryInfo, h)
+        if mem is not MISSING:
+            values["mem_used_bytes"] = int(mem.used)
+        for metric, fn, arg in (("sm_clock_mhz", n.nvmlDeviceGetClockInfo, n.NVML_CLOCK_SM),
+                                ("mem_clock_mhz", n.nvmlDeviceGetClockInfo, n.NVML_CLOCK_MEM),
+                                ("temp_c", n.nvmlDeviceGetTemperature, n.NVML_TEMPERATURE_GPU)):
+            v = q(i, metric, fn, h, arg)
+            if v is not MISSING:
+                values[metric] = v
+        if self.pcie_snapshot:
+            for metric, counter in (("pcie_tx_kbps", n.NVML_PCIE_UTIL_TX_BYTES), ("pcie_rx_kbps", n.NVML_PCIE_UTIL_RX_BYTES)):
+                v = q(i, metric, n.nvmlDeviceGetPcieThroughput, h, counter)
+                if v is not MISSING:
+                    values[metric] = v
+
+    # ---- NVLink and energy: one field-values call -----------------------------------------
     def _field_values(self, i: int, requests: list[tuple[int, int]]) -> list[tuple[int, int, int]] | None:
         """[(nvmlReturn, value, timestamp_us)] per (fieldId, scopeId) request; None if the call failed."""
-        def call():
-            return self.nvml.nvmlDeviceGetFieldValues(self.handles[i], requests)
         try:
-            vals = call()
+            vals = self.nvml.nvmlDeviceGetFieldValues(self.handles[i], requests)
         except TypeError:
             # A binding too old to take (fieldId, scopeId) tuples cannot scope: no NVLink from it.
             return None
         except self.nvml.NVMLError:
             return None
+        layout = _field_layout(getattr(vals, "_type_", None)) if isinstance(vals, ctypes.Array) else None
+        if layout is not None:
+            # The binding's structures read every attribute through a Python-level __getattribute__;
+            # three per field, every GPU, ten times a second: unpack the C array's bytes in one go.
+            return [(r, v, ts) for ts, r, v in layout.iter_unpack(bytes(vals))]
         return [(int(v.nvmlReturn), int(v.value.ullVal), int(v.timestamp)) for v in vals]
 
-    def _nvlink(self, i: int) -> tuple[Any, Any, float | None]:
-        """(tx_kib, rx_kib, counter time): sums over all links, each MISSING if unavailable."""
-        if (i, "nvlink") in self._unsupported:
-            return MISSING, MISSING, None
-        if i not in self._nvlink_links:
-            self._nvlink_links[i] = self._nvlink_plan(i)
-            if (i, "nvlink") in self._unsupported:
-                return MISSING, MISSING, None
-        links = self._nvlink_links[i]
+    def _fields(self, i: int) -> tuple[Any, Any, Any, float | None]:
+        """(tx_kib, rx_kib, energy_mj, NVLink counter time), each MISSING if unavailable.
+
+        NVLink: sums over all links. Energy: field 83 asked in the same call (no call of its own);
+        None when field 83 was not asked or the call as a whole failed, so the caller asks
+        nvmlDeviceGetTotalEnergyConsumption instead.
+        """
+        links: list[int] | None = []
+        if (i, "nvlink") not in self._unsupported:
+            if i not in self._nvlink_links:
+                self._nvlink_links[i] = self._nvlink_plan(i)
+            links = [] if (i, "nvlink") in self._unsupported else self._nvlink_links[i]
         scopes = [SCOPE_ALL_LINKS] if links is None else links
-        req = [(fid, s) for fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX) for s in scopes]
-        got = self._field_values(i, req)
-        if got is None:
-            return MISSING, MISSING, None
         k = len(scopes)
+        req = [(fid, s) for fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX) for s in scopes]
+        energy_field = i not in self._energy_by_call and (i, "energy_mj") not in self._unsupported
+        if energy_field:
+            req.append((FI_TOTAL_ENERGY, 0))
+        got = self._field_values(i, req) if req else None
+        if got is None:
+            return MISSING, MISSING, None, None
+        energy: Any = None
+        if energy_field:
+            ret, value, _ = got.pop()
+            if ret == 0:
+                energy = value
+            elif self._is_permanent(ret):
+                self._energy_by_call.add(i)   # this driver has the counter only through the call
+            else:
+                energy = MISSING              # transient: lost for this read, like any metric
+        if not k:
+            return MISSING, MISSING, energy, None
         # A total from a subset of the links would silently undercount: all of them or nothing.
         tx = sum(v for _, v, _ in got[:k]) if all(r == 0 for r, _, _ in got[:k]) else MISSING
         rx = sum(v for _, v, _ in got[k:]) if all(r == 0 for r, _, _ in got[k:]) else MISSING
         stamps = [ts for r, _, ts in got if r == 0]
-        return tx, rx, self._sane_time(max(stamps) if stamps else None)
+        return tx, rx, energy, self._sane_time(max(stamps) if stamps else None)
 
     def _nvlink_plan(self, i: int) -> list[int] | None:
         """None if scopeId 0xFFFFFFFF answers; else the link scopes to sum; marks NVLink unsupported."""
@@ -238,14 +342,14 @@ class NvmlSource:
             return int(got[0][1] & 0xFFFFFFFF)  # a uint field: read the low word of the union
         n = 0
         for link in range(MAX_LINKS):
-            if self._query(i, f"nvlink_state_{link}",
-                           lambda: self.nvml.nvmlDeviceGetNvLinkState(self.handles[i], link)) is MISSING:
+            if self._query(i, f"nvlink_state_{link}", self.nvml.nvmlDeviceGetNvLinkState,
+                           self.handles[i], link) is MISSING:
                 break
             n = link + 1
         return n
 
     def _link_active(self, i: int, link: int) -> bool:
-        state = self._query(i, f"nvlink_state_{link}", lambda: self.nvml.nvmlDeviceGetNvLinkState(self.handles[i], link))
+        state = self._query(i, f"nvlink_state_{link}", self.nvml.nvmlDeviceGetNvLinkState, self.handles[i], link)
         # Without a state answer, count the link in: an inactive link's counter stays constant.
         return state is MISSING or bool(state)
 
@@ -260,40 +364,48 @@ class NvmlSource:
     def _gpm_state(self, i: int) -> _Gpm | None:
         if i not in self._gpm:
             n, h = self.nvml, self.handles[i]
-            support = self._query(i, "gpm", lambda: n.nvmlGpmQueryDeviceSupport(h))
+            support = self._query(i, "gpm", n.nvmlGpmQueryDeviceSupport, h)
             state = None
             if support is not MISSING and getattr(support, "isSupportedDevice", 0):
                 bufs = [self._query(i, "gpm", n.nvmlGpmSampleAlloc) for _ in range(2)]
                 if all(b is not MISSING for b in bufs):
-                    state = _Gpm(bufs)
+                    state = _Gpm(bufs, self._metrics_request())
             self._gpm[i] = state
         return self._gpm[i]
 
-    def _gpm_read(self, i: int) -> dict[str, float]:
-        """Take a sample into the buffer not holding the last one; metrics between the two."""
-        g = self._gpm_state(i)
-        if g is None or (i, "gpm") in self._unsupported:
-            return {}
-        now = self.clock()
-        if g.last is not None and now - g.last_t < GPM_MIN_INTERVAL_S:
-            return {}  # too soon: keep the older sample so the next interval is long enough
-        n, h = self.nvml, self.handles[i]
-        nxt = 0 if g.last is None else 1 - g.last
-        if self._query(i, "gpm", lambda: n.nvmlGpmSampleGet(h, g.buffers[nxt])) is MISSING:
-            return {}
-        prev, g.last, g.last_t = g.last, nxt, now
-        if prev is None:
-            return {}
+    def _metrics_request(self) -> Any:
+        """The metrics-get structure, filled with our metric ids once and reused for every read."""
+        n = self.nvml
         mg = n.c_nvmlGpmMetricsGet_t()
         mg.version = n.NVML_GPM_METRICS_GET_VERSION
         mg.numMetrics = len(GPM_METRIC_IDS)
-        mg.sample1, mg.sample2 = g.buffers[prev], g.buffers[nxt]
         for j, mid in enumerate(GPM_METRIC_IDS.values()):
             mg.metrics[j].metricId = mid
-        if self._query(i, "gpm_metrics", lambda: n.nvmlGpmMetricsGet(mg)) is MISSING:
-            return {}
-        out = {}
+        return mg
+
+    def _gpm_read(self, i: int, values: dict[str, float | int]) -> None:
+        """Take a sample into the buffer not holding the last one; add the metrics between the two."""
+        g = self._gpm_state(i)
+        if g is None or (i, "gpm") in self._unsupported:
+            return
+        now = self.clock()
+        # Not yet due (10 % early is due, so tick jitter does not skip a whole period; never under
+        # NVML's 100 ms): keep the older sample so the next interval is long enough.
+        if g.last is not None and now - g.last_t < max(GPM_MIN_INTERVAL_S, 0.9 * self.gpm_period_s):
+            return
+        n, h = self.nvml, self.handles[i]
+        nxt = 0 if g.last is None else 1 - g.last
+        if self._query(i, "gpm", n.nvmlGpmSampleGet, h, g.buffers[nxt]) is MISSING:
+            return
+        prev, g.last, g.last_t = g.last, nxt, now
+        if prev is None:
+            return
+        mg = g.request
+        mg.sample1, mg.sample2 = g.buffers[prev], g.buffers[nxt]
+        if self._query(i, "gpm_metrics", n.nvmlGpmMetricsGet, mg) is MISSING:
+            return
+        metrics = mg.metrics
         for j, name in enumerate(GPM_METRIC_IDS):
-            if mg.metrics[j].nvmlReturn == 0:
-                out[name] = float(mg.metrics[j].value)
-        return out
+            m = metrics[j]
+            if m.nvmlReturn == 0:
+                values[name] = float(m.value)
