@@ -97,7 +97,7 @@ def _gpu_active(series: dict[str, np.ndarray]) -> np.ndarray:
 
 def _describe(grid: NodeGrid, a: int, b: int, per_gpu: dict[str, np.ndarray]) -> Segment:
     t0 = grid.t - grid.dt_s
-    gpus = [d for d, act in per_gpu.items() if act[a:b].mean() > 0.2]
+    gpus = [str(d) for d, act in per_gpu.items() if act[a:b].mean() > 0.2]
     power = [S.mean(grid.gpus[d]["power_mw"][a:b]) / 1000 for d in gpus if "power_mw" in grid.gpus[d]]
     nvl = [S.mean(grid.gpus[d]["nvlink_tx_Bps"][a:b]) for d in gpus if "nvlink_tx_Bps" in grid.gpus[d]]
     mem = {d: S.mean(grid.gpus[d]["mem_used_bytes"][a:b]) for d in gpus if "mem_used_bytes" in grid.gpus[d]}
