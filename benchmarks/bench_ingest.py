@@ -9,8 +9,9 @@ What is measured:
   process (pinned to CPU 1), one keep-alive connection per node, each node's batches in seq order.
   Time runs from the first request to the last acknowledgement; every batch must be acknowledged
   as newly accepted (200, not duplicate) and the server's stats must count every sample.
-* **raw SQLite ceiling**: the same sample rows (already built as tuples) inserted with ``executemany``
-  into a fresh database with the collector's schema and pragmas, one transaction per batch, on CPU 0
+* **raw SQLite ceiling**: the same sample rows (already built as tuples by the collector's own
+  ``sample_rows``, one INSERT per metric set) inserted with ``executemany`` into a fresh database
+  with the collector's schema and pragmas, one transaction per batch, on CPU 0
   after the server has stopped. It leaves out everything the collector does besides inserting sample
   rows: HTTP, HMAC, parsing, chain checks, keeping the signed body.
 
@@ -43,7 +44,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from trainsentry.collector.schema import open_db  # noqa: E402
 from trainsentry.collector.server import READY_PREFIX  # noqa: E402
-from trainsentry.collector.store import _INSERT_SAMPLE, Store, _rows  # noqa: E402
+from trainsentry.collector.store import Store, sample_rows  # noqa: E402
 from trainsentry.traces.schema import GPU_METRICS, NET_METRICS  # noqa: E402
 from trainsentry.wire.batch import GENESIS_PREV, NODE_HEADER, SIGNATURE_HEADER, digest, encode_batch, sign  # noqa: E402
 
@@ -153,7 +154,9 @@ def collector_run(per_node: dict[str, list], keys: dict[str, str], tmp: Path, ru
     store.close()
     proc, host, port = start_server(db)
     try:
+        cpu0 = _cpu_seconds(proc.pid)
         elapsed = send_all(host, port, per_node)
+        cpu = _cpu_seconds(proc.pid) - cpu0
         conn = http.client.HTTPConnection(host, port)
         conn.request("GET", "/v1/stats")
         stats = json.loads(conn.getresponse().read())
@@ -164,7 +167,16 @@ def collector_run(per_node: dict[str, list], keys: dict[str, str], tmp: Path, ru
     if stats["since_start"]["accepted_samples"] != n:
         raise RuntimeError(f"server counted {stats['since_start']['accepted_samples']} samples, sent {n}")
     return {"samples": n, "batches": sum(len(v) for v in per_node.values()), "seconds": elapsed,
-            "samples_per_s": n / elapsed}
+            "samples_per_s": n / elapsed, "cpu_us_per_sample": cpu / n * 1e6}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc): the server's own cost, whatever else runs."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
 
 
 def raw_run(per_node: dict[str, list], tmp: Path, run: int) -> dict:
@@ -172,15 +184,18 @@ def raw_run(per_node: dict[str, list], tmp: Path, run: int) -> dict:
     db = tmp / f"raw-{time.monotonic_ns()}.db"
     conn = open_db(db)
     conn.execute("INSERT INTO nodes (node_id, name, key, enrolled_at) VALUES (1, 'raw', '00', 0)")
-    row_batches = [_rows(1, orjson.loads(body)["samples"]) for batches in per_node.values() for body, _, _ in batches]
+    # The rows and INSERT statements the collector itself would execute for these batches.
+    row_batches = [sample_rows(1, orjson.loads(body)["samples"]) for batches in per_node.values()
+                   for body, _, _ in batches]
     t = time.perf_counter()
-    for rows in row_batches:
+    for groups in row_batches:
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(_INSERT_SAMPLE, rows)
+        for sql, rows in groups:
+            conn.executemany(sql, rows)
         conn.execute("COMMIT")
     elapsed = time.perf_counter() - t
     conn.close()
-    n = sum(len(r) for r in row_batches)
+    n = sum(len(rows) for groups in row_batches for _, rows in groups)
     got = sqlite3.connect(db).execute("SELECT COUNT(*) FROM samples").fetchone()[0]
     assert got == n, (got, n)
     return {"samples": n, "seconds": elapsed, "samples_per_s": n / elapsed}
@@ -209,17 +224,20 @@ def bench_shape(shape: str, steps: int, n_nodes: int, samples_target: int, repea
         raw = raw_run(per_node, tmp, r)
         _pin(1)
         runs.append({"collector_samples_per_s": round(col["samples_per_s"]),
+                     "collector_cpu_us_per_sample": round(col["cpu_us_per_sample"], 2),
                      "raw_sqlite_samples_per_s": round(raw["samples_per_s"]),
                      "ratio": round(col["samples_per_s"] / raw["samples_per_s"], 3),
                      "collector_seconds": round(col["seconds"], 3), "raw_seconds": round(raw["seconds"], 3)})
         print(f"{shape} run {r}: collector {col['samples_per_s']:,.0f} samples/s, raw SQLite "
-              f"{raw['samples_per_s']:,.0f} samples/s, ratio {col['samples_per_s'] / raw['samples_per_s']:.2f}",
+              f"{raw['samples_per_s']:,.0f} samples/s, ratio {col['samples_per_s'] / raw['samples_per_s']:.2f}, "
+              f"server CPU {col['cpu_us_per_sample']:.2f} us/sample", 
               flush=True)
     body_bytes = statistics.mean(len(b[0]) for b in per_node["node-0"])
     med = lambda k: statistics.median(x[k] for x in runs)  # noqa: E731
     return {"samples_per_batch": per_batch, "batches_per_node": n_batches, "nodes": n_nodes,
             "mean_body_bytes": round(body_bytes), "samples_per_run": n_batches * n_nodes * per_batch,
             "collector_samples_per_s": med("collector_samples_per_s"),
+            "collector_cpu_us_per_sample": med("collector_cpu_us_per_sample"),
             "raw_sqlite_samples_per_s": med("raw_sqlite_samples_per_s"), "ratio": med("ratio"), "runs": runs}
 
 

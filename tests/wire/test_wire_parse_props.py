@@ -1,4 +1,11 @@
-"""Property tests on the wire parser (and the collector's fast path, which must agree with it exactly)."""
+"""Property tests on the one wire parser, ``parse_batch``.
+
+``parse_batch`` reaches its "valid" verdict on samples by one of two routes: a bulk shortcut
+(``_samples_certainly_valid``) or the per-sample rules (``_check_samples``), which alone name the
+error. The tests below hold the whole function to: any bytes give a Batch or a BatchError; valid
+batches round-trip; invalidating mutations are rejected with the right code; and the shortcut never
+accepts samples that the per-sample rules reject.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainsentry.collector import fastparse
 from trainsentry.traces.schema import DEVICE_KINDS, METRICS
+from trainsentry.wire import batch as wire
 from trainsentry.wire.batch import (GENESIS_PREV, Batch, BatchError, digest, encode_batch, new_key, parse_batch,
                                     sign, verify)
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CODES = {"bad_json", "bad_schema", "bad_version", "bad_field", "too_large"}
 
 finite = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e18, max_value=1e18)
 metric_value = st.one_of(st.integers(min_value=-(2 ** 63), max_value=2 ** 64 - 1), finite)
@@ -37,36 +45,52 @@ json_value = st.recursive(st.none() | st.booleans() | st.integers(min_value=-(2 
                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
                                                                                       max_size=3),
                           max_leaves=6)
+not_a_number = st.one_of(st.none(), st.booleans(), st.text(max_size=4), st.lists(st.integers(), max_size=2),
+                         st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+                         st.sampled_from([2 ** 64, -(2 ** 64), 1e20, -1e300]))
 
 
-def _outcome(fn, body: bytes):
-    """('ok', fields) or ('error', code): anything else propagates and fails the test."""
+def _outcome(body: bytes):
+    """('ok', Batch) or ('error', code): any other exception propagates and fails the test."""
     try:
-        b = fn(body)
+        b = parse_batch(body)
     except BatchError as e:
+        assert e.code in CODES and e.message
         return "error", e.code
     assert isinstance(b, Batch)
-    return "ok", (b.node, b.seq, b.prev, b.created, b.interval_s, b.samples, b.gap_from, b.body, b.digest)
+    return "ok", b
+
+
+def _rules_accept(samples) -> bool:
+    try:
+        wire._check_samples(samples)
+    except BatchError:
+        return False
+    return True
+
+
+def _dump(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 
 @SETTINGS
 @given(st.binary(max_size=512))
 def test_any_bytes_give_a_batch_or_a_batch_error(body):
-    assert _outcome(parse_batch, body) == _outcome(fastparse.parse, body)
+    _outcome(body)
 
 
 @SETTINGS
 @given(batch_args)
 def test_valid_batches_round_trip(args):
     body = encode_batch(**args)
-    b = parse_batch(body)
+    verdict, b = _outcome(body)
+    assert verdict == "ok"
     assert (b.node, b.seq, b.prev, b.gap_from, b.body) == (args["node"], args["seq"], args["prev"],
                                                            args["gap_from"], body)
     assert b.samples == args["samples"] and b.created == args["created"] and b.interval_s == args["interval_s"]
     assert b.digest == digest(body)
     key = new_key()
     assert verify(key, body, sign(key, body)) and not verify(new_key(), body, sign(key, body))
-    assert _outcome(fastparse.parse, body) == _outcome(parse_batch, body)
 
 
 def _paths(obj, prefix=()):
@@ -81,10 +105,9 @@ def _paths(obj, prefix=()):
 
 @SETTINGS
 @given(batch_args, st.data())
-def test_fast_path_agrees_with_the_contract_on_mutated_batches(args, data):
+def test_random_mutations_give_a_verdict_and_the_shortcut_never_overrules_the_rules(args, data):
     obj = json.loads(encode_batch(**args))
-    paths = [p for p in _paths(obj) if p]
-    path = data.draw(st.sampled_from(paths))
+    path = data.draw(st.sampled_from([p for p in _paths(obj) if p]))
     target = obj
     for k in path[:-1]:
         target = target[k]
@@ -92,28 +115,93 @@ def test_fast_path_agrees_with_the_contract_on_mutated_batches(args, data):
         target[path[-1]] = data.draw(json_value)
     else:
         del target[path[-1]]
-    body = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
-    assert _outcome(fastparse.parse, body) == _outcome(parse_batch, body)
+    body = _dump(obj)
+    verdict, _ = _outcome(body)
+    samples = obj.get("samples") if isinstance(obj, dict) else None
+    if isinstance(samples, list) and wire._samples_certainly_valid(samples, body):
+        assert _rules_accept(samples)
+    if isinstance(samples, list) and not _rules_accept(samples):
+        assert verdict == "error"
+
+
+def _mutated_sample(args, data, mutate) -> bytes:
+    obj = json.loads(encode_batch(**args))
+    i = data.draw(st.integers(min_value=0, max_value=len(obj["samples"]) - 1))
+    mutate(obj["samples"], i)
+    return _dump(obj)
+
+
+nonempty = batch_args.filter(lambda a: a["samples"])
+
+
+@SETTINGS
+@given(nonempty, st.data(), not_a_number, st.booleans())
+def test_a_bad_value_anywhere_is_rejected(args, data, bad, in_t):
+    def mutate(samples, i):
+        if in_t or not samples[i]["m"]:
+            samples[i]["t"] = bad
+        else:
+            samples[i]["m"][data.draw(st.sampled_from(sorted(samples[i]["m"])))] = bad
+    assert _outcome(_mutated_sample(args, data, mutate)) == ("error", "bad_field")
+
+
+@SETTINGS
+@given(nonempty, st.data(), st.sampled_from(["unknown_metric", "bad_dev", "bad_kind", "drop_key", "extra_key",
+                                             "not_object", "m_not_object"]))
+def test_structural_mutations_are_rejected_with_their_code(args, data, how):
+    def mutate(samples, i):
+        s = samples[i]
+        if how == "unknown_metric":
+            s["m"]["nvlink_tx_mib"] = 1
+        elif how == "bad_dev":
+            s["dev"] = data.draw(st.sampled_from(["", "-gpu", "gpu 0", "g" * 65, 7, None, ["gpu0"]]))
+        elif how == "bad_kind":
+            s["kind"] = data.draw(st.sampled_from(["GPU", "cpu", "", 1, None]))
+        elif how == "drop_key":
+            del s[data.draw(st.sampled_from(sorted(s)))]
+        elif how == "extra_key":
+            s["x"] = 1
+        elif how == "not_object":
+            samples[i] = data.draw(st.sampled_from([[], 1, "s", None, True]))
+        else:
+            s["m"] = data.draw(st.sampled_from([[], 1, "m", None]))
+    want = "bad_field" if how in ("unknown_metric", "bad_dev", "bad_kind") else "bad_schema"
+    assert _outcome(_mutated_sample(args, data, mutate)) == ("error", want)
+
+
+def _one(value, dev="gpu0") -> bytes:
+    return encode_batch("n", 0, GENESIS_PREV, [{"dev": dev, "kind": "gpu", "t": 1.0, "m": {"energy_mj": value}}],
+                        1.0, 1.0)
 
 
 @pytest.mark.parametrize("value, code", [
-    (2 ** 64 - 1, None), (-(2 ** 63), None), (True, "bad_field"), (None, "bad_field"), ("1", "bad_field"),
-    (1e300, "bad_field"), ([1], "bad_field"),
+    (2 ** 64 - 1, None), (-(2 ** 63), None), (0, None), (-1.5, None), (True, "bad_field"), (False, "bad_field"),
+    (None, "bad_field"), ("1", "bad_field"), (1e300, "bad_field"), ([1], "bad_field"), (float(2 ** 64), "bad_field"),
 ])
-def test_edge_values_same_verdict(value, code):
-    body = encode_batch("n", 0, GENESIS_PREV, [{"dev": "gpu0", "kind": "gpu", "t": 1.0, "m": {"energy_mj": value}}],
-                        1.0, 1.0)
-    assert _outcome(fastparse.parse, body) == _outcome(parse_batch, body)
-    assert _outcome(parse_batch, body)[0] == ("ok" if code is None else "error")
+def test_edge_values(value, code):
+    assert _outcome(_one(value))[0] == ("ok" if code is None else "error")
     if code:
-        assert _outcome(parse_batch, body)[1] == code
+        assert _outcome(_one(value)) == ("error", code)
 
 
-def test_nan_literal_and_oversize_same_verdict():
+def test_true_inside_a_device_name_is_still_accepted():
+    # The shortcut steps aside for any body containing a true/false literal; the rules then accept.
+    verdict, b = _outcome(_one(5, dev="gpu-true-false"))
+    assert verdict == "ok" and b.samples[0]["dev"] == "gpu-true-false"
+
+
+def test_counters_whose_sum_passes_2_64_are_accepted_each_in_range():
+    samples = [{"dev": f"gpu{i}", "kind": "gpu", "t": 1.0, "m": {"nvlink_tx_kib": 2 ** 63 + i}} for i in range(4)]
+    body = encode_batch("n", 0, GENESIS_PREV, samples, 1.0, 1.0)
+    assert wire._samples_certainly_valid(json.loads(body)["samples"], body)
+    assert _outcome(body)[0] == "ok"
+
+
+def test_nan_literal_and_oversize():
     nan = b'{"created":1.0,"interval_s":1.0,"node":"n","prev":"' + GENESIS_PREV.encode() + \
         b'","samples":[{"dev":"g","kind":"gpu","m":{"power_mw":NaN},"t":1}],"seq":0,"v":1}'
-    assert _outcome(fastparse.parse, nan) == _outcome(parse_batch, nan) == ("error", "bad_json")
+    assert _outcome(nan) == ("error", "bad_json")
     big = encode_batch("n", 0, GENESIS_PREV, [], 1.0, 1.0) + b" " * 100
     with pytest.raises(BatchError) as e:
-        fastparse.parse(big, max_bytes=50)
+        parse_batch(big, max_bytes=50)
     assert e.value.code == "too_large"

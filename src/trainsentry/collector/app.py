@@ -1,8 +1,8 @@
 """The collector's HTTP API: ``create_app(db_path)`` returns a FastAPI application.
 
-Ingest (``POST /v1/batches``) runs on the event loop thread, synchronously, with the one writer
-connection: SQLite has a single writer anyway, so serialising batches there costs nothing and
-saves a thread hop per request. With ``synchronous=NORMAL`` a commit does not fsync, so the loop
+Ingest (``POST /v1/batches``, a plain ASGI handler in front of FastAPI) runs on the event loop
+thread, synchronously, with the one writer connection: SQLite has a single writer anyway, so
+serialising batches there costs nothing and saves a thread hop per request. With ``synchronous=NORMAL`` a commit does not fsync, so the loop
 is not held for disk flushes (see :mod:`trainsentry.collector.schema` for what that means for
 durability). Reads run in FastAPI's thread pool on per-thread read connections, which WAL lets
 proceed while a batch is being written.
@@ -34,6 +34,38 @@ from .store import IngestError, Store
 def _json(obj, status: int = 200) -> Response:
     return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status,
                     media_type="application/json")
+
+
+_NODE_KEY = NODE_HEADER.lower().encode()
+_SIGNATURE_KEY = SIGNATURE_HEADER.lower().encode()
+_INGEST_PATH = "/v1/batches"
+
+
+async def _send_json(send, obj, status: int = 200) -> None:
+    body = orjson.dumps(obj)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _IngestRoute:
+    """ASGI middleware that answers ``POST /v1/batches`` itself and passes everything else on.
+
+    Ingest is the one hot path: FastAPI's routing, dependency solving and Request/Response objects
+    cost ~0.1-0.2 ms per request, ~1 µs per sample of a 120-sample batch, for nothing ingest uses.
+    Reads keep FastAPI (validation of query parameters, thread pool for blocking SQLite reads).
+    """
+
+    def __init__(self, app, collector: "Collector"):
+        self.app = app
+        self.collector = collector
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"] == _INGEST_PATH:
+            if scope["method"] == "POST":
+                return await self.collector.ingest(scope, receive, send)
+            return await _send_json(send, {"error": "method_not_allowed", "detail": "use POST"}, 405)
+        await self.app(scope, receive, send)
 
 
 class _Readers(threading.local):
@@ -68,33 +100,43 @@ class Collector:
             c.close()
         self.store.close()
 
-    async def read_body(self, request: Request) -> bytes:
+    async def read_body(self, headers: dict[bytes, bytes], receive) -> bytes:
         """The body, refused with 413 as soon as it is known to exceed the limit (before parsing)."""
         limit = self.max_batch_bytes
-        declared = request.headers.get("content-length")
+        declared = headers.get(b"content-length")
         if declared is not None:
             if not declared.isdigit():
                 raise IngestError(400, "bad_request", "Content-Length is not a number")
             if int(declared) > limit:
-                raise IngestError(413, "too_large", f"batch of {declared} bytes exceeds the limit of {limit}")
+                raise IngestError(413, "too_large", f"batch of {declared.decode()} bytes exceeds the limit of {limit}")
         chunks, size = [], 0
-        async for chunk in request.stream():
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # http.disconnect: the client is gone
+                raise IngestError(400, "bad_request", "the client disconnected before sending the whole body")
+            chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
                 raise IngestError(413, "too_large", f"batch exceeds the limit of {limit} bytes")
             chunks.append(chunk)
-        return b"".join(chunks)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    async def ingest(self, request: Request) -> Response:
-        node = request.headers.get(NODE_HEADER)
+    async def ingest(self, scope, receive, send) -> None:
+        """``POST /v1/batches`` as a plain ASGI handler (see :class:`_IngestRoute` for why)."""
+        headers = dict(scope["headers"])  # ASGI gives lower-case names
+        raw_node = headers.get(_NODE_KEY)
+        node = raw_node.decode("latin-1") if raw_node is not None else None
+        raw_sig = headers.get(_SIGNATURE_KEY)
         try:
-            body = await self.read_body(request)
-            acc = self.store.ingest(node, request.headers.get(SIGNATURE_HEADER), body,
+            body = await self.read_body(headers, receive)
+            acc = self.store.ingest(node, raw_sig.decode("latin-1") if raw_sig is not None else None, body,
                                     max_bytes=self.max_batch_bytes)
         except IngestError as e:
             self.rejected[e.code] += 1
-            self.store.record_rejection(e, node, request.client.host if request.client else None)
-            return _json(e.body(), e.status)
+            client = scope.get("client")
+            self.store.record_rejection(e, node, client[0] if client else None)
+            return await _send_json(send, e.body(), e.status)
         if acc.duplicate:
             self.duplicates += 1
         else:
@@ -102,7 +144,7 @@ class Collector:
             self.accepted_samples += acc.n_samples
             self.bus.publish(CommittedBatch(acc.node, acc.seq, acc.digest, acc.received_at,
                                             acc.batch.samples, acc.gaps))
-        return _json(acc.body())
+        await _send_json(send, acc.body())
 
     def stats(self) -> dict:
         return {"since_start": {"started_at": self.started_at, "accepted_batches": self.accepted_batches,
@@ -136,9 +178,7 @@ def create_app(db_path: str | Path, synchronous: str = "normal", max_batch_bytes
         return _json({"error": "bad_query", "detail": problems[:500]}, 400)
     app.state.bus = col.bus
 
-    @app.post("/v1/batches")
-    async def post_batch(request: Request) -> Response:
-        return await col.ingest(request)
+    app.add_middleware(_IngestRoute, collector=col)  # POST /v1/batches
 
     @app.get("/v1/nodes")
     def get_nodes() -> Response:

@@ -56,8 +56,24 @@ def run(db: str | Path, host: str = "127.0.0.1", port: int = 8470, synchronous: 
             print(f"{READY_PREFIX}http://{shown}:{bound_port}", flush=True)
         await serving
 
-    asyncio.run(main())
+    loop_factory = _fast_loop_factory()
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(main())
     sys.stdout.flush()
+
+
+def _fast_loop_factory():
+    """uvloop's event loop when it is installed (``uvicorn[standard]``), else asyncio's.
+
+    uvicorn picks ``httptools`` for HTTP parsing by itself when it is importable, but the loop is
+    ours (we hand uvicorn a bound socket inside our own ``asyncio`` run), so uvloop is chosen here.
+    With both, a 120-sample batch costs ~0.3 ms less of the server's core (docs/performance.md).
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,12 +26,12 @@ from __future__ import annotations
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
 
-from ..wire.batch import GENESIS_PREV, Batch, BatchError, new_key, verify
-from .fastparse import parse as parse_batch
-from .schema import SAMPLE_COLUMNS, SAMPLE_METRICS, open_db
+from ..wire.batch import GENESIS_PREV, Batch, BatchError, new_key, parse_batch, verify
+from .schema import SAMPLE_COLUMNS, SAMPLE_KEY_COLUMNS, SAMPLE_METRICS, open_db
 
 SILENCE_FACTOR = 3.0  # no data for this many batch intervals = unmonitored
 _DETAIL_MAX = 500
@@ -43,8 +43,11 @@ _INSERT_DEVICE = "INSERT OR IGNORE INTO devices (node_id, device, kind, first_t)
 _INSERT_GAP = ("INSERT INTO unmonitored (node_id, start_t, end_t, reason, seq_from, seq_to, recorded_at) "
                "VALUES (?, ?, ?, ?, ?, ?, ?)")
 _SQLITE_INT_MAX = 2 ** 63 - 1
-_DEV = itemgetter(1)  # positions in a sample row (SAMPLE_COLUMNS order)
-_T = itemgetter(3)
+_DEV, _KIND, _T, _M = itemgetter("dev"), itemgetter("kind"), itemgetter("t"), itemgetter("m")
+_METRIC_SET = frozenset(SAMPLE_METRICS)
+_MAX_GROUPS = 8          # distinct metric sets in one batch before falling back to all-columns rows
+_SQL_CACHE_MAX = 256
+_insert_sql: dict[tuple[str, ...], str] = {}  # metric names (in wire order) -> INSERT naming just those
 
 
 class IngestError(Exception):
@@ -93,9 +96,48 @@ def _status_for(e: BatchError) -> int:
 
 
 def _rows(node_id: int, samples: list[dict]) -> list[tuple]:
-    """Sample dicts to row tuples in SAMPLE_COLUMNS order: the only per-sample Python work."""
+    """Sample dicts to full rows in SAMPLE_COLUMNS order (absent metrics as None)."""
     names = SAMPLE_METRICS
     return [(node_id, s["dev"], s["kind"], s["t"], *map(s["m"].get, names)) for s in samples]
+
+
+def _sql_for(names: tuple[str, ...]) -> str:
+    sql = _insert_sql.get(names)
+    if sql is None:
+        if not _METRIC_SET.issuperset(names):  # parse_batch guarantees this; the names go into SQL
+            raise ValueError(f"unknown metric in {names[:5]}")
+        cols = SAMPLE_KEY_COLUMNS + names
+        sql = f"INSERT INTO samples ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+        if len(_insert_sql) < _SQL_CACHE_MAX:
+            _insert_sql[names] = sql
+    return sql
+
+
+def sample_rows(node_id: int, samples: list[dict]) -> list[tuple[str, list[tuple]]]:
+    """The batch as (INSERT statement, rows) pairs: one pair per distinct metric set.
+
+    Each statement names only the metrics its rows carry, so a row binds no NULLs: binding ``None``
+    goes through sqlite3's adapter lookup and made the full 26-column rows (a NIC sample has 2 of
+    22 metrics) cost ~5 µs to insert against ~2.3 µs this way. Rows keep wire order within a group;
+    groups follow in order of first appearance (readers order samples by device and time, never by
+    sample_id within a batch). A batch with more than ``_MAX_GROUPS`` metric sets (never seen from
+    the agent) is stored as full rows, so one batch cannot make the store prepare thousands of
+    statements.
+    """
+    if not samples:
+        return []
+    ms = list(map(_M, samples))
+    keys = list(map(tuple, ms))
+    distinct = dict.fromkeys(keys)
+    if len(distinct) == 1:
+        return [(_sql_for(keys[0]), [(node_id, s["dev"], s["kind"], s["t"], *m.values())
+                                     for s, m in zip(samples, ms)])]
+    if len(distinct) > _MAX_GROUPS:
+        return [(_INSERT_SAMPLE, _rows(node_id, samples))]
+    groups: dict[tuple[str, ...], list[tuple]] = {k: [] for k in distinct}
+    for s, m, k in zip(samples, ms, keys):
+        groups[k].append((node_id, s["dev"], s["kind"], s["t"], *m.values()))
+    return [(_sql_for(k), rows) for k, rows in groups.items()]
 
 
 def _clamp_big_ints(rows: list[tuple]) -> list[tuple]:
@@ -184,24 +226,27 @@ class Store:
             raise IngestError(400, "node_mismatch", f"batch names node {batch.node!r} but was sent as {node!r}")
         return self._commit(node_id, batch)
 
-    def _new_devices(self, node_id: int, rows: list[tuple]) -> list[tuple]:
-        unknown = {d for d in set(map(_DEV, rows)) if (node_id, d) not in self._devices}
+    def _new_devices(self, node_id: int, samples: list[dict]) -> list[tuple]:
+        unknown = {d for d in set(map(_DEV, samples)) if (node_id, d) not in self._devices}
         if not unknown:
             return []
         first: dict[str, tuple] = {}
-        for r in rows:
-            if r[1] in unknown and (r[1] not in first or r[3] < first[r[1]][3]):
-                first[r[1]] = (node_id, r[1], r[2], r[3])
+        for s in samples:
+            d = s["dev"]
+            if d in unknown and (d not in first or s["t"] < first[d][3]):
+                first[d] = (node_id, d, s["kind"], s["t"])
         return list(first.values())
 
     def _commit(self, node_id: int, batch: Batch) -> Accepted:
         c = self.conn
         now = time.time()
-        rows = _rows(node_id, batch.samples)  # built before the write lock is taken
-        ts = list(map(_T, rows))
+        samples = batch.samples
+        groups = sample_rows(node_id, samples)  # built before the write lock is taken
+        n_rows = len(samples)
+        ts = list(map(_T, samples))
         t_first = min(ts) if ts else None
         t_last = max(ts) if ts else None
-        new_devices = self._new_devices(node_id, rows)
+        new_devices = self._new_devices(node_id, samples)
         c.execute("BEGIN IMMEDIATE")
         try:
             last_seq, last_digest, last_t, interval_s, enrolled_at = c.execute(
@@ -240,19 +285,22 @@ class Store:
                     and t_first - last_t > SILENCE_FACTOR * interval_s:
                 gaps.append((node_id, last_t, t_first, "silence", None, None, now))
             first = last = None
-            if rows:
+            if n_rows:
                 # New rows get max(sample_id)+1, +2, ... : the batch's samples are one contiguous range.
                 first = c.execute("SELECT COALESCE(MAX(sample_id), 0) + 1 FROM samples").fetchone()[0]
                 try:
-                    c.executemany(_INSERT_SAMPLE, rows)
-                except OverflowError:
-                    c.executemany(_INSERT_SAMPLE, _clamp_big_ints(rows))
-                last = first + len(rows) - 1
+                    for sql, rows in groups:
+                        c.executemany(sql, rows)
+                except OverflowError:  # an int beyond SQLite's 64 bits, met part-way: redo the batch
+                    c.execute("DELETE FROM samples WHERE sample_id >= ?", (first,))
+                    for sql, rows in groups:
+                        c.executemany(sql, _clamp_big_ints(rows))
+                last = first + n_rows - 1
                 if c.execute("SELECT MAX(sample_id) FROM samples").fetchone()[0] != last:
                     raise RuntimeError("sample ids of one batch are not contiguous")  # cannot happen below 2**63
                 if new_devices:
                     c.executemany(_INSERT_DEVICE, new_devices)
-            c.execute(_INSERT_BATCH, (node_id, batch.seq, batch.digest, batch.prev, now, len(rows),
+            c.execute(_INSERT_BATCH, (node_id, batch.seq, batch.digest, batch.prev, now, n_rows,
                                       t_first, t_last, first, last, batch.body))
             if gaps:
                 c.executemany(_INSERT_GAP, gaps)
@@ -268,7 +316,7 @@ class Store:
             raise
         if new_devices:
             self._devices.update((d[0], d[1]) for d in new_devices)
-        return Accepted(batch.node, node_id, batch.seq, batch.digest, len(rows), batch=batch, received_at=now,
+        return Accepted(batch.node, node_id, batch.seq, batch.digest, n_rows, batch=batch, received_at=now,
                         gaps=[{"start": g[1], "end": g[2], "reason": g[3], "seq_from": g[4], "seq_to": g[5]}
                               for g in gaps])
 

@@ -24,6 +24,8 @@ import math
 import re
 import secrets
 from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
 
 from ..traces.schema import DEVICE_KINDS, METRIC_BY_NAME
 
@@ -42,6 +44,10 @@ _NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _DEV_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _MAX_ABS = float(2 ** 64)
+_SAMPLE_KEYS = frozenset(("dev", "kind", "t", "m"))
+_METRIC_KEYS = frozenset(METRIC_BY_NAME)
+_KIND_SET = frozenset(DEVICE_KINDS)
+_DEV, _KIND, _T, _M = itemgetter("dev"), itemgetter("kind"), itemgetter("t"), itemgetter("m")
 
 
 class BatchError(ValueError):
@@ -166,8 +172,20 @@ def parse_batch(body: bytes, max_bytes: int = MAX_BATCH_BYTES, max_samples: int 
         raise BatchError("bad_schema", "samples must be a list")
     if len(samples) > max_samples:
         raise BatchError("too_large", f"{len(samples)} samples exceed the limit of {max_samples}")
+    if not _samples_certainly_valid(samples, body):
+        _check_samples(samples)
+    return Batch(node=node, seq=seq, prev=prev, created=created, interval_s=interval_s,
+                 samples=samples, gap_from=gap_from, body=bytes(body), digest=digest(bytes(body)))
+
+
+def _check_samples(samples: list) -> None:
+    """The per-sample rules, one sample at a time: raises the BatchError of the first bad sample.
+
+    This is the definition of a valid sample; :func:`_samples_certainly_valid` is only a faster way
+    to reach the same "valid" verdict for the common case, and every body it is unsure of comes here.
+    """
     for i, s in enumerate(samples):
-        if not isinstance(s, dict) or set(s) != {"dev", "kind", "t", "m"}:
+        if not isinstance(s, dict) or set(s) != _SAMPLE_KEYS:
             raise BatchError("bad_schema", f"samples[{i}] must have exactly dev, kind, t, m")
         dev = s["dev"]
         if not isinstance(dev, str) or not _DEV_RE.match(dev):
@@ -182,5 +200,42 @@ def parse_batch(body: bytes, max_bytes: int = MAX_BATCH_BYTES, max_samples: int 
             if k not in METRIC_BY_NAME:
                 raise BatchError("bad_field", f"samples[{i}].m has unknown metric {k[:64]!r}")
             _number(v, f"samples[{i}].m.{k}")
-    return Batch(node=node, seq=seq, prev=prev, created=created, interval_s=interval_s,
-                 samples=samples, gap_from=gap_from, body=bytes(body), digest=digest(bytes(body)))
+
+
+def _samples_certainly_valid(samples: list, body: bytes) -> bool:
+    """True only if :func:`_check_samples` would accept every sample; False means "not sure".
+
+    Per-sample Python work caps ingest: the loop above costs ~8 µs for a GPU sample with twenty
+    metrics. Here each rule is checked for the whole batch at once with C-level map/set/sum passes
+    (~1-2 µs per sample). Parsed JSON holds only dict, list, str, int, float, bool and None, which
+    is what makes the shortcuts below exact.
+    """
+    try:
+        if set(map(type, samples)) != {dict} or set(map(len, samples)) != {4}:
+            return False
+        # Four keys each, and each of dev/kind/t/m present (else KeyError): exactly those four.
+        devs = set(map(_DEV, samples))  # TypeError when a dev is unhashable (list, dict)
+        if not set(map(_KIND, samples)) <= _KIND_SET:  # str-only set: anything else is not a subset
+            return False
+        ms = list(map(_M, samples))
+        if set(map(type, ms)) != {dict}:
+            return False
+        for d in devs:  # distinct names only: a node has a handful of devices
+            if type(d) is not str or _DEV_RE.match(d) is None:
+                return False
+        for names in set(map(tuple, ms)):  # distinct metric sets: a handful (one per device kind)
+            if not _METRIC_KEYS.issuperset(names):
+                return False
+        # Values: abs() raises TypeError on str, None, list and dict; bool would pass, so a body
+        # with a true/false literal anywhere (even inside a string) takes the exact path instead.
+        if b"true" in body or b"false" in body:
+            return False
+        values = chain(map(_T, samples), chain.from_iterable(map(dict.values, ms)))
+        if sum(map(abs, values)) < _MAX_ABS:  # the sum bounds every |value|; inf fails it
+            return True
+        # Large counters can add up past 2**64 while each is in range: compare one by one (exact:
+        # float-vs-int comparison is exact in Python, and nan compares False).
+        values = chain(map(_T, samples), chain.from_iterable(map(dict.values, ms)))
+        return all(map(_MAX_ABS.__gt__, map(abs, values)))
+    except (KeyError, TypeError):
+        return False
