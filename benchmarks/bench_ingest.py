@@ -11,7 +11,8 @@ What is measured:
   as newly accepted (200, not duplicate) and the server's stats must count every sample.
 * **raw SQLite ceiling**: the same sample rows (already built as tuples by the collector's own
   ``sample_rows``, one INSERT per metric set) inserted with ``executemany`` into a fresh database
-  with the collector's schema and pragmas, one transaction per batch, on CPU 0
+  with the collector's schema and pragmas, one transaction per batch, WAL checkpoints on a thread
+  as in the collector, on CPU 0
   after the server has stopped. It leaves out everything the collector does besides inserting sample
   rows: HTTP, HMAC, parsing, chain checks, keeping the signed body.
 
@@ -42,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from trainsentry.collector.checkpoint import Checkpointer  # noqa: E402
 from trainsentry.collector.schema import open_db  # noqa: E402
 from trainsentry.collector.server import READY_PREFIX  # noqa: E402
 from trainsentry.collector.store import Store, sample_rows  # noqa: E402
@@ -187,13 +189,17 @@ def raw_run(per_node: dict[str, list], tmp: Path, run: int) -> dict:
     # The rows and INSERT statements the collector itself would execute for these batches.
     row_batches = [sample_rows(1, orjson.loads(body)["samples"]) for batches in per_node.values()
                    for body, _, _ in batches]
+    conn.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints off the insert path, as in the collector
+    checkpointer = Checkpointer(db)
     t = time.perf_counter()
     for groups in row_batches:
         conn.execute("BEGIN IMMEDIATE")
         for sql, rows in groups:
             conn.executemany(sql, rows)
         conn.execute("COMMIT")
+        checkpointer.poke()
     elapsed = time.perf_counter() - t
+    checkpointer.close()
     conn.close()
     n = sum(len(rows) for groups in row_batches for _, rows in groups)
     got = sqlite3.connect(db).execute("SELECT COUNT(*) FROM samples").fetchone()[0]

@@ -31,6 +31,7 @@ from operator import itemgetter
 from pathlib import Path
 
 from ..wire.batch import GENESIS_PREV, Batch, BatchError, new_key, parse_batch, verify
+from .checkpoint import Checkpointer
 from .schema import SAMPLE_COLUMNS, SAMPLE_KEY_COLUMNS, SAMPLE_METRICS, open_db
 
 SILENCE_FACTOR = 3.0  # no data for this many batch intervals = unmonitored
@@ -155,10 +156,16 @@ class Store:
         self.path = Path(path)
         self.synchronous = synchronous
         self.conn = open_db(self.path, synchronous)
+        self._checkpointer = None
+        if str(path) != ":memory:":
+            self.conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpoint thread does it instead
+            self._checkpointer = Checkpointer(self.path, synchronous)
         self._keys: dict[str, tuple[int, bytes]] = {}  # name -> (node_id, key); refreshed on a miss
         self._devices: set[tuple[int, str]] = set()     # (node_id, device) known to be in `devices`
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         self.conn.close()
 
     # -- enrolment ------------------------------------------------------------------------------
@@ -308,6 +315,8 @@ class Store:
             c.execute("UPDATE nodes SET last_seq = ?, last_digest = ?, last_seen = ?, last_t = ?, interval_s = ? "
                       "WHERE node_id = ?", (batch.seq, batch.digest, now, new_last_t, batch.interval_s, node_id))
             c.execute("COMMIT")
+            if self._checkpointer is not None:
+                self._checkpointer.poke()
         except IngestError:
             raise
         except BaseException:
