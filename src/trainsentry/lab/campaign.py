@@ -68,7 +68,9 @@ class Campaign:
             if name not in WORKLOADS:
                 raise ValueError(f"unknown workload {name!r}")
             overrides = entry.get("overrides") or {}
-            tag = hashlib.sha1(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:6] if overrides else "base"
+            # runs of one workload differ by overrides and, when an entry sets its own, by length
+            ident = {**overrides, **({"_seconds": entry["seconds"]} if "seconds" in entry else {})}
+            tag = hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:6] if ident else "base"
             for rep in range(int(entry.get("repeats", 1))):
                 items.append({"run_id": f"{name}-{tag}-r{rep}", "workload": name, "overrides": overrides,
                               "seconds": float(entry.get("seconds", self.seconds)), "gap_before_s": self.gap_s,
