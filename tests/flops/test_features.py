@@ -122,3 +122,19 @@ def test_recorded_h200_energy_and_clock_weighted_tensor_activity(recorded_runs):
 def test_ddp_ground_truth_constant_is_what_flop_counter_mode_counts():
     from flops.fixtures.probe_traces import DDP_STEP_FLOPS_PER_RANK, count_ddp_step_flops
     assert count_ddp_step_flops() == DDP_STEP_FLOPS_PER_RANK
+
+
+def test_slow_clock_readings_are_held_between_samples(recorded_runs):
+    """The agent reads the SM clock at 1 Hz (one row in ten): rows between readings take the last one."""
+    from trainsentry.flops.features import _hold
+    held = _hold(np.array([np.nan, 1500.0, np.nan, np.nan, 1980.0, np.nan]))
+    np.testing.assert_array_equal(held, [1500, 1500, 1500, 1500, 1980, 1980])
+    assert np.isnan(_hold(np.array([np.nan, np.nan]))).all()
+    table, m = read_trace(recorded_runs["matmul_bf16_8192_4s"])
+    i = table.schema.get_field_index("sm_clock_mhz")
+    assert 0 < table.column(i).null_count < table.num_rows  # the recording's clock is sparse
+    with_clock = interval_features(table, m["start"], m["end"])
+    no_clock = interval_features(table.set_column(i, "sm_clock_mhz", pa.nulls(table.num_rows, pa.float64())),
+                                 m["start"], m["end"])
+    assert no_clock.tensor_cycles_s == pytest.approx(no_clock.tensor_active_s)  # unknown clock: ratio 1
+    assert with_clock.tensor_cycles_s < 0.85 * with_clock.tensor_active_s

@@ -67,6 +67,19 @@ def _col(table: pa.Table, name: str) -> np.ndarray:
     return pc.cast(table.column(name), pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
 
 
+def _hold(x: np.ndarray) -> np.ndarray:
+    """A gauge held from each reading to the next (the agent reads slow gauges like the clock at 1 Hz);
+    samples before the first reading take the first one. All-NaN stays NaN."""
+    ok = ~np.isnan(x)
+    if not ok.any():
+        return x
+    idx = np.where(ok, np.arange(x.size), 0)
+    np.maximum.accumulate(idx, out=idx)
+    held = x[idx]
+    held[: int(np.argmax(ok))] = x[int(np.argmax(ok))]
+    return held
+
+
 def _overlap(t_prev: np.ndarray, t: np.ndarray, start: float, end: float) -> np.ndarray:
     return np.clip(np.minimum(t, end) - np.maximum(t_prev, start), 0.0, None)
 
@@ -140,7 +153,7 @@ def interval_features(table: pa.Table, start: float, end: float, idle_window_s: 
         tot["nvl"] += rate_integral(t, nvl, start, end)[0]
         tensor = c["gpm_tensor_util_pct"] / 100.0
         tot["tensor"] += rate_integral(t, tensor, start, end)[0]
-        clock = c["sm_clock_mhz"]
+        clock = _hold(c["sm_clock_mhz"])
         # where the clock is unknown the cycle count falls back to full clock (ratio 1)
         ratio = np.where(np.isnan(clock), 1.0, np.clip(clock / SM_CLOCK_MAX_MHZ, 0.0, 1.2))
         tot["cycles"] += rate_integral(t, tensor * ratio, start, end)[0]
