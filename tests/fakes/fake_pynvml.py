@@ -13,9 +13,9 @@ to play a driver whose timestamps are off).
 Knobs for tests: ``gpu_count`` (recorded GPUs replicated round-robin, e.g. 8 for the agent
 benchmark), ``unsupported`` (metric keys answered NotSupported: ``power_mw``, ``energy_mj``,
 ``util``, ``mem_used``, ``sm_clock``, ``mem_clock``, ``temp``, ``pcie``, ``gpm``, ``nvlink``
-(fields 138/139), ``link_count`` (field 91), ``link_state``, ``uuid``; ``energy_mj`` covers both the
-energy call and field 83, which answer from the same recorded counter; ``energy_field``: field 83
-alone, as a driver without it), ``sum_scope=False`` (a driver that rejects scopeId 0xFFFFFFFF),
+(fields 138/139), ``link_count`` (field 91), ``link_state``, ``uuid``; ``energy_mj`` covers both the energy
+call and field 83, which answer from the same recorded counter; ``energy_field``: field 83 alone,
+as a driver without it), ``sum_scope=False`` (a driver that rejects scopeId 0xFFFFFFFF),
 ``fail={gate: code}`` (answer that gate with any NVML error code, e.g. a transient Timeout),
 ``link0_only=True`` (only scope 0 answers: a reader that took link 0 as the total would undercount
 about 18-fold, so the source must report NVLink missing instead).
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -34,7 +35,16 @@ import pynvml as _real
 from .h200_recording import (FI_LINK_COUNT, SCOPE_ALL_LINKS, Err, Recording, is_counter,
                              load_recording)
 
-FI_TOTAL_ENERGY = 83   # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+# c_nvmlFieldValue_t as bytes: fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, value
+# (the union as ullVal, or as uiVal in its first 4 bytes); checked against the binding's offsets.
+_FV_ULL, _FV_UINT = struct.Struct("=IIqqIIQ"), struct.Struct("=IIqqIII4x")
+_FV_SIZE = ctypes.sizeof(_real.c_nvmlFieldValue_t)
+assert _FV_ULL.size == _FV_UINT.size == _FV_SIZE and [getattr(_real.c_nvmlFieldValue_t, n).offset for n in (
+    "fieldId", "scopeId", "timestamp", "latencyUsec", "valueType", "nvmlReturn", "value")] == [0, 4, 8, 16, 24, 28, 32]
+assert _real.c_nvmlValue_t.uiVal.offset == 0
+
+# field id -> (recorded key and gate it answers from, knob for the field alone)
+_CALL_FIELDS = {83: ("energy_mj", "energy_field")}   # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
 
 
 class ManualClock:
@@ -182,35 +192,36 @@ class FakeNvml:
         now_us = int((self.clock() + self.timestamp_offset_s) * 1e6)
         for i, fid in enumerate(fieldIds):
             try:  # same request parsing as pynvml: (fieldId, scopeId) tuples or bare ids (scope 0)
-                (values[i].fieldId, values[i].scopeId) = fid
+                f, scope = fid
             except TypeError:
-                values[i].fieldId = fid
-            f, scope = values[i].fieldId, values[i].scopeId
-            values[i].timestamp = now_us
-            values[i].valueType = _real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                f, scope = fid, 0
+            f, scope = f & 0xFFFFFFFF, scope & 0xFFFFFFFF   # what the c_uint fields keep
+            value_type, ret, v = _real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, _real.NVML_SUCCESS, 0
             try:
                 if f == FI_LINK_COUNT:
-                    v = self._value(handle, ("field", f, 0), "link_count")
-                    values[i].valueType = _real.NVML_VALUE_TYPE_UNSIGNED_INT
-                    values[i].value.uiVal = int(v)
-                elif f == FI_TOTAL_ENERGY:
-                    # The energy call's counter: both H200 snapshots (nvml_before/after.json) hold
-                    # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION equal to nvmlDeviceGetTotalEnergyConsumption.
-                    if "energy_field" in self.fail:        # field 83 alone failing, the call not
-                        _raise(self.fail["energy_field"])
-                    if "energy_field" in self.unsupported:
+                    v = int(self._value(handle, ("field", f, 0), "link_count"))
+                    value_type = _real.NVML_VALUE_TYPE_UNSIGNED_INT
+                elif f in _CALL_FIELDS:
+                    # The call's own series: in all four H200 snapshots (nvml_before/after.json)
+                    # field 83 equals nvmlDeviceGetTotalEnergyConsumption to the millijoule.
+                    key, knob = _CALL_FIELDS[f]
+                    if knob in self.fail:                  # the field alone failing, the call not
+                        _raise(self.fail[knob])
+                    if knob in self.unsupported:
                         _raise(_real.NVML_ERROR_NOT_SUPPORTED)
-                    values[i].value.ullVal = int(self._value(handle, "energy_mj", "energy_mj"))
+                    v = int(self._value(handle, key, key))
                 else:
                     if scope == SCOPE_ALL_LINKS and (not self.sum_scope or self.link0_only):
                         _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
                     if self.link0_only and scope != 0:
                         _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
-                    v = self._value(handle, ("field", f, scope), "nvlink")
-                    values[i].value.ullVal = int(v)
-                values[i].nvmlReturn = _real.NVML_SUCCESS
+                    v = int(self._value(handle, ("field", f, scope), "nvlink"))
             except _real.NVMLError as e:
-                values[i].nvmlReturn = e.value
+                ret, v = e.value, 0
+            # One C-level write per element: the binding's structures set every attribute through
+            # a Python __setattr__, which made this fake call 5x the real binding's own Python.
+            pack = _FV_UINT if value_type == _real.NVML_VALUE_TYPE_UNSIGNED_INT else _FV_ULL
+            pack.pack_into(values, i * _FV_SIZE, f, scope, now_us, 0, value_type, ret, v)
         return values
 
     # ---- plain calls -------------------------------------------------------------------------

@@ -83,3 +83,22 @@ def test_recorder_script_round_trips_through_the_fake(tmp_path, monkeypatch):
     again = FakeNvml(rec, clock=clock, start=clock() - 0.3)
     readings = NvmlSource(nvml=again, clock=clock).read()
     assert {"nvlink_tx_kib", "power_mw", "energy_mj", "temp_c"} <= set(readings[0].values)
+
+
+def test_field_values_fill_every_member_like_the_driver():
+    import pynvml
+    clock = ManualClock()
+    fake = FakeNvml(clock=clock, start=clock() - 20.0, sum_scope=False)
+    fake.nvmlInit()
+    h = fake.nvmlDeviceGetHandleByIndex(1)
+    got = fake.nvmlDeviceGetFieldValues(h, [(138, 3), 91, (139, SCOPE_ALL_LINKS), (83, 0)])
+    assert [(v.fieldId, v.scopeId) for v in got] == [(138, 3), (91, 0), (139, SCOPE_ALL_LINKS), (83, 0)]
+    assert all(v.timestamp == int(clock() * 1e6) for v in got)
+    assert [v.nvmlReturn for v in got] == [0, 0, pynvml.NVML_ERROR_INVALID_ARGUMENT, 0]   # sum scope refused
+    assert [v.valueType for v in got] == [pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                                          pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG]
+    t = fake.rec_time()[0]
+    gpu = fake.recording.gpus[1]
+    assert got[0].value.ullVal == gpu.at(("field", 138, 3), t) > 0
+    assert got[1].value.uiVal == 18 and got[2].value.ullVal == 0
+    assert got[3].value.ullVal == gpu.at("energy_mj", t) == fake.nvmlDeviceGetTotalEnergyConsumption(h)

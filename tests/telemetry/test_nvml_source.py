@@ -47,7 +47,6 @@ def test_values_are_the_recorded_ones_and_named_by_the_schema():
         assert r.values["nvlink_tx_kib"] == recorded(g, ("field", 138, SCOPE_ALL_LINKS), off)
         assert r.values["nvlink_rx_kib"] == recorded(g, ("field", 139, SCOPE_ALL_LINKS), off)
         assert r.values["energy_mj"] == recorded(g, "energy_mj", off)
-        assert r.values["power_mw"] == recorded(g, "power_mw", off)
         assert r.values["temp_c"] == recorded(g, "temp", off)
         assert r.values["sm_clock_mhz"] == 1980  # recorded under load
         assert r.values["mem_used_bytes"] > 1 << 30
@@ -108,7 +107,7 @@ def test_unsupported_metric_is_missing_and_not_asked_again(gate, metrics):
         assert {"power_mw", "energy_mj"} - metrics <= set(r.values)                       # every read
         assert {"temp_c", "sm_clock_mhz", "mem_used_bytes", "gpm_sm_util_pct"} - metrics <= seen[r.device]
     if gate == "energy_mj":  # asked once as field 83, once through the energy call, per GPU
-        assert len(calls_named(fake, gate)) == 4 and src._energy_by_call == {0, 1}
+        assert len(calls_named(fake, gate)) == 4 and src._by_call == {(0, gate), (1, gate)}
     elif gate not in ("nvlink", "gpm"):
         assert len(calls_named(fake, gate)) == 2  # once per GPU, then cached as unsupported
 
@@ -229,7 +228,7 @@ def test_slow_gauges_once_a_second_staggered_over_the_gpus():
     assert len(calls_named(fake, "temp")) == 24 and len(calls_named(fake, "power_mw")) == 240
 
 
-def test_energy_comes_from_field_83_in_the_nvlink_call():
+def test_energy_comes_as_field_83_in_the_nvlink_call():
     off = at("matmul_bf16_8192_4s", 0.5)
     fake, src, clock = make(off)
     readings = src.read()
@@ -240,18 +239,21 @@ def test_energy_comes_from_field_83_in_the_nvlink_call():
         assert r.values["energy_mj"] == recorded(g, "energy_mj", off)
 
 
-def test_energy_falls_back_to_its_call_where_field_83_is_missing_and_not_for_a_transient_error():
+@pytest.mark.parametrize("metric, knob, field", [("energy_mj", "energy_field", 83)])
+def test_a_metric_falls_back_to_its_call_where_its_field_is_missing_and_not_for_a_transient_error(metric, knob, field):
     off = at("matmul_bf16_8192_4s", 0.5)
-    fake, src, clock = make(off, unsupported={"energy_field"})
-    for _ in range(3):
-        assert all(r.values["energy_mj"] == recorded(g, "energy_mj", off) for g, r in enumerate(src.read()))
-    assert src._energy_by_call == {0, 1}
-    assert (83, 0) not in calls_named(fake, "nvmlDeviceGetFieldValues")[-1][2][0]   # not asked again
-    fake, src, clock = make(off, fail={"energy_field": pynvml.NVML_ERROR_TIMEOUT})
-    assert all("energy_mj" not in r.values and r.values["nvlink_tx_kib"] > 0 for r in src.read())
-    del fake.fail["energy_field"]
+    fake, src, clock = make(off, unsupported={knob})
+    for k in range(3):
+        assert all(r.values[metric] == recorded(g, metric, off + 0.1 * k) for g, r in enumerate(src.read()))
+        clock.advance(0.1)
+    assert src._by_call == {(0, metric), (1, metric)}
+    req = calls_named(fake, "nvmlDeviceGetFieldValues")[-1][2][0]
+    assert (field, 0) not in req and len(req) == 2           # not asked again; NVLink still is
+    fake, src, clock = make(off, fail={knob: pynvml.NVML_ERROR_TIMEOUT})
+    assert all(metric not in r.values and r.values["nvlink_tx_kib"] > 0 for r in src.read())
+    del fake.fail[knob]
     clock.advance(0.1)
-    assert all("energy_mj" in r.values for r in src.read()) and not src._energy_by_call
+    assert all(metric in r.values for r in src.read()) and not src._by_call
 
 
 def test_uuids_are_asked_once_and_look_like_the_drivers():

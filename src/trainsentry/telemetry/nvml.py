@@ -1,12 +1,12 @@
 """GPU telemetry through NVML (the official ``nvidia-ml-py`` binding, imported as ``pynvml``).
 
 Per GPU and read: NVLink payload counters (fields 138/139, KiB, summed over all links) and energy
-(field 83, mJ) in one ``nvmlDeviceGetFieldValues`` call, power (mW), GPU and memory utilization,
-and, where the GPU has them, GPM metrics averaged since the previous GPM sample. Gauges that move
-slowly (memory used, SM and memory clocks, temperature, and the PCIe snapshot when enabled) are
-read every ``slow_period_s`` (1 s), GPM every ``gpm_period_s`` (at most every 100 ms): a reading
-carries only the metrics read for it (absent means not read this time, never zero). The GPUs'
-slow reads are staggered over the period, so no single tick pays for all of them.
+(field 83, mJ) in one ``nvmlDeviceGetFieldValues`` call, then power (mW) and GPU and memory
+utilization. Slower: gauges that move over seconds (memory used, SM and memory clocks,
+temperature, and the PCIe snapshot when enabled) every ``slow_period_s`` (1 s), staggered over the
+GPUs so no single tick pays for all of them; GPM metrics (averages over the interval between two
+GPM samples, so nothing is lost but resolution) every ``gpm_period_s`` (0.5 s, never under NVML's
+100 ms). A reading carries only the metrics read for it: absent means not read this time, never zero.
 
 Every metric is optional. Each NVML call goes through :meth:`NvmlSource._query`, which turns the
 "this GPU cannot do that" errors into a missing metric and remembers it, so an unsupported metric
@@ -32,6 +32,12 @@ FI_NVLINK_DATA_TX = 138   # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, KiB, 64-bit
 FI_NVLINK_DATA_RX = 139   # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
 FI_NVLINK_LINK_COUNT = 91
 FI_TOTAL_ENERGY = 83      # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ: the same counter as the energy call
+# Metrics asked as fields in the NVLink call instead of by calls of their own: (metric, field id,
+# the call used where the field does not answer). The H200 snapshots (tests/fixtures/h200/
+# nvml_*.json) hold field 83 equal to the energy call's answer. Power stays a call of its own: as
+# field 185 (POWER_AVERAGE, equal to nvmlDeviceGetPowerUsage in the same snapshots) it measured
+# slower through the binding's structures than the call (docs/telemetry.md).
+SCALAR_FIELDS = (("energy_mj", FI_TOTAL_ENERGY, "nvmlDeviceGetTotalEnergyConsumption"),)
 SCOPE_ALL_LINKS = 0xFFFFFFFF
 MAX_LINKS = 18            # NVLink 4 on H100/H200; used only when NVML cannot say how many
 GPM_MIN_INTERVAL_S = 0.1  # NVML needs samples >= 100 ms apart for meaningful GPM metrics
@@ -136,11 +142,13 @@ class NvmlSource:
             raise SourceError(f"NVML cannot list GPUs: {e}") from e
         self._permanent_codes = {getattr(nvml, n, None) for n in _PERMANENT} - {None}
         self._nvlink_links: dict[int, list[int] | None] = {}  # None: the all-links scope works
-        self._energy_by_call: set[int] = set()   # GPUs whose field 83 does not answer
+        self._by_call: set[tuple[int, str]] = set()   # (GPU, metric) whose field does not answer
+        self._plans: dict[int, tuple] = {}            # per GPU: the field request (_field_plan)
         self._gpm: dict[int, _Gpm | None] = {}
         self._gpm_enabled = gpm
         self._slow_due: dict[int, float] = {}    # per GPU: when the slow gauges are next read
         self._uuids: dict[str, str] | None = None
+        self._names = [f"gpu{i}" for i in self.indices]
         self._closed = False
 
     # ---- the one query helper ------------------------------------------------------------
@@ -211,15 +219,17 @@ class NvmlSource:
         n, h, q = self.nvml, self.handles[i], self._query
         host_t = self.clock()
         values: dict[str, float | int] = {}
-        tx, rx, energy, field_t = self._fields(i)
+        tx, rx, scalars, field_t = self._fields(i, host_t)
         if tx is not MISSING:
             values["nvlink_tx_kib"] = tx
         if rx is not MISSING:
             values["nvlink_rx_kib"] = rx
-        if energy is None:  # field 83 not asked or not answering: the energy call of its own
-            energy = q(i, "energy_mj", n.nvmlDeviceGetTotalEnergyConsumption, h)
-        if energy is not MISSING:
-            values["energy_mj"] = energy
+        for metric, _, call in SCALAR_FIELDS:
+            v = scalars.get(metric)
+            if v is None:  # field not asked or not answering: the metric's own call
+                v = q(i, metric, getattr(n, call), h)
+            if v is not MISSING:
+                values[metric] = v
         power = q(i, "power_mw", n.nvmlDeviceGetPowerUsage, h)
         if power is not MISSING:
             values["power_mw"] = power
@@ -229,9 +239,9 @@ class NvmlSource:
         if self._slow_is_due(k, i, host_t):
             self._read_slow(i, values)
         if self._gpm_enabled:
-            self._gpm_read(i, values)
+            self._gpm_read(i, values, host_t)
         t = field_t if field_t is not None else host_t
-        return Reading(device=f"gpu{i}", kind="gpu", t=t, values=values)
+        return Reading(device=self._names[k], kind="gpu", t=t, values=values)
 
     def _slow_is_due(self, k: int, i: int, now: float) -> bool:
         due, period = self._slow_due.get(i), self.slow_period_s
@@ -281,43 +291,52 @@ class NvmlSource:
             return [(r, v, ts) for ts, r, v in layout.iter_unpack(bytes(vals))]
         return [(int(v.nvmlReturn), int(v.value.ullVal), int(v.timestamp)) for v in vals]
 
-    def _fields(self, i: int) -> tuple[Any, Any, Any, float | None]:
-        """(tx_kib, rx_kib, energy_mj, NVLink counter time), each MISSING if unavailable.
-
-        NVLink: sums over all links. Energy: field 83 asked in the same call (no call of its own);
-        None when field 83 was not asked or the call as a whole failed, so the caller asks
-        nvmlDeviceGetTotalEnergyConsumption instead.
-        """
+    def _field_plan(self, i: int) -> tuple[list[tuple[int, int]], int, list[str]]:
+        """(the field request, NVLink scopes per direction, scalar metrics asked), made once per GPU
+        and made again only after something was found unsupported (those sets only grow)."""
+        plan = self._plans.get(i)
+        if plan is not None and plan[0] == (len(self._unsupported), len(self._by_call)):
+            return plan[1]
         links: list[int] | None = []
         if (i, "nvlink") not in self._unsupported:
             if i not in self._nvlink_links:
                 self._nvlink_links[i] = self._nvlink_plan(i)
             links = [] if (i, "nvlink") in self._unsupported else self._nvlink_links[i]
         scopes = [SCOPE_ALL_LINKS] if links is None else links
-        k = len(scopes)
         req = [(fid, s) for fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX) for s in scopes]
-        energy_field = i not in self._energy_by_call and (i, "energy_mj") not in self._unsupported
-        if energy_field:
-            req.append((FI_TOTAL_ENERGY, 0))
+        asked = [(metric, fid) for metric, fid, _ in SCALAR_FIELDS
+                 if (i, metric) not in self._by_call and (i, metric) not in self._unsupported]
+        req += [(fid, 0) for _, fid in asked]
+        self._plans[i] = ((len(self._unsupported), len(self._by_call)), (req, len(scopes), [m for m, _ in asked]))
+        return self._plans[i][1]
+
+    def _fields(self, i: int, host_t: float) -> tuple[Any, Any, dict[str, Any], float | None]:
+        """(tx_kib, rx_kib, {metric: value} of SCALAR_FIELDS, NVLink counter time).
+
+        NVLink: sums over all links, MISSING if unavailable. A scalar field's metric is its value,
+        MISSING after a transient error (lost for this read), or absent when the field was not
+        asked or will not answer, so the caller uses the metric's own call.
+        """
+        req, k, asked = self._field_plan(i)
         got = self._field_values(i, req) if req else None
         if got is None:
-            return MISSING, MISSING, None, None
-        energy: Any = None
-        if energy_field:
-            ret, value, _ = got.pop()
+            return MISSING, MISSING, {}, None
+        scalars: dict[str, Any] = {}
+        for metric, (ret, value, _) in zip(asked, got[2 * k:]):
             if ret == 0:
-                energy = value
+                scalars[metric] = value
             elif self._is_permanent(ret):
-                self._energy_by_call.add(i)   # this driver has the counter only through the call
+                self._by_call.add((i, metric))   # this driver has it only through the call
             else:
-                energy = MISSING              # transient: lost for this read, like any metric
+                scalars[metric] = MISSING         # transient: lost for this read, like any metric
         if not k:
-            return MISSING, MISSING, energy, None
+            return MISSING, MISSING, scalars, None
+        got = got[:2 * k]
         # A total from a subset of the links would silently undercount: all of them or nothing.
         tx = sum(v for _, v, _ in got[:k]) if all(r == 0 for r, _, _ in got[:k]) else MISSING
         rx = sum(v for _, v, _ in got[k:]) if all(r == 0 for r, _, _ in got[k:]) else MISSING
         stamps = [ts for r, _, ts in got if r == 0]
-        return tx, rx, energy, self._sane_time(max(stamps) if stamps else None)
+        return tx, rx, scalars, self._sane_time(max(stamps) if stamps else None, host_t)
 
     def _nvlink_plan(self, i: int) -> list[int] | None:
         """None if scopeId 0xFFFFFFFF answers; else the link scopes to sum; marks NVLink unsupported."""
@@ -353,12 +372,12 @@ class NvmlSource:
         # Without a state answer, count the link in: an inactive link's counter stays constant.
         return state is MISSING or bool(state)
 
-    def _sane_time(self, ts_us: int | None) -> float | None:
+    def _sane_time(self, ts_us: int | None, host_t: float) -> float | None:
         """The counter's own timestamp (µs since the epoch) if it is within a few seconds of ours."""
         if not ts_us:
             return None
         t = ts_us / 1e6
-        return t if abs(t - self.clock()) <= TIMESTAMP_TOLERANCE_S else None
+        return t if abs(t - host_t) <= TIMESTAMP_TOLERANCE_S else None
 
     # ---- GPM -----------------------------------------------------------------------------
     def _gpm_state(self, i: int) -> _Gpm | None:
@@ -383,12 +402,11 @@ class NvmlSource:
             mg.metrics[j].metricId = mid
         return mg
 
-    def _gpm_read(self, i: int, values: dict[str, float | int]) -> None:
+    def _gpm_read(self, i: int, values: dict[str, float | int], now: float) -> None:
         """Take a sample into the buffer not holding the last one; add the metrics between the two."""
         g = self._gpm_state(i)
         if g is None or (i, "gpm") in self._unsupported:
             return
-        now = self.clock()
         # Not yet due (10 % early is due, so tick jitter does not skip a whole period; never under
         # NVML's 100 ms): keep the older sample so the next interval is long enough.
         if g.last is not None and now - g.last_t < max(GPM_MIN_INTERVAL_S, 0.9 * self.gpm_period_s):
