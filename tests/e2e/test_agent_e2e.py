@@ -1,6 +1,7 @@
 """Real ``trainsentry serve`` + real ``trainsentry agent`` (fake NVML from recorded H200 readings) on loopback."""
 
 import json
+import re
 import signal
 import sqlite3
 import subprocess
@@ -114,6 +115,9 @@ def test_prometheus_endpoint_serves_dcgm_names(tmp_path, collector):
     summary(proc)
     power = [ln for ln in text.splitlines() if ln.startswith("DCGM_FI_DEV_POWER_USAGE{")]
     assert len(power) == 2 and 'gpu="1"' in power[1] and 'Hostname="node-a"' in power[0]
+    uuids = [re.search(r'UUID="([^"]*)"', ln).group(1) for ln in power]   # from nvmlDeviceGetUUID, once
+    assert all(re.fullmatch(r"GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", u) for u in uuids)
+    assert uuids[0] != uuids[1]
     assert 50 < float(power[0].rsplit(" ", 1)[1]) < 800            # watts, from the recorded H200 idle/load
     assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" in text
     assert "trainsentry_agent_spool_pending_batches{" in text

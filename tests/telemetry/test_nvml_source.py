@@ -291,3 +291,11 @@ def test_field_values_unpacked_from_bytes_equal_the_bindings_attributes():
     assert [(r, v, ts) for ts, r, v in layout.iter_unpack(bytes(vals))] == \
         [(int(x.nvmlReturn), int(x.value.ullVal), int(x.timestamp)) for x in vals]
     assert _field_layout(int) is None
+
+
+def test_read_periods_pass_through_open_sources():
+    from trainsentry.telemetry import open_sources
+    nvml, net = open_sources(["nvml", "net"], nvml_module=FakeNvml(REC), nvml_slow_period_s=2.0,
+                             nvml_gpm_period_s=0.1, net_rescan_s=1.0, net_sysfs_root="/nonexistent")
+    assert (nvml.slow_period_s, nvml.gpm_period_s, net.rescan_s) == (2.0, 0.1, 1.0)
+    assert NvmlSource(nvml=FakeNvml(REC), gpm_period_s=0.01).gpm_period_s == 0.1   # never under NVML's 100 ms
