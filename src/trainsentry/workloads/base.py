@@ -33,6 +33,9 @@ class Ledger:
     flops_per_step: int | None = None          # this rank, from FlopCounterMode on one representative step
     flops: float = 0.0                          # this rank, total
     collective_bytes: dict[str, int] = field(default_factory=dict)  # op -> bytes this rank handed over
+    # the same bytes by who was on the other end: "0,1,2,3" (the global ranks of the collective's
+    # group), "->5" (a send to rank 5), "<-0" (a receive from rank 0); "?" when it is not known
+    collective_by_group: dict[str, dict[str, int]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def step(self, dt_s: float, tokens: int, loss: float | None = None, flops: int | None = None) -> None:
@@ -45,13 +48,21 @@ class Ledger:
         if step_flops:
             self.flops += float(step_flops)
 
-    def collective(self, op: str, nbytes: int) -> None:
+    def collective(self, op: str, nbytes: int, group: str | None = None) -> None:
         self.collective_bytes[op] = self.collective_bytes.get(op, 0) + int(nbytes)
+        if nbytes:   # who was on the other end of bytes actually handed over
+            by_op = self.collective_by_group.setdefault(group or "?", {})
+            by_op[op] = by_op.get(op, 0) + int(nbytes)
+
+    def clear_collectives(self) -> None:
+        self.collective_bytes.clear()
+        self.collective_by_group.clear()
 
     def to_dict(self) -> dict:
         return {"steps": self.steps, "tokens": self.tokens, "step_times_s": self.step_times_s,
                 "loss_curve": self.loss_curve, "flops_per_step": self.flops_per_step, "flops": self.flops,
-                "collective_bytes": self.collective_bytes, "extra": self.extra}
+                "collective_bytes": self.collective_bytes, "collective_by_group": self.collective_by_group,
+                "extra": self.extra}
 
 
 @dataclass
@@ -105,6 +116,15 @@ class WorkloadSpec:
     toy: dict
     gpus: int                        # ranks it uses: 1 (rank 0 only) or 0 meaning all ranks
     description: str = ""
+    min_ranks: int = 0               # the launch must have at least this many ranks (0: no requirement)
+
+    def rank_error(self, world_size: int) -> str | None:
+        """Why a launch of ``world_size`` ranks cannot run this workload, or None if it can."""
+        need = self.min_ranks
+        if world_size < need:
+            return (f"workload {self.name!r} needs at least {need} ranks; this launch has {world_size} "
+                    f"(run it with torchrun --nproc_per_node={need} or more)")
+        return None
 
     def resolve(self, toy: bool, overrides: dict | None = None) -> dict:
         cfg = dict(self.config)
@@ -118,7 +138,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {}
 
 
 def register(name: str, cls: str, family: str, config: dict, toy: dict | None = None, gpus: int = 0,
-             description: str = ""):
+             description: str = "", min_ranks: int = 0):
     """Decorator registering ``fn(ctx, cfg)`` under ``name``; each distinct config gets its own name."""
     if cls not in CLASSES:
         raise ValueError(f"class must be one of {CLASSES}")
@@ -127,13 +147,13 @@ def register(name: str, cls: str, family: str, config: dict, toy: dict | None = 
         if name in WORKLOADS:
             raise ValueError(f"workload {name!r} registered twice")
         WORKLOADS[name] = WorkloadSpec(name, cls, family, fn, dict(config), dict(toy or {}), gpus,
-                                       description or (fn.__doc__ or "").strip().split("\n")[0])
+                                       description or (fn.__doc__ or "").strip().split("\n")[0], min_ranks)
         return fn
     return deco
 
 
 def variants(base_name: str, cls: str, family: str, fn, base: dict, toy: dict, grid: dict[str, dict],
-             gpus: int = 0, description: str = "") -> None:
+             gpus: int = 0, description: str = "", min_ranks: int = 0) -> None:
     """Register one workload per entry of ``grid`` (suffix -> config overrides) sharing ``fn``."""
     for suffix, over in grid.items():
-        register(f"{base_name}.{suffix}", cls, family, {**base, **over}, toy, gpus, description)(fn)
+        register(f"{base_name}.{suffix}", cls, family, {**base, **over}, toy, gpus, description, min_ranks)(fn)

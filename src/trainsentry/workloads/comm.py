@@ -9,6 +9,9 @@ Two counters, one convention (the bytes of the buffer this rank hands over, per 
   through the dispatcher as one of these ops, including the ones DTensor issues when it redistributes
   and the ones issued from autograd's backward threads (dispatch modes follow the autograd engine).
 
+Each count is also filed under the members of the op's group (their global ranks) or, for a send
+or receive, the peer, so a test can tell a tensor-parallel all-reduce from a data-parallel one.
+
 Per op, the counted tensor is the one this rank contributes: the input of an all-gather (its shard),
 the input of a reduce-scatter (the full unreduced tensor), the tensor of an all-reduce, send or
 broadcast. A recv is counted under ``recv`` with the size of the buffer it fills.
@@ -72,6 +75,46 @@ def payload_bytes(func, args, kwargs) -> int:
     return 0
 
 
+def group_ranks(group=None) -> list[int]:
+    """Global ranks of a process group (None: the default group)."""
+    if not dist.is_initialized():
+        return [0]
+    return dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+
+
+def group_label(ranks) -> str:
+    """Ledger key for the members of a collective: their global ranks, "0,1,2,3"."""
+    return ",".join(str(r) for r in ranks)
+
+
+def peer_label(op: str, peer: int) -> str:
+    """Ledger key for a point-to-point transfer: "->5" for a send to rank 5, "<-0" for a receive."""
+    return f"<-{peer}" if op == "recv" else f"->{peer}"
+
+
+def op_group(func, args, kwargs, key: str) -> str:
+    """Who is on the other end of a collective op: its group's global ranks, or the peer of a
+    send / recv (the op carries the peer's rank inside its group). "?" if it cannot be resolved."""
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    values = {a.name: (args[i] if i < len(args) else kwargs.get(a.name))
+              for i, a in enumerate(func._schema.arguments)}
+    try:
+        if isinstance(values.get("group_name"), str):
+            pg = _resolve_process_group(values["group_name"])
+        elif values.get("process_group") is not None:
+            pg = dist.ProcessGroup.unbox(values["process_group"])
+        else:
+            return "?"
+        ranks = dist.get_process_group_ranks(pg)
+    except (RuntimeError, ValueError, AttributeError, KeyError, TypeError):
+        return "?"
+    for arg in ("dst", "dstRank", "src", "srcRank"):
+        if key in ("send", "recv") and isinstance(values.get(arg), int) and values[arg] >= 0:
+            return peer_label(key, ranks[values[arg]])
+    return group_label(ranks)
+
+
 class CollectiveCounter(TorchDispatchMode):
     """Adds the payload bytes of every collective issued while active to ``ledger.collective``."""
 
@@ -89,7 +132,7 @@ class CollectiveCounter(TorchDispatchMode):
         if isinstance(func, torch._ops.OpOverload):
             key = op_key(func)
             if key is not None:
-                self.ledger.collective(key, payload_bytes(func, args, kwargs))
+                self.ledger.collective(key, payload_bytes(func, args, kwargs), op_group(func, args, kwargs, key))
                 self.calls[key] = self.calls.get(key, 0) + 1
         return func(*args, **kwargs)
 
@@ -99,8 +142,8 @@ def counting_allreduce_hook(ledger: Ledger):
     # No annotations: DDP checks the literal annotation of ``bucket`` (a string under postponed evaluation).
     def hook(state, bucket):
         buf = bucket.buffer()
-        ledger.collective("all_reduce", buf.numel() * buf.element_size())
         group = state if state is not None else dist.group.WORLD
+        ledger.collective("all_reduce", buf.numel() * buf.element_size(), group_label(group_ranks(group)))
         buf.div_(dist.get_world_size(group))
         fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
         return fut.then(lambda f: f.value()[0])

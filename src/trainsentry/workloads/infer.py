@@ -50,6 +50,14 @@ variants("infer.replicas", "inference", "replicas", run_generate,
                                  "pause_s": 1.0},
          })
 
+# The same on every GPU of an 8-GPU launch (issue 9); on 2 GPUs use infer.replicas.*.
+variants("infer.replicas8", "inference", "replicas", run_generate,
+         base={"model": "gpt350m", "seq_len": 2048, "batch": 64, "prompt_len": 256, "gen_len": 256},
+         toy=TOY, gpus=0, min_ranks=8, grid={
+             "m350m_b64": {},
+             "l1b_b128": {"model": "gpt1b", "batch": 128, "prompt_len": 512, "gen_len": 384},
+         })
+
 # Prefill-heavy: very long prompts, a handful of output tokens (summarisation, retrieval QA).
 variants("infer.prefill", "inference", "prefill", run_generate,
          base={"model": "gpt350m", "seq_len": 8256, "batch": 8, "prompt_len": 8192, "gen_len": 8},

@@ -39,6 +39,8 @@ MODELS: dict[str, dict] = {
     "gpt7b": dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8),       # ~5.6 B, GQA
     # CPU tests: tiny, but with GQA and two heads per TP rank so every code path runs.
     "toy": dict(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2),
+    # CPU tests of 8-way tensor parallel: one KV head per rank, two query heads.
+    "toy8": dict(d_model=64, n_layers=2, n_heads=16, n_kv_heads=8),
 }
 
 
@@ -127,20 +129,21 @@ def sample(logits: torch.Tensor) -> torch.Tensor:
 
 
 def generate_rounds(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, *, count_tokens: bool = True,
-                    lockstep: bool = False, kv_heads: int | None = None) -> None:
+                    lockstep: bool = False, kv_heads: int | None = None, prompt_salt: int | None = None) -> None:
     """Batched generation with a KV cache until the deadline: prefill ``batch`` prompts of
     ``prompt_len`` tokens, then ``gen_len`` decode steps; optional idle pause between rounds.
 
-    ``lockstep`` (tensor parallel): every rank sees the same prompts, rank 0 decides at each round
-    whether to go on, and rounds run to their end so the ranks' collectives always pair up."""
+    ``lockstep`` (tensor parallel): every rank of a group sees the same prompts (``prompt_salt``: one
+    stream per group), rank 0 decides at each round whether every rank goes on, and rounds run to
+    their end so the ranks' collectives always pair up."""
     batch, plen, glen = int(cfg["batch"]), int(cfg["prompt_len"]), int(cfg["gen_len"])
     if plen + glen > mcfg.seq_len:
         raise ValueError(f"prompt_len + gen_len = {plen + glen} exceeds seq_len {mcfg.seq_len}")
     pause_s = float(cfg.get("pause_s", 0.0))
     fit = fit_model(model, mcfg, ctx, kv_heads=kv_heads)
     ctx.ledger.extra.update(fit.as_dict())
-    ctx.ledger.collective_bytes.clear()   # the fit's own forward passes are not part of the run
-    src = prompt_source(ctx, salt=0 if lockstep else ctx.rank)
+    ctx.ledger.clear_collectives()   # the fit's own forward passes are not part of the run
+    src = prompt_source(ctx, salt=prompt_salt if prompt_salt is not None else 0 if lockstep else ctx.rank)
     cache = KVCache(mcfg, mcfg.n_layers, batch, plen + glen, ctx.device, ctx.dtype, kv_heads)
     rng = torch.Generator().manual_seed(ctx.seed + ctx.rank)
     rounds = generated = 0

@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from .base import Context, Ledger, variants
+from .comm import group_label, group_ranks, peer_label
 from .infer_common import (agree, build_model, fit_model, generate_rounds, inference_entry, model_config,
                            need_all_ranks, prompt_source, sample)
 from .model import GPT, KVCache, ModelConfig
@@ -33,12 +34,13 @@ class RowParallel(nn.Module):
     def __init__(self, linear: nn.Linear, group, ledger: Ledger | None):
         super().__init__()
         self.linear, self.group, self.ledger = linear, group, ledger
+        self.label = group_label(group_ranks(group))
 
     def forward(self, x):
         y = self.linear(x)
         dist.all_reduce(y, group=self.group)
         if self.ledger is not None:
-            self.ledger.collective("all_reduce", y.numel() * y.element_size())
+            self.ledger.collective("all_reduce", y.numel() * y.element_size(), self.label)
         return y
 
 
@@ -66,15 +68,31 @@ def shard_tensor_parallel(model: GPT, rank: int, world: int, group=None, ledger:
     return cfg.kv_heads // world
 
 
+def tp_groups(ctx: Context, tp: int):
+    """This rank's tensor-parallel group when ``tp`` consecutive ranks share a model: (group, index of
+    the group, rank inside it). One group over the whole launch uses the default group."""
+    if tp < 1 or ctx.world_size % tp:
+        raise ValueError(f"tensor-parallel degree {tp} does not divide the {ctx.world_size} ranks")
+    if tp == ctx.world_size:
+        return None, 0, ctx.rank
+    # every rank creates every group (new_group is collective over the launch), keeps its own
+    group, _ = dist.new_subgroups_by_enumeration([list(range(i, i + tp)) for i in range(0, ctx.world_size, tp)])
+    return group, ctx.rank // tp, ctx.rank % tp
+
+
 @inference_entry
 def run_tp(ctx: Context, cfg: dict) -> None:
-    """Tensor-parallel batched decode over all ranks (Megatron sharding, all-reduce per layer)."""
+    """Tensor-parallel batched decode (Megatron sharding, all-reduce per layer) over groups of ``tp``
+    ranks (default all); several groups serve their own users as replicas."""
     need_all_ranks(ctx, "tensor-parallel decode")
+    tp = int(cfg.get("tp") or ctx.world_size)
+    group, index, tp_rank = tp_groups(ctx, tp)
     mcfg = model_config(cfg)
     model = build_model(ctx, mcfg)
-    kv_local = shard_tensor_parallel(model, ctx.rank, ctx.world_size, None, ctx.ledger)
-    ctx.ledger.extra.update(params=mcfg.params(), tp=ctx.world_size)
-    generate_rounds(ctx, model, mcfg, cfg, count_tokens=ctx.rank == 0, lockstep=True, kv_heads=kv_local)
+    kv_local = shard_tensor_parallel(model, tp_rank, tp, group, ctx.ledger)
+    ctx.ledger.extra.update(params=mcfg.params(), tp=tp, tp_group=group_ranks(group), tp_index=index)
+    generate_rounds(ctx, model, mcfg, cfg, count_tokens=tp_rank == 0, lockstep=True, kv_heads=kv_local,
+                    prompt_salt=index)
 
 
 variants("infer.tp", "inference", "tp", run_tp,
@@ -120,14 +138,14 @@ def _pp_phase(ctx: Context, model: GPT, caches: list[KVCache], inputs: list[torc
         if rank < world - 1:
             y = y.contiguous()
             dist.send(y, dst=rank + 1)
-            ctx.ledger.collective("send_activations", y.numel() * y.element_size())
+            ctx.ledger.collective("send_activations", y.numel() * y.element_size(), peer_label("send", rank + 1))
         else:
             outs.append(sample(y[:, -1]))
     batch = shape[0] * len(caches)
     if rank == world - 1:
         tokens = torch.cat(outs)
         dist.send(tokens, dst=0)
-        ctx.ledger.collective("send_tokens", tokens.numel() * tokens.element_size())
+        ctx.ledger.collective("send_tokens", tokens.numel() * tokens.element_size(), peer_label("send", 0))
         return tokens
     if rank == 0:
         tokens = torch.empty(batch, 1, dtype=torch.long, device=ctx.device)
@@ -172,6 +190,15 @@ def run_pp(ctx: Context, cfg: dict) -> None:
     ctx.ledger.extra["rounds"] = rounds
 
 
+# Issue 9 (8 × H200): 8-way tensor parallel, the 2-GPU configs' models on a quarter of the weights each.
+variants("infer.tp8", "inference", "tp", run_tp,
+         base={"model": "gpt7b", "seq_len": 2048, "batch": 64, "prompt_len": 1024, "gen_len": 512, "tp": 8},
+         toy={**TOY, "model": "toy8"}, gpus=0, min_ranks=8, grid={
+             "g7b_b64": {},
+             "xl3b_b128": {"model": "gpt3b", "batch": 128, "prompt_len": 512, "gen_len": 256},
+         })
+
+
 variants("infer.pp", "inference", "pp", run_pp,
          base={"model": "gpt3b", "seq_len": 2048, "batch": 64, "prompt_len": 512, "gen_len": 256,
                "micro_batches": 4},
@@ -191,17 +218,16 @@ def kv_transfer_bytes(mcfg: ModelConfig, batch: int, prompt_len: int, bytes_per_
     return 2 * mcfg.n_layers * mcfg.kv_heads * mcfg.head_dim * bytes_per_value * batch * prompt_len
 
 
-def _prefill_rank(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, fit) -> None:
+def _prefill_rank(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, fit, dst: int) -> None:
     batch, plen = int(cfg["batch"]), int(cfg["prompt_len"])
     pause_s = float(cfg.get("pause_s", 0.0))
     # Cache exactly prompt_len long, so each layer's keys and values are contiguous and go as they are.
     cache = KVCache(mcfg, mcfg.n_layers, batch, plen, ctx.device, ctx.dtype)
-    src = prompt_source(ctx)
+    src = prompt_source(ctx, salt=ctx.rank)
     header = torch.ones(1, dtype=torch.long, device=ctx.device)
-    decoders = list(range(1, ctx.world_size))
+    to = peer_label("send", dst)
     rounds = 0
     while ctx.keep_going():
-        dst = decoders[rounds % len(decoders)]
         prompts = src.prompts(batch, plen)
         cache.length = 0
         t0 = time.perf_counter()
@@ -210,22 +236,21 @@ def _prefill_rank(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, fit) -
         ctx.ledger.step(time.perf_counter() - t0, batch * plen, flops=fit.prefill(batch, plen))
         for t in (header, tok):
             dist.send(t, dst=dst)
-            ctx.ledger.collective("send_control", t.numel() * t.element_size())
+            ctx.ledger.collective("send_control", t.numel() * t.element_size(), to)
         for kv in (*cache.k, *cache.v):
             dist.send(kv, dst=dst)
-            ctx.ledger.collective("send_kv_cache", kv.numel() * kv.element_size())
+            ctx.ledger.collective("send_kv_cache", kv.numel() * kv.element_size(), to)
         ctx.sync()   # back-pressure: wait until the decode rank took the cache
         rounds += 1
         if pause_s > 0:
             time.sleep(pause_s)
     header.zero_()
-    for dst in decoders:
-        dist.send(header, dst=dst)
-        ctx.ledger.collective("send_control", header.numel() * header.element_size())
+    dist.send(header, dst=dst)
+    ctx.ledger.collective("send_control", header.numel() * header.element_size(), to)
     ctx.ledger.extra["rounds"] = rounds
 
 
-def _decode_rank(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, fit) -> None:
+def _decode_rank(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, fit, src: int) -> None:
     batch, plen, glen = int(cfg["batch"]), int(cfg["prompt_len"]), int(cfg["gen_len"])
     cache = KVCache(mcfg, mcfg.n_layers, batch, plen + glen, ctx.device, ctx.dtype)
     staging = torch.empty_like(cache.k[0][:, :, :plen])
@@ -233,12 +258,12 @@ def _decode_rank(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, fit) ->
     tok = torch.empty(batch, 1, dtype=torch.long, device=ctx.device)
     rounds = 0
     while True:
-        dist.recv(header, src=0)
+        dist.recv(header, src=src)
         if int(header.item()) == 0:
             break
-        dist.recv(tok, src=0)
+        dist.recv(tok, src=src)
         for kv in (*cache.k, *cache.v):
-            dist.recv(staging, src=0)
+            dist.recv(staging, src=src)
             kv[:, :, :plen].copy_(staging)
         cache.length = plen
         for _ in range(glen - 1):   # a round always finishes: the prefill rank decides when to stop
@@ -250,18 +275,28 @@ def _decode_rank(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, fit) ->
     ctx.ledger.extra["rounds"] = rounds
 
 
+def disagg_peer(rank: int, world: int) -> tuple[str, int]:
+    """Role and partner of a rank in disaggregated serving: the first half of the ranks prefill, the
+    second half decode, and prefill rank i hands its caches to decode rank i + world / 2."""
+    if world < 2 or world % 2:
+        raise ValueError(f"disaggregated serving pairs prefill and decode ranks: needs an even world, got {world}")
+    half = world // 2
+    return ("prefill", rank + half) if rank < half else ("decode", rank - half)
+
+
 @inference_entry
 def run_disagg(ctx: Context, cfg: dict) -> None:
-    """Disaggregated serving: prefill on rank 0, KV cache sent over NCCL, decode on the other ranks."""
+    """Disaggregated serving: the first half of the ranks prefill and send each KV cache over NCCL to
+    their partner in the second half, which decodes (2 ranks: prefill on 0, decode on 1)."""
     need_all_ranks(ctx, "disaggregated serving")
+    role, peer = disagg_peer(ctx.rank, ctx.world_size)
     mcfg = model_config(cfg)
     model = build_model(ctx, mcfg)
     fit = fit_model(model, mcfg, ctx)
-    ctx.ledger.extra.update(fit.as_dict(), params=mcfg.params(),
-                            role="prefill" if ctx.rank == 0 else "decode",
+    ctx.ledger.extra.update(fit.as_dict(), params=mcfg.params(), role=role, peer=peer,
                             kv_bytes_per_round=kv_transfer_bytes(mcfg, int(cfg["batch"]), int(cfg["prompt_len"]),
                                                                  torch.empty(0, dtype=ctx.dtype).element_size()))
-    (_prefill_rank if ctx.rank == 0 else _decode_rank)(ctx, model, mcfg, cfg, fit)
+    (_prefill_rank if role == "prefill" else _decode_rank)(ctx, model, mcfg, cfg, fit, peer)
 
 
 variants("infer.disagg", "inference", "disagg", run_disagg,
@@ -272,4 +307,13 @@ variants("infer.disagg", "inference", "disagg", run_disagg,
                               "gen_len": 128},
              "m350m_b64_p1k_bursty": {"model": "gpt350m", "seq_len": 2048, "batch": 64, "prompt_len": 1024,
                                       "gen_len": 512, "pause_s": 1.5},
+         })
+
+# Issue 9 (8 × H200): four prefill ranks each feeding one decode rank.
+variants("infer.disagg4x4", "inference", "disagg", run_disagg,
+         base={"model": "gpt1b", "seq_len": 4096, "batch": 32, "prompt_len": 2048, "gen_len": 256},
+         toy=TOY, gpus=0, min_ranks=8, grid={
+             "l1b_b32_p2k": {},
+             "xl3b_b16_p4k": {"model": "gpt3b", "seq_len": 4608, "batch": 16, "prompt_len": 4096,
+                              "gen_len": 128},
          })

@@ -198,7 +198,7 @@ def run_serve(ctx: Context, cfg: dict) -> None:
     if int(cfg["prompt_max"]) >= mcfg.seq_len:
         raise ValueError("prompt_max must leave room for output tokens below seq_len")
     fit = fit_model(model, mcfg, ctx, kv_heads=kv_heads)
-    ctx.ledger.collective_bytes.clear()
+    ctx.ledger.clear_collectives()
     pool = SlotPool(mcfg, int(cfg["slots"]), mcfg.seq_len, ctx.device, ctx.dtype, kv_heads)
     lead = not tp or ctx.rank == 0
     sched = Scheduler(ctx, cfg, pool.slots) if lead else None

@@ -185,4 +185,5 @@ def loss_fn(logits, targets):
 
 
 def n_params(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
+    """Parameters this rank holds (a tensor-parallel DTensor counts its local shard)."""
+    return sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in module.parameters())

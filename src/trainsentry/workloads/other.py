@@ -1,7 +1,7 @@
 """Other GPU work (class ``other``): neither training nor inference, but look-alikes on some signal.
 
 - matmul burn: dense bf16 GEMMs back to back, full power and tensor activity, no link traffic;
-- NCCL sweep: all-reduce / all-gather / send-recv over a range of sizes, heavy, regular and symmetric
+- NCCL sweep: all-reduce / all-gather / send-recv ring / one-way sends over all ranks, a range of sizes, heavy, regular and symmetric
   NVLink traffic with no model at all (the hard negative for "gradient all-reduce means training");
 - memory copies: device-to-device, host-to-device / device-to-host over PCIe, and peer GPU0 → GPU1
   copies on the copy engines (NVLink bytes with an idle SM);
@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from . import flops as flopcount
 from .base import Context, variants
+from .comm import group_label, peer_label
 from .infer_common import agree
 
 
@@ -69,26 +70,29 @@ def _sizes(cfg: dict) -> list[int]:
 
 def _one_collective(ctx: Context, op: str, buf: torch.Tensor, gathered: list[torch.Tensor]) -> None:
     nbytes = buf.numel() * buf.element_size()
+    label = group_label(range(ctx.world_size))
     if op == "all_reduce":
         dist.all_reduce(buf)
     elif op == "all_gather":
         dist.all_gather(gathered, buf)
     elif op == "send_recv":      # a ring: every rank sends to the next and receives from the previous
         nxt, prv = (ctx.rank + 1) % ctx.world_size, (ctx.rank - 1) % ctx.world_size
-        recv = gathered[0]
+        recv, label = gathered[0], peer_label("send", nxt)
         reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, buf, nxt), dist.P2POp(dist.irecv, recv, prv)])
         for r in reqs:
             r.wait()
-    elif op == "send_oneway":    # rank 0 → rank 1 only, the direction a disaggregated server sends
-        if ctx.rank == 0:
-            dist.send(buf, dst=1)
-        elif ctx.rank == 1:
-            dist.recv(buf, src=0)
-        if ctx.rank != 0:
-            nbytes = 0
+    elif op == "send_oneway":    # first half → second half (rank i → i + n/2), as a disaggregated server
+        half = ctx.world_size // 2  # sends; 2 ranks: 0 → 1. An odd last rank sits out.
+        if ctx.rank < half:
+            dist.send(buf, dst=ctx.rank + half)
+            label = peer_label("send", ctx.rank + half)
+        elif ctx.rank < 2 * half:
+            dist.recv(buf, src=ctx.rank - half)
+        if ctx.rank >= half:
+            nbytes, label = 0, None
     else:
         raise ValueError(f"unknown collective {op!r}")
-    ctx.ledger.collective(op, nbytes)
+    ctx.ledger.collective(op, nbytes, label)
 
 
 @torch.inference_mode()

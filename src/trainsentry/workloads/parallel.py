@@ -103,16 +103,28 @@ def wrap_fsdp(ctx: Context, model: GPT) -> GPT:
     return model
 
 
-def apply_tensor_parallel(ctx: Context, model: GPT) -> GPT:
+def tp_dp_mesh(ctx: Context, tp: int):
+    """A 2-D mesh over all ranks: ``tp`` consecutive ranks share a layer (inner dimension, the fast
+    link inside a node), ``world / tp`` such groups train as data-parallel replicas (outer)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if tp < 1 or ctx.world_size % tp:
+        raise ValueError(f"tensor-parallel degree {tp} does not divide the {ctx.world_size} ranks")
+    return init_device_mesh(ctx.device.type, (ctx.world_size // tp, tp), mesh_dim_names=("dp", "tp"))
+
+
+def apply_tensor_parallel(ctx: Context, model: GPT, tp_mesh=None) -> GPT:
     """Megatron-style: q/k/v and fc1 split by columns, o and fc2 by rows, so each block costs one
     all-reduce after attention and one after the MLP, forward and backward. Embeddings, norms and the
-    head stay replicated (every rank sees the same activations, so their gradients agree)."""
+    head stay replicated (every rank of the group sees the same activations, so their gradients
+    agree). ``tp_mesh``: the 1-D mesh of this rank's tensor-parallel group (default: all ranks)."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     cfg = model.cfg
-    if cfg.n_heads % ctx.world_size or cfg.kv_heads % ctx.world_size:
-        raise ValueError(f"heads {cfg.n_heads}/{cfg.kv_heads} not divisible by {ctx.world_size} ranks")
-    tp_mesh = mesh(ctx)
+    tp_mesh = tp_mesh if tp_mesh is not None else mesh(ctx)
+    tp = tp_mesh.size()
+    if cfg.n_heads % tp or cfg.kv_heads % tp:
+        raise ValueError(f"heads {cfg.n_heads}/{cfg.kv_heads} not divisible by {tp} tensor-parallel ranks")
     plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
             "attn.o": RowwiseParallel(), "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel()}
     for block in model.layers.values():
@@ -120,10 +132,38 @@ def apply_tensor_parallel(ctx: Context, model: GPT) -> GPT:
     return model
 
 
-def pipeline_stage_module(ctx: Context, model: GPT) -> GPT:
-    """Keep this rank's contiguous share of the layers; the first stage keeps the embeddings, the last
-    the final norm and head (GPT.forward passes hidden states through when they are missing)."""
-    n, stages, rank = model.cfg.n_layers, ctx.world_size, ctx.rank
+def local_numel(p: torch.Tensor) -> int:
+    """Elements this rank holds: a DTensor's local shard, a plain tensor's all."""
+    from torch.distributed.tensor import DTensor
+
+    return p.to_local().numel() if isinstance(p, DTensor) else p.numel()
+
+
+def all_reduce_grads(model: nn.Module, group, size: int) -> int:
+    """Average this rank's gradients (local shards of DTensor ones) over a data-parallel group in one
+    flat all-reduce, as DDP does with one bucket. Returns the bytes handed over."""
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+             for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return 0
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=group)
+    flat.div_(size)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+    return flat.numel() * flat.element_size()
+
+
+def pipeline_stage_module(ctx: Context, model: GPT, stages: int | None = None) -> GPT:
+    """Keep this rank's contiguous share of the layers (stage = rank, ``stages`` default all ranks);
+    the first stage keeps the embeddings, the last the final norm and head (GPT.forward passes hidden
+    states through when they are missing)."""
+    n, rank = model.cfg.n_layers, ctx.rank
+    stages = stages or ctx.world_size
     if n < stages:
         raise ValueError(f"{n} layers cannot be split over {stages} pipeline stages")
     lo, hi = rank * n // stages, (rank + 1) * n // stages
@@ -152,10 +192,12 @@ class FloatOutput(nn.Module):
         return self.module(x).float()
 
 
-def pipeline_schedule(ctx: Context, stage_model: GPT, cfg: dict, loss_fn):
+def pipeline_schedule(ctx: Context, stage_model: GPT, cfg: dict, loss_fn, stages: int | None = None, group=None):
+    """Stage ``ctx.rank`` of ``stages`` (default all ranks) in ``group`` (default the world; a group
+    of the first ``stages`` ranks when the pipeline is smaller than the launch)."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    stage = PipelineStage(FloatOutput(stage_model), ctx.rank, ctx.world_size, ctx.device)
+    stage = PipelineStage(FloatOutput(stage_model), ctx.rank, stages or ctx.world_size, ctx.device, group=group)
     # Check every chunk's shapes, strides and dtypes against the inferred metadata, as torch 2.11
     # always does (2.13 only under TORCH_DISTRIBUTED_DEBUG=DETAIL): a mismatch fails one rank and
     # leaves the other waiting in a receive, so CPU tests must catch it before a GPU run hangs.

@@ -12,6 +12,7 @@ import contextlib
 import time
 
 import torch
+import torch.distributed as dist
 
 from . import parallel as par
 from .base import WORKLOADS, Context, Ledger, variants
@@ -51,9 +52,10 @@ def _train_loop(ctx: Context, cfg: dict, step, tokens_per_step: int, measure_fn=
 
 
 def _record_setup(ctx: Context, cfg: dict, model, mcfg, analytic_per_token: float | None = None) -> None:
+    # local: this rank's share (a tensor-parallel DTensor counts its shard, not its global shape)
     ctx.ledger.extra.update({
         "model": mcfg.to_dict(), "params_total": mcfg.params(), "params_local": n_params(model),
-        "params_trainable_local": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "params_trainable_local": sum(par.local_numel(p) for p in model.parameters() if p.requires_grad),
         "analytic_flops_per_token": analytic_per_token or mcfg.flops_per_token(mcfg.seq_len),
         "optimizer": cfg.get("optimizer", "adamw"), "batch_per_rank": cfg["batch"],
         "seq_len": mcfg.seq_len, "compute_dtype": str(ctx.dtype) if ctx.is_cuda else "torch.float32",
@@ -135,44 +137,68 @@ def _set_val(ctx: Context, evaluate) -> None:
 
 
 def _tensor_parallel(ctx: Context, cfg: dict) -> None:
-    """Both ranks see the same batch; each holds half of every block's weights."""
+    """``tp`` consecutive ranks (default 2) hold one model, each a 1/tp share of every block's weights,
+    and see the same batch; the world / tp such groups are data-parallel replicas whose gradients are
+    averaged over the data-parallel group (one flat all-reduce per step, as DDP's one bucket)."""
     par.world_ok(ctx, 2)
+    if ctx.n_active != ctx.world_size:
+        raise ValueError("tensor parallel runs on every rank of the launch")
+    tp = int(cfg.get("tp") or 2)
+    dev_mesh = par.tp_dp_mesh(ctx, tp)
+    dp, dp_index, tp_index = ctx.world_size // tp, dev_mesh.get_local_rank("dp"), dev_mesh.get_local_rank("tp")
+    dp_group = dev_mesh["dp"].get_group() if dp > 1 else None
     mcfg = par.model_config(cfg)
     model = par.build_model(ctx, mcfg)
     with par.counting(ctx):
-        model = par.apply_tensor_parallel(ctx, model)
+        model = par.apply_tensor_parallel(ctx, model, dev_mesh["tp"])
         _record_setup(ctx, cfg, model, mcfg)
-        ctx.ledger.extra["collective_method"] = "dispatch-mode"
-        ctx.ledger.extra["tokens_note"] = "the batch is shared by all ranks; tokens are recorded on rank 0 only"
+        ctx.ledger.extra.update({
+            "collective_method": "dispatch-mode", "tp": tp, "dp": dp, "tp_index": tp_index, "dp_index": dp_index,
+            "tp_group": dev_mesh["tp"].mesh.flatten().tolist(), "dp_group": dev_mesh["dp"].mesh.flatten().tolist(),
+            "tokens_note": "a tensor-parallel group shares one batch; tokens are recorded on its first rank"})
         opts = par.make_optimizers(ctx, model, cfg)
-        batches = Batches("train", cfg["batch"], mcfg.seq_len, ctx.device, seed=ctx.seed * 7919 + 1)
+        # one batch stream per tensor-parallel group (dp_index 0 draws the stream of the 2-rank runs)
+        batches = Batches("train", cfg["batch"], mcfg.seq_len, ctx.device, seed=ctx.seed * 7919 + 1 + dp_index)
 
         def step():
             x, y = batches.next()
             with par.autocast(ctx):
                 loss = loss_fn(model(x), y)
             loss.backward()
+            if dp_group is not None:
+                par.all_reduce_grads(model, dp_group, dp)
             par.optimizer_step(opts)
             return loss.detach()
 
-        _train_loop(ctx, cfg, step, cfg["batch"] * mcfg.seq_len if ctx.rank == 0 else 0, par.measure_local)
+        tokens = cfg["batch"] * mcfg.seq_len if tp_index == 0 else 0
+        _train_loop(ctx, cfg, step, tokens, par.measure_local)
     _set_val(ctx, lambda: _val_loss(ctx, cfg, model, mcfg, ctx.seed + 99))
 
 
 def _pipeline(ctx: Context, cfg: dict) -> None:
-    """Layers split over the ranks; micro-batches flow forward (activations) and back (gradients)."""
+    """Layers split over ``pp`` stages (default every active rank; stage i on rank i); micro-batches
+    flow forward (activations) and back (gradients). Active ranks beyond ``pp`` stay idle."""
     par.world_ok(ctx, 2)
+    stages = int(cfg.get("pp") or ctx.n_active)
+    if not 2 <= stages <= ctx.n_active or (ctx.ranks and tuple(ctx.ranks) != tuple(range(len(ctx.ranks)))):
+        raise ValueError(f"a pipeline needs 2..{ctx.n_active} stages on ranks 0.., got pp={stages}")
+    if ctx.rank >= stages:
+        ctx.ledger.extra["stage"] = None          # idle: not part of the pipeline
+        return
     mcfg = par.model_config(cfg)
-    model = par.pipeline_stage_module(ctx, par.build_model(ctx, mcfg))
+    model = par.pipeline_stage_module(ctx, par.build_model(ctx, mcfg), stages)
     _record_setup(ctx, cfg, model, mcfg)
-    ctx.ledger.extra.update({"collective_method": "dispatch-mode", "stage": ctx.rank,
+    ctx.ledger.extra.update({"collective_method": "dispatch-mode", "stage": ctx.rank, "pp": stages,
                              "stage_layers": list(model.layers.keys()),
                              "tokens_note": "the batch flows through every stage; tokens are recorded on the first stage"})
-    first, last = ctx.rank == 0, ctx.rank == ctx.world_size - 1
+    first, last = ctx.rank == 0, ctx.rank == stages - 1
     opts = par.make_optimizers(ctx, model, cfg)
     batches = Batches("train", cfg["batch"], mcfg.seq_len, ctx.device, seed=ctx.seed * 7919 + 1)
+    # A pipeline over fewer ranks than the launch needs its own group (PipelineStage maps stage i to
+    # rank i of its group); only its members create it, so idle ranks need not take part.
+    group = None if stages == ctx.world_size else dist.new_group(list(range(stages)), use_local_synchronization=True)
     with par.counting(ctx):
-        schedule = par.pipeline_schedule(ctx, model, cfg, loss_fn)
+        schedule = par.pipeline_schedule(ctx, model, cfg, loss_fn, stages, group)
 
         def step():
             x, y = batches.next()          # every stage draws the batch so the generators stay in step
@@ -239,7 +265,7 @@ def train_pp(ctx: Context, cfg: dict) -> None:
 
 
 def _register() -> None:
-    from .train_configs import DESCRIPTIONS, FAMILIES, TOY_EXTRA
+    from .train_configs import DESCRIPTIONS, FAMILIES, FAMILIES_N, TOY_EXTRA
 
     fns = {"train_ddp": train_ddp, "train_fsdp": train_fsdp, "train_tp": train_tp, "train_pp": train_pp,
            "train_single": train_single}
@@ -247,6 +273,9 @@ def _register() -> None:
         fn = fns[fn_name]
         variants(prefix, CLS, family, fn, {**BASE, **base}, {**TOY, **TOY_EXTRA.get(family, {})}, grid,
                  gpus=gpus, description=DESCRIPTIONS[family])
+    for prefix, family, fn_name, gpus, min_ranks, base, toy, grid in FAMILIES_N:
+        variants(prefix, CLS, family, fns[fn_name], {**BASE, **base}, {**TOY, **TOY_EXTRA.get(family, {}), **toy},
+                 grid, gpus=gpus, description=f"{DESCRIPTIONS[family]} ({min_ranks}+ GPUs)", min_ranks=min_ranks)
 
 
 _register()
@@ -262,7 +291,7 @@ def describe() -> list[dict]:
             continue
         c = spec.config
         m = model_config(c)
-        rows.append({"name": spec.name, "family": spec.family, "gpus": spec.gpus or "all",
+        rows.append({"name": spec.name, "family": spec.family, "gpus": _gpus(spec),
                      "params_M": round(m.params() / 1e6, 1), "d_model": m.d_model, "n_layers": m.n_layers,
                      "heads": f"{m.n_heads}/{m.kv_heads}", "d_ff": m.ff, "seq_len": m.seq_len,
                      "batch_per_rank": c["batch"], "accum": c.get("accum", 1),
@@ -272,8 +301,18 @@ def describe() -> list[dict]:
     return rows
 
 
+def _gpus(spec) -> str | int:
+    """Ranks a config uses (1, all, or N), with the launch size it needs (≥N) when it has one."""
+    used = spec.gpus or "all"
+    return f"{used} (≥{spec.min_ranks})" if spec.min_ranks else used
+
+
 def _extra(c: dict) -> str:
     bits = []
+    if c.get("tp"):
+        bits.append(f"tp={c['tp']}")
+    if c.get("pp"):
+        bits.append(f"pp={c['pp']}")
     if c.get("lora_rank"):
         bits.append(f"lora r={c['lora_rank']}")
     if c.get("microbatches"):

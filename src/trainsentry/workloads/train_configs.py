@@ -89,6 +89,31 @@ FAMILIES: list[tuple[str, str, str, int, dict, dict[str, dict]]] = [
     }),
 ]
 
+# Configs for larger launches (issue 9: 8 × H200), each with the ranks it needs; the 2-GPU configs
+# above keep their names and behaviour. Each entry: (name prefix, family, workload function name,
+# gpus, min_ranks, base, toy extra, grid). Sizes: the same per-GPU load as the 2-GPU runs, or models
+# that only fit when sharded over 8 GPUs (FSDP ~12 B: 16 bytes of weights and AdamW state per
+# parameter is ~200 GB, 25 GB per GPU).
+FAMILIES_N: list[tuple[str, str, str, int, int, dict, dict, dict[str, dict]]] = [
+    ("train.ddp8", "ddp-width-depth", "train_ddp", 0, 8, {}, {}, {
+        "w1024-l16": w(1024, 16, batch=32),          # 201M
+        "w2048-l24": w(2048, 24, batch=16),          # 1.2B
+    }),
+    ("train.fsdp8", "fsdp", "train_fsdp", 0, 8, {}, {}, {
+        "w4096-l32": w(4096, 32, batch=8),           # 6.4B
+        "w5120-l40": w(5120, 40, batch=4),           # 12.6B
+    }),
+    ("train.tp4dp2", "tensor-parallel", "train_tp", 0, 8, {"tp": 4}, {"tp": 4}, {
+        "w4096-l16": w(4096, 16, batch=8),           # 3.2B, 4-way sharded, 2 replicas
+        "w2048-l24": w(2048, 24, batch=16),
+    }),
+    ("train.pp4", "pipeline-parallel", "train_pp", 4, 4, {"microbatches": 8, "pp": 4},
+     {"microbatches": 4, "batch": 4, "n_layers": 4}, {
+        "1f1b-w2048-l24": w(2048, 24, batch=32, schedule="1f1b"),
+        "gpipe-w4096-l32": w(4096, 32, batch=16, schedule="gpipe"),   # 6.4B over 4 stages
+    }),
+]
+
 # Toy overrides per family on top of the shared toy model (CPU, gloo, a few steps).
 TOY_EXTRA = {"pipeline-parallel": {"microbatches": 2, "batch": 4}, "grad-accum": {"accum": 2},
              "lora": {"lora_rank": 4}}

@@ -65,6 +65,7 @@ def merge(ledgers: list[dict | None], ranks: tuple[int, ...]) -> dict:
         "step_times_s": lead["step_times_s"],
         "loss_curve": next((l["loss_curve"] for _, l in present if l["loss_curve"]), []),
         "collective_bytes_per_rank": {str(r): l["collective_bytes"] for r, l in present},
+        "collective_by_group_per_rank": {str(r): l.get("collective_by_group", {}) for r, l in present},
         "extra": {str(r): l["extra"] for r, l in present if l["extra"]},
     }
 
@@ -103,14 +104,17 @@ def run_plan(plan: dict, out_dir: Path) -> None:
                       deadline=start + float(item.get("seconds", 40)), max_steps=item.get("max_steps"),
                       toy=toy, ranks=ranks, cpu_group=cpu_group, ledger=Ledger(), seed=int(item.get("seed", 0)))
         event(run_id=run_id, phase="start", workload=spec.name)
-        error = None
+        # A launch too small for the workload is refused before any rank starts it: every rank
+        # decides the same way, so none is left waiting in a collective for a peer that never came.
+        error = spec.rank_error(world)
         try:
             torch.manual_seed(ctx.seed + 1000 * rank)
-            if ctx.active:
+            if ctx.active and error is None:
                 spec.fn(ctx, cfg)
             ctx.sync()
         except Exception:  # one failed workload must not end the campaign
             error = traceback.format_exc()
+        if error is not None:
             print(f"[rank {rank}] {run_id} failed:\n{error}", file=sys.stderr, flush=True)
         end = time.time()
         ledgers = [None] * world
