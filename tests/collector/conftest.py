@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from trainsentry.collector.app import create_app
+from trainsentry.collector.auth import enroll_inspector_in
 from trainsentry.collector.store import Store
 from trainsentry.wire.batch import GENESIS_PREV, NODE_HEADER, SIGNATURE_HEADER, digest, encode_batch, sign
 
@@ -81,8 +82,15 @@ def key(db: Path) -> str:
 
 
 @pytest.fixture
-def client(db: Path, key: str):
-    with TestClient(create_app(db, max_batch_bytes=64 * 1024)) as c:
+def inspector_token(db: Path) -> str:
+    return enroll_inspector_in(db, "inspector-1")
+
+
+@pytest.fixture
+def client(db: Path, key: str, inspector_token: str):
+    """The app; reads carry an inspector token (ingest ignores it: it checks the node's HMAC)."""
+    with TestClient(create_app(db, max_batch_bytes=64 * 1024),
+                    headers={"Authorization": f"Bearer {inspector_token}"}) as c:
         yield c
 
 

@@ -26,7 +26,9 @@ from fastapi.responses import Response
 
 from ..wire.batch import MAX_BATCH_BYTES, NODE_HEADER, SIGNATURE_HEADER
 from . import query
+from .dashboard import install as install_dashboard
 from .hooks import CommitBus, CommittedBatch
+from .live import install_live
 from .schema import connect
 from .store import IngestError, Store
 
@@ -179,6 +181,8 @@ def create_app(db_path: str | Path, synchronous: str = "normal", max_batch_bytes
     app.state.bus = col.bus
 
     app.add_middleware(_IngestRoute, collector=col)  # POST /v1/batches
+    install_dashboard(app, col)  # inspector gate on every read, /login, /v1/overview, /dashboard
+    install_live(app, col)  # live verdicts on the commit bus; /v1/nodes/{node}/verdict(s), /alerts, /v1/jobs
 
     @app.get("/v1/nodes")
     def get_nodes() -> Response:

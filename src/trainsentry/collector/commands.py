@@ -1,4 +1,4 @@
-"""``trainsentry serve`` and ``trainsentry enroll``: the collector's commands (typer only at top level)."""
+"""``trainsentry serve``, ``enroll`` and ``enroll-inspector``: the collector's commands (typer only at top level)."""
 
 from __future__ import annotations
 
@@ -53,4 +53,27 @@ def enroll_cmd(
     print(f"{'rotated' if rotate else 'enrolled'} {node}; key written to {key_out}", file=sys.stderr)
 
 
-COMMANDS = [serve_cmd, enroll_cmd]
+def enroll_inspector_cmd(
+    name: str = typer.Argument(..., help="Inspector name (who this token belongs to)"),
+    db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="Collector database"),
+    token_out: Path | None = typer.Option(None, "--token-out", help="Write the token here (mode 0600) instead of stdout"),
+    rotate: bool = typer.Option(False, "--rotate", help="Replace the token of an existing inspector (ends its sessions)"),
+) -> None:
+    """Create an inspector's token for the dashboard and read API (node keys cannot read)."""
+    from .auth import AuthError, enroll_inspector_in
+    try:
+        token = enroll_inspector_in(db, name, rotate=rotate)
+    except AuthError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    if token_out is None:
+        typer.echo(token)
+        return
+    token_out.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(token_out, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    print(f"inspector {name}: token written to {token_out}", file=sys.stderr)
+
+
+COMMANDS = [serve_cmd, enroll_cmd, enroll_inspector_cmd]

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 from ..traces.schema import METRICS
+from .auth import DDL as _AUTH_DDL
+from .verdicts import DDL as _VERDICTS_DDL
 
 SYNC_LEVELS = ("normal", "full")
 
@@ -106,6 +108,8 @@ CREATE INDEX rejections_by_code ON rejections(code);
 # (version, DDL). Append only: never edit a migration that has shipped.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
+    (2, _AUTH_DDL),  # inspector tokens and login sessions (collector/auth.py)
+    (3, _VERDICTS_DDL),  # live verdicts, alerts and jobs (collector/verdicts.py)
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

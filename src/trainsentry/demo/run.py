@@ -32,8 +32,9 @@ def _py(*args: str) -> list[str]:
     return [sys.executable, "-m", *args]
 
 
-def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as r:
+def _get(url: str, token: str) -> dict:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})  # reads need an inspector
+    with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())
 
 
@@ -105,6 +106,9 @@ def run_demo(trace: Path = DEFAULT_TRACE, live_s: float = 15.0, speed: float = 2
         col = Collector(tmp / "collector.db")
         try:
             console.print(f"[bold]collector[/] {col.url}  (SQLite {tmp / 'collector.db'})")
+            from ..collector.auth import enroll_inspector_in
+            token = enroll_inspector_in(tmp / "collector.db", "demo-inspector")
+            console.print(f"[bold]dashboard[/] {col.url}/login#token={token}", soft_wrap=True)
             for node in (replay_node, live_node):
                 col.enroll(node, tmp / f"{node}.key")
             t0 = time.time()
@@ -120,19 +124,19 @@ def run_demo(trace: Path = DEFAULT_TRACE, live_s: float = 15.0, speed: float = 2
             console.print(f"agents: [cyan]{replay_node}[/] replays {trace.name} at {speed}× speed; "
                           f"[cyan]{live_node}[/] reads this machine's network counters for {live_s:.0f} s")
             rcs = {replay_node: replay.wait(timeout=300), live_node: live.wait(timeout=300)}
-            nodes = _get(f"{col.url}/v1/nodes")
+            nodes = _get(f"{col.url}/v1/nodes", token)
             console.print(f"agents finished after {time.time() - t0:.0f} s (exit codes {rcs})")
-            result = {"collector": col.url, "nodes": {}}
+            result = {"collector": col.url, "dashboard": f"{col.url}/login#token={token}", "nodes": {}}
             for n in nodes["nodes"]:
                 name = n["node"]
                 # replayed samples are retimed to the moment of replay, so both nodes lie in [t0, now]
                 span = f"start={t0 - 5:.3f}&end={time.time() + 120:.3f}"
-                series = _get(f"{col.url}/v1/nodes/{name}/series?{span}&step=1")
-                gaps = _get(f"{col.url}/v1/nodes/{name}/unmonitored?{span}")
+                series = _get(f"{col.url}/v1/nodes/{name}/series?{span}&step=1", token)
+                gaps = _get(f"{col.url}/v1/nodes/{name}/unmonitored?{span}", token)
                 console.print(node_table(series))
                 result["nodes"][name] = {"devices": sorted(series["devices"]), "unmonitored": gaps,
                                          "samples": {d: sum(v["n"]) for d, v in series["devices"].items()}}
-            stats = _get(f"{col.url}/v1/stats")
+            stats = _get(f"{col.url}/v1/stats", token)
             console.print(f"collector totals: {json.dumps(stats.get('totals', stats))}")
             result["stats"] = stats
             return result

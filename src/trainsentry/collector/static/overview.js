@@ -1,0 +1,58 @@
+// Overview: the fleet from GET /v1/overview (aggregated on the server), refreshed every 3 s.
+"use strict";
+(function () {
+  const STATES = ["training", "inference", "other", "idle", "unmonitored", "pending"];
+  let last = null;
+
+  function summary(doc) {
+    const box = document.getElementById("summary");
+    box.replaceChildren(TS.el("div", { class: "card" }, TS.el("b", {}, doc.n_nodes), "nodes"),
+      ...STATES.map((s) => TS.el("div", { class: "card", "data-count": s },
+        TS.el("b", {}, doc.counts[s] || 0), TS.badge(s === "pending" ? null : s))));
+  }
+
+  function nodeRow(n, now) {
+    const link = TS.el("a", { href: "/dashboard/nodes/" + encodeURIComponent(n.node) }, n.node);
+    const devs = Object.entries(n.devices || {}).map(([k, v]) => v + " " + k).join(", ");
+    const state = TS.badge(n.state);
+    if (n.state === "unmonitored" && n.last_verdict) state.title = "last verdict: " + n.last_verdict + " (" + n.unmonitored + ")";
+    const job = n.job ? TS.el("a", { href: "/dashboard/jobs/" + encodeURIComponent(n.job) }, n.job) : "—";
+    return TS.el("tr", { "data-node": n.node, "data-state": n.state || "pending" },
+      TS.el("td", {}, link), TS.el("td", {}, state), TS.el("td", { class: "num" }, TS.pct(n.p_training)),
+      TS.el("td", { title: TS.clock(n.last_seen) }, TS.ago(n.last_seen, now)),
+      TS.el("td", { class: "num" + (n.alerts ? " alerts" : "") }, n.alerts || 0), TS.el("td", {}, job),
+      TS.el("td", {}, devs || "—"));
+  }
+
+  function jobRow(j, now) {
+    const flops = j.flops_so_far ? TS.flops(j.flops_so_far.flops) : "—";
+    return TS.el("tr", { "data-job": j.job },
+      TS.el("td", {}, TS.el("a", { href: "/dashboard/jobs/" + encodeURIComponent(j.job) }, j.job)),
+      TS.el("td", {}, TS.badge(j.state)), TS.el("td", {}, (j.nodes || []).join(", ")),
+      TS.el("td", {}, TS.ago(j.start, now)), TS.el("td", { class: "num" }, flops));
+  }
+
+  function render() {
+    if (!last) return;
+    const q = document.getElementById("filter").value.trim().toLowerCase();
+    const rows = last.nodes.filter((n) => !q || n.node.toLowerCase().includes(q) || (n.state || "").includes(q));
+    // The table shows at most 500 rows; the counts above cover the whole fleet.
+    const shown = rows.slice(0, 500).map((n) => nodeRow(n, last.now));
+    document.querySelector("#nodes tbody").replaceChildren(...shown);
+    document.querySelector("#jobs tbody").replaceChildren(...last.jobs.map((j) => jobRow(j, last.now)));
+    document.getElementById("updated").textContent = "updated " + TS.clock(last.now) + " · " + rows.length +
+      " of " + last.n_nodes + " nodes match" + (rows.length > 500 ? " (first 500 shown)" : "");
+  }
+
+  async function refresh() {
+    last = await TS.api("/v1/overview");
+    summary(last);
+    render();
+    document.body.dataset.loaded = "1";
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    document.getElementById("filter").addEventListener("input", render);
+    TS.poll(refresh, 3000);
+  });
+})();
