@@ -1,0 +1,386 @@
+"""Live verdicts: segmentation and a detector over each node's stream as its batches commit.
+
+:class:`LiveProcessor` subscribes to the commit bus (:mod:`trainsentry.collector.hooks`) and keeps,
+per node, the last ``buffer_s`` seconds of samples. Every ``stride_s`` of the node's own clock
+(window ends on absolute multiples of the stride, so the windows of different nodes line up) it
+
+1. turns the buffer into a trace table with :mod:`trainsentry.traces.io` (rates derived there,
+   nowhere else) and finds the active workload segments (:func:`detect.segment.segment_stream`;
+   a node without GPUs: its network traffic, see :func:`node_segments`);
+2. cuts the window with the one feature entry :func:`trainsentry.features.sliding_windows` and
+   scores it with the detector (a trained artifact from ``models/``, else untrained comm-rules);
+3. names the state (:func:`classify`), keeps the evidence (``detector.explain`` plus why the state
+   was chosen) and runs the k-of-n alert rule (:class:`detect.alert.AlertRule`);
+4. groups active nodes into jobs (:mod:`trainsentry.collector.livejobs`) and judges each job of
+   several nodes on the union of its nodes' samples.
+
+Verdicts, alerts and jobs go to SQLite (:mod:`trainsentry.collector.verdicts`) in one transaction
+per batch; the API reads them from there. All of it runs on the bus's dispatcher thread, never on
+the ingest path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ..detect.alert import AlertRule
+from ..detect.base import Detector, load_detector
+from ..detect.rules import CommRules
+from ..detect.segment import _runs_with_hysteresis, segment_stream
+from ..features import sliding_windows
+from ..features.comm import ACTIVE_FLOOR_BPS
+from ..features.grid import to_grids
+from ..telemetry.base import Reading
+from ..traces.io import columns_to_table, readings_to_columns
+from . import livejobs, verdicts as V
+from .hooks import CommittedBatch
+from .schema import connect
+
+log = logging.getLogger("trainsentry.collector.live")
+
+LIVE_ENV = "TRAINSENTRY_LIVE"                   # "0": do not start the live processor
+MODELS_ENV = "TRAINSENTRY_MODELS"               # where trained detectors are looked for (default ./models)
+LOOPBACK_ENV = "TRAINSENTRY_LIVE_LOOPBACK"      # "1": count the loopback interface as a network link
+LOOPBACK_LINK = "lo-as-link"
+# Trained artifacts the live path can use, best first (rt-baseline reads other features).
+PREFERENCE = ("fused", "comm-ml", "comm-rules")
+# "other" = a large symmetric exchange that is not training: the comm-rules defaults for volume
+# and symmetry (docs/detector.md), so the state rule and the detector speak of the same quantities.
+COLLECTIVE_BPS = 1e8
+COLLECTIVE_SYM = 0.7
+
+
+@dataclass
+class LiveConfig:
+    window_s: float = 8.0
+    stride_s: float = 2.0
+    buffer_s: float = 30.0          # samples kept per node: a window plus room for segmentation
+    training_p: float = 0.5         # state "training" at or above this P(training)
+    alert: AlertRule = field(default_factory=lambda: AlertRule(0.75, 3, 5))
+    job_start_tol_s: float = 10.0   # segments of one job start within this of each other ...
+    job_simult_min: float = 0.5     # ... and their traffic is simultaneous (co-activity or correlation)
+    loopback_as_link: bool = False
+    models_dir: Path = Path("models")
+    max_catchup: int = 30           # windows judged at most per batch (a long backlog judges its tail)
+
+    @classmethod
+    def from_env(cls) -> "LiveConfig":
+        return cls(loopback_as_link=os.environ.get(LOOPBACK_ENV, "0") == "1",
+                   models_dir=Path(os.environ.get(MODELS_ENV, "models")))
+
+
+def load_live_detector(models_dir: Path) -> tuple[Detector, str | None, str]:
+    """(detector, artifact path or None, one line saying which and why)."""
+    problems = []
+    for name in PREFERENCE:
+        path = Path(models_dir) / f"{name}.joblib"
+        if not path.exists():
+            continue
+        try:
+            det = load_detector(path)
+            if det.feature_set != "trainsentry":
+                raise ValueError(f"reads the {det.feature_set!r} feature set, not the live one")
+            meta_path = path.with_suffix(".json")
+            meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+            trained_by = meta.get("trained_by", "unknown command (no .json beside it)")
+            note = f"detector {det.name} from {path}, trained by `{trained_by}`"
+            return det, str(path), note + "".join(f"; unusable artifact {p}" for p in problems)
+        except Exception as e:  # a bad artifact must not stop verdicts: say so and fall back
+            problems.append(f"{path}: {e}")
+            log.error("cannot use detector artifact %s: %s", path, e)
+    det = CommRules()
+    note = (f"detector comm-rules, untrained: no usable artifact in {models_dir} "
+            f"(`trainsentry eval --train-final NAME` writes one); documented default thresholds: volume "
+            f"{det.volume_Bps / 1e6:.0f} MB/s per GPU, symmetry {det.sym_min}, simultaneity {det.simult_min}, "
+            f"busy {det.duty_min} or autocorrelation {det.acf_min}, at most {det.bytes_per_J_max:.0e} B/J")
+    if problems:
+        note += "; unusable artifacts: " + "; ".join(problems)
+    return det, None, note
+
+
+def node_segments(table: pa.Table, hz: float = 2.0) -> list[tuple[float, float]]:
+    """Active spans of one node's buffer: segment_stream's rule; a node without GPUs is active
+    while its busiest interface moves more than the network's active floor (1 MB/s)."""
+    if table.num_rows == 0:
+        return []
+    seg = next(iter(segment_stream(table, hz).values()), {"segments": []})
+    if "gpu" in set(table.column("kind").to_pylist()):
+        return [(s["start"], s["end"]) for s in seg["segments"]]
+    grid = next(iter(to_grids(table, hz).values()))
+    nets = [np.nan_to_num(s["net_tx_Bps"]) + np.nan_to_num(s["net_rx_Bps"])
+            for s in grid.nets.values() if "net_tx_Bps" in s and "net_rx_Bps" in s]
+    if not nets or grid.t.size == 0:
+        return []
+    active = np.max(np.vstack(nets), axis=0) > ACTIVE_FLOOR_BPS["net"]
+    t0 = grid.t - grid.dt_s
+    # the same hysteresis as segment_stream: on after 1 s active, off after 2 s quiet
+    return [(float(t0[a]), float(t0[b]) if b < t0.size else float(grid.t[-1]))
+            for a, b in _runs_with_hysteresis(active, max(1, round(hz)), max(1, round(2 * hz)))]
+
+
+def _collective(row: dict) -> tuple[str, float, float] | None:
+    """(channel, B/s, symmetry) when the window holds a large symmetric exchange, else None."""
+    for ch, sfx, label in (("nvlink", ".min", "NVLink"), ("net", "", "network")):
+        bps, sym = row.get(f"comm.{ch}.Bps{sfx}", math.nan), row.get(f"comm.{ch}.sym{sfx}", math.nan)
+        if math.isfinite(bps) and math.isfinite(sym) and bps >= COLLECTIVE_BPS and sym >= COLLECTIVE_SYM:
+            return label, bps, sym
+    return None
+
+
+def classify(active: bool, p: float | None, row: dict | None, training_p: float) -> tuple[str, str]:
+    """(state, why). The detector answers training or not; inference vs other is this rule."""
+    if not active:
+        return "idle", ("idle: no workload segment active at the window's end (GPUs: utilisation <= 5 %, "
+                        "power within 40 W of idle, no NVLink bytes; no GPUs: network below 1 MB/s)")
+    if p is None or row is None:
+        return "other", "other: a segment is active but the window had too few samples for features"
+    if p >= training_p:
+        return "training", f"training: P(training) {p:.2f} >= {training_p}"
+    coll = _collective(row)
+    if coll:
+        return "other", (f"other: not training (P {p:.2f} < {training_p}) yet a large symmetric exchange "
+                         f"({coll[0]} {coll[1] / 1e6:.0f} MB/s, symmetry {coll[2]:.2f}): collective traffic "
+                         "that is not shaped like training (benchmark, sweep, copies)")
+    return "inference", (f"inference: active, not training (P {p:.2f} < {training_p}), and no large "
+                         f"symmetric exchange (>= {COLLECTIVE_BPS / 1e6:.0f} MB/s at symmetry >= "
+                         f"{COLLECTIVE_SYM}): compute with little or one-way traffic")
+
+
+@dataclass
+class _Track:
+    """k-of-n alert state of one subject."""
+    votes: deque
+    open: dict | None = None        # the open alert (has "id" once written)
+
+
+@dataclass
+class NodeState:
+    samples: deque = field(default_factory=deque)
+    t_latest: float = -math.inf
+    next_k: int | None = None       # next window ends at next_k * stride_s
+    active_since: float | None = None
+    last_end: float | None = None
+    job: str | None = None
+    gaps: list = field(default_factory=list)
+    table: pa.Table | None = None
+
+    def add(self, samples: list[dict], buffer_s: float) -> None:
+        for s in samples:
+            self.samples.append(s)
+            if s["t"] > self.t_latest:
+                self.t_latest = s["t"]
+        cutoff = self.t_latest - buffer_s
+        while self.samples and self.samples[0]["t"] < cutoff:
+            self.samples.popleft()
+
+    def pending_ends(self, cfg: LiveConfig) -> list[float]:
+        if not self.samples:
+            return []
+        if self.next_k is None:
+            t_first = min(s["t"] for s in self.samples)
+            self.next_k = math.ceil((t_first + cfg.window_s) / cfg.stride_s - 1e-9)
+        last_k = math.floor(self.t_latest / cfg.stride_s + 1e-9)
+        if last_k < self.next_k:
+            return []
+        ks = range(max(self.next_k, last_k - cfg.max_catchup + 1), last_k + 1)
+        self.next_k = last_k + 1
+        return [k * cfg.stride_s for k in ks]
+
+    def build_table(self, node: str, loopback_as_link: bool) -> pa.Table:
+        readings = [Reading.from_wire(s) for s in self.samples]
+        if loopback_as_link:
+            # the feature grid ignores `lo` (it never carries traffic between nodes); on a
+            # single-machine run the ranks' traffic is there, so it is counted as a link by name
+            readings = [Reading(LOOPBACK_LINK, r.kind, r.t, r.values) if r.device == "lo" else r for r in readings]
+        return columns_to_table(readings_to_columns(node, readings))
+
+
+class LiveProcessor:
+    def __init__(self, db_path: str | Path, synchronous: str = "normal", config: LiveConfig | None = None):
+        self.cfg = config or LiveConfig.from_env()
+        self.detector, self.artifact, self.detector_note = load_live_detector(self.cfg.models_dir)
+        self.conn_path, self.synchronous = db_path, synchronous
+        self.conn = connect(db_path, synchronous)
+        self.writer = V.VerdictWriter(self.conn)
+        self.nodes: dict[str, NodeState] = {}
+        self.tracks: dict[tuple[str, str], _Track] = {}
+        self.jobs = livejobs.JobTracker(self.cfg)
+        self.windows_judged = 0
+        # per node, for the dashboard's overview: {state, p_training, job, alerts, since}; restored
+        # from the database so a restarted collector shows the last verdicts at once
+        self.summary: dict[str, dict] = {}
+        for (node,) in self.conn.execute("SELECT DISTINCT subject FROM verdicts WHERE scope = 'node'").fetchall():
+            v = V.latest(self.conn, "node", node)
+            self.summary[node] = {"state": v["state"], "p_training": v["p_training"], "job": v["job"],
+                                  "since": v["t_end"], "alerts": len(V.alerts(self.conn, "node", node, True))}
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def stats(self) -> dict:
+        return {"detector": self.detector.name, "artifact": self.artifact, "note": self.detector_note,
+                "windows_judged": self.windows_judged, "nodes": len(self.nodes),
+                "window_s": self.cfg.window_s, "stride_s": self.cfg.stride_s,
+                "loopback_as_link": self.cfg.loopback_as_link}
+
+    def overview_state(self) -> tuple[dict[str, dict], list[dict]]:
+        """(verdict summary per node, jobs with their latest verdict) for the dashboard's overview."""
+        jobs = []
+        c = connect(self.conn_path, self.synchronous, readonly=True)  # called from the API's threads
+        try:
+            for j in V.jobs(c):
+                v = V.latest(c, "job", j["job"])
+                jobs.append({**j, "state": v and v["state"], "p_training": v and v["p_training"]})
+        finally:
+            c.close()
+        return dict(self.summary), jobs
+
+    def _summarise(self, node_verdicts: list[dict]) -> None:
+        v = node_verdicts[-1]
+        old = self.summary.get(v["subject"], {})
+        tr = self.tracks.get(("node", v["subject"]))
+        since = old.get("since") if old.get("state") == v["state"] else v["t_start"]
+        self.summary[v["subject"]] = {"state": v["state"], "p_training": v["p_training"], "job": v["job"],
+                                      "since": since, "alerts": int(tr is not None and tr.open is not None)}
+
+    # ---- alerts --------------------------------------------------------------------------------
+    def _track(self, scope: str, subject: str) -> _Track:
+        key = (scope, subject)
+        tr = self.tracks.get(key)
+        if tr is None:  # first sight since start: restore votes and the open alert from the database
+            rule = self.cfg.alert
+            votes = deque((p is not None and p >= rule.threshold for _, p in V.last_p(self.conn, scope, subject, rule.n)),
+                          maxlen=rule.n)
+            opened = V.alerts(self.conn, scope, subject, open_only=True)
+            tr = self.tracks[key] = _Track(votes, opened[-1] if opened else None)
+        return tr
+
+    def _vote(self, v: dict, out: dict) -> None:
+        """Feed one verdict to its subject's k-of-n rule; record raised, updated and cleared alerts."""
+        rule, tr = self.cfg.alert, self._track(v["scope"], v["subject"])
+        p = v["p_training"]
+        tr.votes.append(v["state"] != "idle" and p is not None and p >= rule.threshold)
+        if tr.open is None:
+            if sum(tr.votes) >= rule.k:
+                tr.open = {"scope": v["scope"], "subject": v["subject"], "raised_t": v["t_end"], "cleared_t": None,
+                           "threshold": rule.threshold, "k": rule.k, "n": rule.n, "p_max": p,
+                           "detector": v["detector"], "evidence": v["evidence"]}
+                out["new"].append(tr.open)
+            return
+        if p is not None and p > tr.open["p_max"]:
+            tr.open["p_max"] = p
+        if not any(tr.votes):  # cleared once no window of the last n votes for training
+            tr.open["cleared_t"] = v["t_end"]
+        if "id" in tr.open:
+            out["updated"][tr.open["id"]] = tr.open
+        if tr.open["cleared_t"] is not None:
+            tr.open = None
+
+    # ---- judging ---------------------------------------------------------------------------------
+    def judge_rows(self, scope: str, subject: str, rows: list[dict], ends: list[float],
+                   active_at, gaps: list[tuple[float, float]], extra: list[str], job_of=None) -> list[dict]:
+        """Verdicts for windows ending at ``ends`` from feature ``rows`` (matched by end time)."""
+        cfg = self.cfg
+        by_end = {round(r["t_end"] / cfg.stride_s): r for r in rows}
+        matched = [by_end.get(round(e / cfg.stride_s)) for e in ends]
+        have = [r for r in matched if r is not None]
+        ps = iter(self.detector.predict_proba(pd.DataFrame(have)) if have else [])
+        out = []
+        for e, row in zip(ends, matched):
+            p = float(next(ps)) if row is not None else None
+            active = active_at(e)
+            state, why = classify(active, p, row, cfg.training_p)
+            evidence = [why, *extra, self.detector_note]
+            if row is not None:
+                evidence += self.detector.explain(row)
+            lost = [g for g in gaps if g[0] < e and g[1] > e - cfg.window_s]
+            if lost:
+                evidence.append("window overlaps an unmonitored interval: " + ", ".join(
+                    f"{g[0]:.1f}-{g[1]:.1f}" for g in lost) + " (the verdict rests on the samples that arrived)")
+            out.append({"scope": scope, "subject": subject, "t_start": e - cfg.window_s, "t_end": e,
+                        "state": state, "p_training": p, "detector": self.detector.name,
+                        "artifact": self.artifact, "evidence": evidence,
+                        "job": job_of(e) if job_of else None})
+            self.windows_judged += 1
+        return out
+
+    def judge_node(self, node: str, st: NodeState, ends: list[float]) -> list[dict]:
+        cfg = self.cfg
+        segs = node_segments(st.table)
+
+        def active_seg(e: float):
+            return next((s for s in segs if s[0] < e and s[1] > e - cfg.stride_s), None)
+        rows = sliding_windows(st.table, cfg.window_s, cfg.stride_s, t0=ends[0] - cfg.window_s, t1=ends[-1])
+        extra = [f"{LOOPBACK_LINK}: the loopback interface counts as a network link (single-machine run)"] \
+            if cfg.loopback_as_link and LOOPBACK_LINK in set(st.table.column("device").to_pylist()) else []
+        verdicts = self.judge_rows("node", node, rows, ends, lambda e: active_seg(e) is not None, st.gaps, extra)
+        for v in verdicts:
+            seg = active_seg(v["t_end"])
+            if seg is None:
+                st.active_since, st.job = None, None
+            elif st.active_since is None or seg[0] > st.active_since + cfg.job_start_tol_s:
+                # a segment longer than the buffer starts at the buffer's start: keep the first start
+                st.active_since = seg[0]
+            if seg is not None:
+                v["evidence"].insert(1, f"segment active since {st.active_since:.1f} "
+                                        f"({v['t_end'] - st.active_since:.0f} s before this window's end)")
+                if seg[0] > v["t_start"]:
+                    # a window straddling the start mixes idle and work: its rates and regularity
+                    # are diluted, so the state is said to be provisional rather than hidden
+                    v["evidence"].insert(1, f"provisional: only {v['t_end'] - seg[0]:.1f} s of this "
+                                            f"{cfg.window_s:.0f} s window lie inside the segment")
+        st.last_end = ends[-1]
+        return verdicts
+
+    # ---- the bus callback ----------------------------------------------------------------------
+    def on_batch(self, ev: CommittedBatch) -> None:
+        st = self.nodes.setdefault(ev.node, NodeState())
+        st.add(ev.samples, self.cfg.buffer_s)
+        st.gaps.extend((g["start"], g["end"]) for g in ev.unmonitored)
+        st.gaps = [g for g in st.gaps if g[1] >= st.t_latest - self.cfg.buffer_s]
+        ends = st.pending_ends(self.cfg)
+        if not ends:
+            return
+        st.table = st.build_table(ev.node, self.cfg.loopback_as_link)
+        out: dict = {"verdicts": [], "new": [], "updated": {}}
+        node_verdicts = self.judge_node(ev.node, st, ends)
+        job_verdicts, job_rows = self.jobs.update(ev.node, ends[-1], self, node_verdicts)
+        for v in node_verdicts:
+            v["job"] = st.job if v["state"] != "idle" else None
+        for v in node_verdicts + job_verdicts:
+            self._vote(v, out)
+            out["verdicts"].append(v)
+        ids = self.writer.write(out["verdicts"], out["new"],
+                                [(a["id"], a["p_max"], a["cleared_t"]) for a in out["updated"].values()], job_rows)
+        for a, aid in zip(out["new"], ids):
+            a["id"] = aid
+        self._summarise(node_verdicts)
+
+
+def install_live(app, col) -> LiveProcessor | None:
+    """Start the live processor on the collector's bus and add the verdict routes (one call from
+    :func:`trainsentry.collector.app.create_app`). ``TRAINSENTRY_LIVE=0`` leaves both out."""
+    if os.environ.get(LIVE_ENV, "1") == "0" or str(col.db_path) == ":memory:":
+        return None
+    proc = LiveProcessor(col.db_path, col.store.synchronous)
+    col.bus.subscribe(proc.on_batch)
+    close = col.close
+
+    def close_all() -> None:  # the bus drains first, so no callback runs on a closed connection
+        close()
+        proc.close()
+    col.close = close_all
+    app.state.live = proc
+    V.add_routes(app, col, proc)
+    return proc

@@ -1,0 +1,137 @@
+"""Jobs across nodes: which active nodes run one workload together, and its verdict.
+
+The rule (simple, and all it claims): two active nodes belong to one job when
+
+* their current workload segments started within ``job_start_tol_s`` (10 s) of each other — a
+  distributed launch starts every rank together; and
+* their communication is simultaneous over the latest window: the per-node byte series (NVLink
+  plus network, on one 10 Hz grid of the same clock span) are active together in at least half
+  the bins where either is active, or correlate at 0.5 or more — the co-activity and correlation
+  that :func:`trainsentry.features.comm.cross_device_features` computes across GPUs, used here
+  across nodes, with comm-rules' simultaneity threshold.
+
+Jobs are the connected groups of that relation; a node active alone is a job of one node. A job
+is named after its earliest segment start and its first node, so the name stays while the job
+runs. A job of several nodes is judged on the *union* of its nodes' samples (devices renamed
+``node/device``), cut by the same :func:`trainsentry.features.window_features`, so collectives that
+span nodes show as simultaneous bursts across all their GPUs; a job of one node takes its node's
+verdict. Node clocks are assumed synchronised (NTP): windows of different nodes are matched by
+their agents' timestamps.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..features import window_features
+from ..features.comm import cross_device_features
+from ..features.grid import to_grids
+
+GRID_HZ = 10.0
+
+
+def comm_series(table: pa.Table, t0: float, t1: float) -> np.ndarray:
+    """Bytes/s a node moves (all GPUs' NVLink TX+RX, all interfaces' TX+RX) per bin of [t0, t1]."""
+    grid = next(iter(to_grids(table, GRID_HZ, t0, t1).values()), None)
+    if grid is None:
+        return np.zeros(0)
+    total = np.zeros(grid.t.size)
+    for devs, keys in ((grid.gpus, ("nvlink_tx_Bps", "nvlink_rx_Bps")), (grid.nets, ("net_tx_Bps", "net_rx_Bps"))):
+        for series in devs.values():
+            for k in keys:
+                if k in series:
+                    total += np.nan_to_num(series[k])
+    return total
+
+
+def simultaneity(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """(co-activity, correlation) of two nodes' byte series; zeros when either moved nothing."""
+    if a.size < 2 or a.size != b.size:
+        return 0.0, 0.0
+    f = cross_device_features({"a": a, "b": b}, "net")
+    return float(f.get("coactive", 0.0)), float(f.get("simult_corr", 0.0))
+
+
+def union_table(tables: dict[str, pa.Table], job: str, t0: float, t1: float) -> pa.Table:
+    """The nodes' samples in [t0, t1] as one node named ``job``, devices renamed ``node/device``."""
+    parts = []
+    for node, tb in sorted(tables.items()):
+        tb = tb.filter(pc.and_(pc.greater_equal(tb["t"], t0), pc.less_equal(tb["t"], t1)))
+        n = tb.num_rows
+        tb = tb.set_column(tb.schema.get_field_index("node"), "node", pa.array([job] * n, pa.string()))
+        devices = pa.array([f"{node}/{d}" for d in tb["device"].to_pylist()], pa.string())
+        parts.append(tb.set_column(tb.schema.get_field_index("device"), "device", devices))
+    return pa.concat_tables(parts)
+
+
+class JobTracker:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.judged_until: dict[str, float] = {}
+
+    def _groups(self, cand: list[str], nodes: dict, e: float) -> tuple[list[list[str]], dict]:
+        cfg = self.cfg
+        series = {n: comm_series(nodes[n].table, e - cfg.window_s, e) for n in cand}
+        parent = {n: n for n in cand}
+
+        def root(n: str) -> str:
+            while parent[n] != n:
+                n = parent[n]
+            return n
+        why: dict[frozenset, str] = {}
+        for a, b in combinations(cand, 2):
+            d_start = abs(nodes[a].active_since - nodes[b].active_since)
+            if d_start > cfg.job_start_tol_s:
+                continue
+            co, corr = simultaneity(series[a], series[b])
+            if max(co, corr) >= cfg.job_simult_min:
+                parent[root(b)] = root(a)
+                why[frozenset((a, b))] = (f"{a} and {b}: segments started {d_start:.1f} s apart (<= "
+                                          f"{cfg.job_start_tol_s:.0f} s), traffic co-activity {co:.2f}, "
+                                          f"correlation {corr:.2f} (>= {cfg.job_simult_min})")
+        groups: dict[str, list[str]] = {}
+        for n in cand:
+            groups.setdefault(root(n), []).append(n)
+        return [sorted(g) for g in groups.values()], why
+
+    def update(self, node: str, e: float, proc, node_verdicts: list[dict]) -> tuple[list[dict], list[dict]]:
+        """Regroup after ``node`` was judged up to ``e``; (job verdicts, job rows) for its job."""
+        cfg, nodes = self.cfg, proc.nodes
+        me = nodes[node]
+        if me.active_since is None:
+            return [], []
+        cand = sorted(n for n, st in nodes.items() if st.active_since is not None and st.table is not None
+                      and st.last_end is not None and abs(st.last_end - e) <= cfg.window_s)
+        groups, why = self._groups(cand, nodes, e)
+        verdicts, rows = [], []
+        for members in groups:
+            start = min(nodes[m].active_since for m in members)
+            job = f"job-{math.floor(start)}-{members[0]}"
+            for m in members:
+                nodes[m].job = job
+            if node not in members:
+                continue
+            rows.append({"job": job, "nodes": members, "start_t": start, "last_t": e})
+            if self.judged_until.get(job, -math.inf) >= e or any(nodes[m].last_end < e - 1e-6 for m in members):
+                continue  # already judged here, or a member has not reached this window yet
+            self.judged_until[job] = e
+            if len(members) == 1:
+                mine = next((v for v in reversed(node_verdicts) if abs(v["t_end"] - e) < 1e-6), None)
+                if mine is not None:
+                    verdicts.append({**mine, "scope": "job", "subject": job, "job": job,
+                                     "evidence": [f"job of one node ({node}): the node's verdict", *mine["evidence"]]})
+                continue
+            reasons = [r for pair, r in why.items() if pair <= set(members)]
+            table = union_table({m: nodes[m].table for m in members}, job, e - cfg.window_s - 1.0, e)
+            rows_f = window_features(table, e - cfg.window_s, e)
+            gaps = [g for m in members for g in nodes[m].gaps]
+            extra = [f"job of {len(members)} nodes ({', '.join(members)}), judged on the union of their samples",
+                     *reasons]
+            verdicts += proc.judge_rows("job", job, rows_f, [e], lambda _e: True, gaps, extra,
+                                        job_of=lambda _e, j=job: j)
+        return verdicts, rows

@@ -1,0 +1,247 @@
+"""Live verdicts and alerts in SQLite, and the read API that serves them.
+
+Tables (migration in :mod:`trainsentry.collector.schema`, DDL here):
+
+* ``verdicts``: one row per window a subject (a node, or a job = union of nodes) was judged on:
+  state, P(training), the detector and its artifact, the evidence strings (JSON), the job the node
+  belonged to. Keyed by (scope, subject, t_end), so re-judging a window after a restart replaces
+  the row instead of doubling it.
+* ``alerts``: the k-of-n alert rule's history: when it fired (window end, agent clock), when it
+  cleared (NULL while open), the highest P(training) seen while open and the evidence of the
+  window that fired it.
+* ``jobs``: the current membership of every job the live processor has formed.
+
+Everything the API answers is read from these tables, so verdicts survive a collector restart.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+DDL = """
+CREATE TABLE verdicts (
+  scope TEXT NOT NULL CHECK (scope IN ('node', 'job')),
+  subject TEXT NOT NULL,         -- node name or job id
+  t_start REAL NOT NULL,         -- window, agent clock (epoch s)
+  t_end REAL NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('idle', 'inference', 'training', 'other')),
+  p_training REAL,               -- NULL when the window had no features (too few samples)
+  detector TEXT NOT NULL,
+  artifact TEXT,                 -- models/<name>.joblib, or NULL for untrained comm-rules
+  evidence TEXT NOT NULL,        -- JSON list of strings
+  job TEXT,                      -- for a node: the job it belonged to in this window
+  computed_at REAL NOT NULL,     -- server clock
+  PRIMARY KEY (scope, subject, t_end)
+);
+CREATE TABLE alerts (
+  alert_id INTEGER PRIMARY KEY,
+  scope TEXT NOT NULL CHECK (scope IN ('node', 'job')),
+  subject TEXT NOT NULL,
+  raised_t REAL NOT NULL,        -- end of the window that completed the k-th vote (agent clock)
+  cleared_t REAL,                -- end of the window after which no vote of the last n remained
+  threshold REAL NOT NULL,
+  k INTEGER NOT NULL,
+  n INTEGER NOT NULL,
+  p_max REAL NOT NULL,
+  detector TEXT NOT NULL,
+  evidence TEXT NOT NULL,
+  raised_at REAL NOT NULL        -- server clock
+);
+CREATE INDEX alerts_by_subject ON alerts(scope, subject, raised_t);
+CREATE TABLE jobs (
+  job TEXT PRIMARY KEY,
+  nodes TEXT NOT NULL,           -- JSON list of node names
+  start_t REAL NOT NULL,         -- earliest segment start of its nodes
+  last_t REAL NOT NULL,          -- end of the last window it was judged on
+  updated_at REAL NOT NULL
+);
+"""
+
+_VERDICT_COLS = "scope, subject, t_start, t_end, state, p_training, detector, artifact, evidence, job, computed_at"
+
+
+def _verdict(row: tuple) -> dict:
+    scope, subject, t_start, t_end, state, p, det, artifact, evidence, job, computed_at = row
+    return {"scope": scope, "subject": subject, "t_start": t_start, "t_end": t_end, "state": state,
+            "p_training": p, "detector": det, "artifact": artifact, "evidence": json.loads(evidence),
+            "job": job, "computed_at": computed_at}
+
+
+def _alert(row: tuple) -> dict:
+    aid, scope, subject, raised_t, cleared_t, thr, k, n, p_max, det, evidence, raised_at = row
+    return {"id": aid, "scope": scope, "subject": subject, "raised_t": raised_t, "cleared_t": cleared_t,
+            "open": cleared_t is None, "rule": {"threshold": thr, "k": k, "n": n}, "p_max": p_max,
+            "detector": det, "evidence": json.loads(evidence), "raised_at": raised_at}
+
+
+class VerdictWriter:
+    """The live processor's own write connection (the ingest connection belongs to the event loop)."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def write(self, verdicts: list[dict], new_alerts: list[dict], updates: list[tuple[int, float, float | None]],
+              jobs: list[dict] | None = None) -> list[int]:
+        """One transaction: verdict rows, new alerts (their ids returned, in order), updates of
+        alerts written before as (id, p_max, cleared_t), and job rows."""
+        c, now, ids = self.conn, time.time(), []
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.executemany(f"INSERT OR REPLACE INTO verdicts ({_VERDICT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                          [(v["scope"], v["subject"], v["t_start"], v["t_end"], v["state"], v["p_training"],
+                            v["detector"], v["artifact"], json.dumps(v["evidence"]), v.get("job"), now)
+                           for v in verdicts])
+            for a in new_alerts:
+                cur = c.execute("INSERT INTO alerts (scope, subject, raised_t, cleared_t, threshold, k, n, p_max, "
+                                "detector, evidence, raised_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                                (a["scope"], a["subject"], a["raised_t"], a["cleared_t"], a["threshold"], a["k"],
+                                 a["n"], a["p_max"], a["detector"], json.dumps(a["evidence"]), now))
+                ids.append(int(cur.lastrowid))
+            c.executemany("UPDATE alerts SET p_max = MAX(p_max, ?), cleared_t = ? WHERE alert_id = ?",
+                          [(p, cleared, aid) for aid, p, cleared in updates])
+            for j in jobs or []:
+                c.execute("INSERT OR REPLACE INTO jobs (job, nodes, start_t, last_t, updated_at) VALUES (?,?,?,?,?)",
+                          (j["job"], json.dumps(j["nodes"]), j["start_t"], j["last_t"], now))
+            c.execute("COMMIT")
+        except BaseException:
+            if c.in_transaction:
+                c.execute("ROLLBACK")
+            raise
+        return ids
+
+
+# ---- reads (also used by the processor to restore its state after a restart) -------------------
+def latest(conn: sqlite3.Connection, scope: str, subject: str) -> dict | None:
+    row = conn.execute(f"SELECT {_VERDICT_COLS} FROM verdicts WHERE scope = ? AND subject = ? "
+                       "ORDER BY t_end DESC LIMIT 1", (scope, subject)).fetchone()
+    return _verdict(row) if row else None
+
+
+def timeline(conn: sqlite3.Connection, scope: str, subject: str, start: float, end: float,
+             limit: int = 5000) -> list[dict]:
+    rows = conn.execute(f"SELECT {_VERDICT_COLS} FROM verdicts WHERE scope = ? AND subject = ? AND t_end >= ? "
+                        "AND t_start <= ? ORDER BY t_end LIMIT ?", (scope, subject, start, end, limit)).fetchall()
+    return [_verdict(r) for r in rows]
+
+
+def last_p(conn: sqlite3.Connection, scope: str, subject: str, n: int) -> list[tuple[float, float | None]]:
+    """(t_end, P) of the last n windows, oldest first."""
+    rows = conn.execute("SELECT t_end, p_training FROM verdicts WHERE scope = ? AND subject = ? "
+                        "ORDER BY t_end DESC LIMIT ?", (scope, subject, n)).fetchall()
+    return rows[::-1]
+
+
+def alerts(conn: sqlite3.Connection, scope: str, subject: str | None = None, open_only: bool = False) -> list[dict]:
+    sql = "SELECT * FROM alerts WHERE scope = ?"
+    args: list = [scope]
+    if subject is not None:
+        sql += " AND subject = ?"
+        args.append(subject)
+    if open_only:
+        sql += " AND cleared_t IS NULL"
+    return [_alert(r) for r in conn.execute(sql + " ORDER BY raised_t", args).fetchall()]
+
+
+def jobs(conn: sqlite3.Connection) -> list[dict]:
+    return [{"job": j, "nodes": json.loads(n), "start_t": s, "last_t": last, "updated_at": u}
+            for j, n, s, last, u in conn.execute(
+                "SELECT job, nodes, start_t, last_t, updated_at FROM jobs ORDER BY start_t, job").fetchall()]
+
+
+def job(conn: sqlite3.Connection, name: str) -> dict | None:
+    return next((j for j in jobs(conn) if j["job"] == name), None)
+
+
+# ---- the read API ----------------------------------------------------------------------------
+def add_routes(app, col, proc) -> None:
+    """GET /v1/nodes/{node}/verdict, /verdicts, /alerts; GET /v1/jobs, /v1/jobs/{job}; /v1/live.
+
+    (Imports here: :mod:`trainsentry.collector.schema` imports this module for its DDL.)"""
+    import orjson
+    from fastapi.responses import Response
+
+    from . import query
+
+    def _json(obj, status: int = 200) -> Response:
+        return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status,
+                        media_type="application/json")
+
+    def _error(e: query.QueryError) -> Response:
+        return _json({"error": e.code, "detail": e.detail}, e.status)
+
+    _unmonitored = query.unmonitored
+
+    @app.get("/v1/nodes/{node}/verdict")
+    def get_verdict(node: str) -> Response:
+        conn = col.reader()
+        try:
+            query.node_id(conn, node)
+            v = latest(conn, "node", node)
+            now = time.time()
+            body = {"node": node, "detector": proc.detector.name, "artifact": proc.artifact,
+                    "alerts_open": alerts(conn, "node", node, open_only=True)}
+            if v is None:
+                body.update(state=None, p_training=None, evidence=[f"no window judged yet: a node needs "
+                                                                   f"{proc.cfg.window_s:.0f} s of samples"],
+                            updated_at=None, unmonitored=_unmonitored(conn, node, 0.0, now))
+                return _json(body)
+            body.update(state=v["state"], p_training=v["p_training"], evidence=v["evidence"],
+                        detector=v["detector"], artifact=v["artifact"], window={"start": v["t_start"], "end": v["t_end"]},
+                        job=v["job"], updated_at=v["computed_at"],
+                        unmonitored=_unmonitored(conn, node, v["t_end"] - 3600.0, now))
+            return _json(body)
+        except query.QueryError as e:
+            return _error(e)
+
+    @app.get("/v1/nodes/{node}/verdicts")
+    def get_verdicts(node: str, start: float | None = None, end: float | None = None) -> Response:
+        conn = col.reader()
+        end = time.time() if end is None else end
+        start = end - 3600.0 if start is None else start
+        if not end > start:
+            return _json({"error": "bad_range", "detail": "end must be after start"}, 400)
+        try:
+            query.node_id(conn, node)
+            return _json({"node": node, "start": start, "end": end, "verdicts": timeline(conn, "node", node, start, end),
+                          "unmonitored": _unmonitored(conn, node, start, end)})
+        except query.QueryError as e:
+            return _error(e)
+
+    @app.get("/v1/nodes/{node}/alerts")
+    def get_alerts(node: str) -> Response:
+        conn = col.reader()
+        try:
+            query.node_id(conn, node)
+        except query.QueryError as e:
+            return _error(e)
+        return _json({"node": node, "rule": vars(proc.cfg.alert), "alerts": alerts(conn, "node", node)})
+
+    @app.get("/v1/jobs")
+    def get_jobs() -> Response:
+        conn = col.reader()
+        out = []
+        for j in jobs(conn):
+            v = latest(conn, "job", j["job"])
+            out.append({**j, "state": v and v["state"], "p_training": v and v["p_training"],
+                        "alerts_open": len(alerts(conn, "job", j["job"], open_only=True))})
+        return _json({"jobs": out})
+
+    @app.get("/v1/jobs/{name}")
+    def get_job(name: str, start: float | None = None, end: float | None = None) -> Response:
+        conn = col.reader()
+        j = job(conn, name)
+        if j is None:
+            return _json({"error": "unknown_job", "detail": f"no job {name[:128]!r}"}, 404)
+        end = time.time() if end is None else end
+        start = j["start_t"] - 60.0 if start is None else start
+        v = latest(conn, "job", name)
+        return _json({**j, "start": j["start_t"], "state": v and v["state"], "p_training": v and v["p_training"],
+                      "verdict": v, "verdicts": timeline(conn, "job", name, start, end),
+                      "alerts": alerts(conn, "job", name),
+                      "unmonitored": {n: _unmonitored(conn, n, j["start_t"], end) for n in j["nodes"]}})
+
+    @app.get("/v1/live")
+    def get_live() -> Response:
+        return _json(proc.stats())
