@@ -59,8 +59,14 @@ class RunSet:
                       pick(self.configs), pick(self.workloads), pick(self.families), pick(self.features))
 
 
+# Red-team workloads (registered as ``adv.*``) are training too, but the protocol calibrates and scores
+# on benign configurations, as the seed study did; its red team then faced the frozen estimator.
+ADVERSARIAL_PREFIXES = ("adv.",)
+
+
 def load_runs(root: str | Path, classes: tuple[str, ...] = ("training",),
-              exclude_families: tuple[str, ...] = (), interval: str = "manifest") -> RunSet:
+              exclude_families: tuple[str, ...] = (), interval: str = "manifest",
+              exclude_prefixes: tuple[str, ...] = ADVERSARIAL_PREFIXES) -> RunSet:
     if interval not in ("manifest", "segment"):
         raise ValueError(f"interval must be 'manifest' or 'segment', not {interval!r}")
     rows, flops, ids, cfgs, wls, fams, skipped, shifts = [], [], [], [], [], [], [], []
@@ -71,7 +77,8 @@ def load_runs(root: str | Path, classes: tuple[str, ...] = ("training",),
             skipped.append({"run": str(d), "reason": f"unreadable: {e}"})
             continue
         labels = m["labels"]
-        if labels["class"] not in classes or labels["family"] in exclude_families:
+        if (labels["class"] not in classes or labels["family"] in exclude_families
+                or labels["workload"].startswith(exclude_prefixes)):
             continue
         truth = float((m.get("ground_truth") or {}).get("flops") or 0.0)
         if not truth > 0:
