@@ -117,6 +117,10 @@ def install(app: FastAPI, col) -> None:
     def get_overview() -> Response:
         return Response(overview.encoded(), media_type="application/json")
 
+    @app.get("/favicon.ico")
+    def favicon() -> Response:
+        return Response(status_code=204)
+
     @app.get("/")
     def root() -> Response:
         return Response(status_code=303, headers={"location": "/dashboard"})
@@ -125,7 +129,7 @@ def install(app: FastAPI, col) -> None:
     def overview_page(request: Request) -> Response:
         body = ('<section id="summary" class="summary"></section>'
                 '<section><h2>Jobs</h2><table id="jobs" class="grid"><thead><tr><th>job</th><th>verdict</th>'
-                '<th>nodes</th><th>since</th><th>FLOPs so far</th></tr></thead><tbody></tbody></table></section>'
+                '<th>P(training)</th><th>nodes</th><th>started</th></tr></thead><tbody></tbody></table></section>'
                 '<section><h2>Nodes</h2><input id="filter" placeholder="filter nodes" type="search">'
                 '<table id="nodes" class="grid"><thead><tr><th>node</th><th>state</th><th>P(training)</th>'
                 '<th>last seen</th><th>alerts</th><th>job</th><th>devices</th></tr></thead><tbody></tbody>'
@@ -137,7 +141,7 @@ def install(app: FastAPI, col) -> None:
         body = ('<section class="verdict" id="verdict"><h2 id="state">…</h2><p id="evidence"></p>'
                 '<ul id="alerts"></ul></section>'
                 '<section class="controls"><label>Range <select id="range">'
-                '<option value="300">5 min</option><option value="900" selected>15 min</option>'
+                '<option value="120">2 min</option><option value="300" selected>5 min</option><option value="900">15 min</option>'
                 '<option value="3600">1 h</option><option value="21600">6 h</option><option value="86400">24 h</option>'
                 '</select></label><label><input type="checkbox" id="live" checked> live</label>'
                 '<span class="legend"><i class="sw tx"></i>TX <i class="sw rx"></i>RX <i class="sw pw"></i>power '

@@ -14,7 +14,7 @@
     const dl = document.getElementById("job-facts");
     dl.replaceChildren();
     fact(dl, "nodes", (j.nodes || []).join(", ") || "—");
-    fact(dl, "started", TS.clock(j.start) + " (" + TS.ago(j.start, ov.now) + ")");
+    fact(dl, "started", TS.clock(j.start_t) + " (" + TS.ago(j.start_t, ov.now) + ")");
     if (j.end) fact(dl, "ended", TS.clock(j.end));
     if (j.p_training !== undefined && j.p_training !== null) fact(dl, "P(training)", TS.pct(j.p_training));
     const f = j.flops_so_far;

@@ -66,9 +66,8 @@
     if (!v) return "No verdict yet: the live engine has not judged this node.";
     const e = v.evidence;
     if (!e) return "";
-    if (typeof e === "string") return e;
-    if (Array.isArray(e)) return e.map((x) => (typeof x === "string" ? x : x.text || JSON.stringify(x))).join("\n");
-    return Object.entries(e).map(([k, x]) => k + ": " + (typeof x === "string" ? x : JSON.stringify(x))).join("\n");
+    const when = v.window ? "Window " + TS.clock(v.window.start) + " – " + TS.clock(v.window.end) + ":\n" : "";
+    return when + (Array.isArray(e) ? e.join("\n") : String(e));
   }
 
   function showVerdict(v, alerts, gaps) {
@@ -84,44 +83,69 @@
     if (open) text = "No data since " + TS.clock(open.start) + " (" + open.reason + "): unmonitored now." +
       (v && v.state ? " Last verdict: " + v.state + "." : "") + (text ? "\n" + text : "");
     document.getElementById("evidence").textContent = text;
-    const items = (alerts || []).map((a) => TS.el("li", { class: "alerts" },
-      TS.clock(a.t || a.at || a.start) + " — " + (a.message || a.text || a.kind || JSON.stringify(a))));
+    const items = (alerts || []).slice(-10).reverse().map((a) => TS.el("li", { class: a.open ? "alerts" : "" },
+      "alert " + (a.open ? "open" : "cleared") + ": raised " + TS.clock(a.raised_t) +
+      (a.cleared_t ? ", cleared " + TS.clock(a.cleared_t) : "") + " — P(training) up to " + TS.pct(a.p_max) +
+      " (" + a.rule.k + " of " + a.rule.n + " windows at >= " + a.rule.threshold + ", " + a.detector + ")"));
     document.getElementById("alerts").replaceChildren(...items);
   }
 
-  function marksFrom(verdicts, t0, t1) {
+  // Verdict windows overlap (each covers window_s, one ends every stride_s): colour each from the
+  // previous window's end to its own, so the band shows the verdict in force at each moment.
+  function spansFrom(verdicts) {
+    let prev = null;
+    return verdicts.map((v) => {
+      const start = prev === null || prev < v.t_start ? v.t_start : prev;
+      prev = v.t_end;
+      return { start, end: v.t_end, state: v.state };
+    });
+  }
+
+  // Segment boundaries: idle <-> active transitions of the verdicts; job boundaries: the start of
+  // every job the node belonged to in range (from /v1/jobs), and where its membership changed.
+  function marksFrom(verdicts, jobs, t0, t1) {
     const marks = [];
-    for (const j of (verdicts && verdicts.jobs) || []) {
-      if (j.start >= t0 && j.start <= t1) marks.push({ t: j.start, label: "job " + (j.job || ""), color: "#212529" });
-      if (j.end && j.end >= t0 && j.end <= t1) marks.push({ t: j.end, label: "end", color: "#212529" });
+    const inRange = (t) => t >= t0 && t <= t1;
+    let prev = null;
+    for (const v of verdicts) {
+      if (prev && (prev.state === "idle") !== (v.state === "idle") && inRange(v.t_end))
+        marks.push({ t: v.t_end, color: "#868e96", label: v.state === "idle" ? "segment end" : "segment" });
+      prev = v;
     }
-    for (const s of (verdicts && verdicts.segments) || [])
-      if (s.start >= t0 && s.start <= t1) marks.push({ t: s.start, color: "#adb5bd" });
+    const mine = new Set(verdicts.map((v) => v.job).filter((j) => j));
+    for (const j of jobs || []) if (mine.has(j.job) && inRange(j.start_t))
+      marks.push({ t: j.start_t, color: "#212529", label: "job start" });
     return marks;
   }
 
   async function refresh() {
     const span = Number(document.getElementById("range").value);
-    const t1 = Date.now() / 1000, t0 = t1 - span;
+    const verdict = await TS.api(base + "/verdict").catch(() => null);
+    // The range ends now, or at the latest judged window when the node's clock runs ahead of ours
+    // (a replay faster than real time stamps its samples ahead of the wall clock).
+    const latest = verdict && verdict.window ? verdict.window.end + 1 : 0;
+    const t1 = Math.max(Date.now() / 1000, latest), t0 = t1 - span;
     const step = Math.max(1, Math.round(span / 400));
     const q = "?start=" + t0.toFixed(3) + "&end=" + t1.toFixed(3);
-    const [series, gaps, verdict, verdicts, alerts] = await Promise.all([
+    const [series, gaps, verdicts, alerts, jobs] = await Promise.all([
       TS.api(base + "/series" + q + "&step=" + step), TS.api(base + "/unmonitored" + q),
-      TS.api(base + "/verdict").catch(() => null), TS.api(base + "/verdicts" + q).catch(() => null),
-      TS.api(base + "/alerts").catch(() => null)]);
+      TS.api(base + "/verdicts" + q).catch(() => null), TS.api(base + "/alerts").catch(() => null),
+      TS.api("/v1/jobs").catch(() => null)]);
     if (!series) { document.getElementById("state").textContent = "unknown node " + node; return; }
     const shade = (gaps && gaps.intervals) || [];
-    showVerdict(verdict, alerts && (alerts.alerts || alerts), shade);
-    const spans = (verdicts && (verdicts.verdicts || verdicts.timeline)) || [];
-    Plot.band(document.getElementById("timeline"), spans, t0, t1, shade);
-    const marks = marksFrom(verdicts, t0, t1);
-    let total = 0;
+    const timeline = (verdicts && verdicts.verdicts) || [];
+    showVerdict(verdict, alerts && alerts.alerts, shade);
+    document.getElementById("timeline").dataset.verdicts = timeline.length;
+    Plot.band(document.getElementById("timeline"), spansFrom(timeline), t0, t1, shade);
+    const marks = marksFrom(timeline, jobs && jobs.jobs, t0, t1);
+    // Create every canvas first, then draw: a canvas's width is only final once the grid holds all.
+    const jobs2 = [];
     for (const [dev, s] of Object.entries(series.devices)) {
       const p = panel(dev, s.kind);
-      for (const spec of plotsFor(s.kind, s.columns, s.t)) {
-        total += Plot.draw(canvasFor(p, spec.key, spec.title), { t0, t1, shade, marks, ...spec });
-      }
+      for (const spec of plotsFor(s.kind, s.columns, s.t)) jobs2.push([canvasFor(p, spec.key, spec.title), spec]);
     }
+    let total = 0;
+    for (const [cv, spec] of jobs2) total += Plot.draw(cv, { t0, t1, shade, marks, ...spec });
     document.body.dataset.points = total;
     document.body.dataset.loaded = "1";
   }

@@ -25,11 +25,12 @@
   }
 
   function jobRow(j, now) {
-    const flops = j.flops_so_far ? TS.flops(j.flops_so_far.flops) : "—";
     return TS.el("tr", { "data-job": j.job },
       TS.el("td", {}, TS.el("a", { href: "/dashboard/jobs/" + encodeURIComponent(j.job) }, j.job)),
-      TS.el("td", {}, TS.badge(j.state)), TS.el("td", {}, (j.nodes || []).join(", ")),
-      TS.el("td", {}, TS.ago(j.start, now)), TS.el("td", { class: "num" }, flops));
+      TS.el("td", {}, TS.badge(j.state)), TS.el("td", { class: "num" }, TS.pct(j.p_training)),
+      TS.el("td", {}, (j.nodes || []).length + " · " + (j.nodes || []).slice(0, 8).join(", ") +
+        ((j.nodes || []).length > 8 ? ", …" : "")),
+      TS.el("td", { title: TS.clock(j.start_t) }, TS.ago(j.start_t, now)));
   }
 
   function render() {
