@@ -225,5 +225,7 @@ def markdown(result: dict, figs: list[Path], doc_path: Path) -> str:
               " often they held on held-out configurations. The saved models (`models/flops_*.json`) carry the"
               " quantiles of the held-out errors instead, for the live interval.",
               "- Power capping and clock throttling could not be exercised: the lent H200s forbid changing them.",
+              "- Red-team workloads (`adv.*`) are left out of calibration and scoring: they are meant to face the"
+              " frozen estimator (`models/flops.json`), as in the seed study.",
               f"- Runs skipped while loading: {len(result.get('skipped', []))}."]
     return "\n".join(lines) + "\n"
