@@ -137,6 +137,10 @@ def test_tensor_parallel_reduces_activations_inside_tp_groups_and_gradients_acro
         assert tp_ar % act_bytes == 0 and 4 * cfg["n_layers"] <= tp_ar / act_bytes <= 8 * cfg["n_layers"]
         # gradients: this rank's local shards and the replicated parameters, once per step
         assert groups[dp_key] == {"all_reduce": steps * e["params_trainable_local"] * FP32}
+        # the averaged gradients were written back: replicas agree, tp siblings hold other shards
+        assert e["local_weights_sum"] == extra(t, dp_group[0])["local_weights_sum"]
+        if rank % tp:
+            assert e["local_weights_sum"] != extra(t, rank - 1)["local_weights_sum"]
     # each rank holds 1/tp of every block plus the replicated embeddings / head
     e = extra(t)
     m = model_config(cfg)

@@ -172,6 +172,9 @@ def _tensor_parallel(ctx: Context, cfg: dict) -> None:
 
         tokens = cfg["batch"] * mcfg.seq_len if tp_index == 0 else 0
         _train_loop(ctx, cfg, step, tokens, par.measure_local)
+    # data-parallel replicas must hold the same weights after training: a fingerprint to compare
+    ctx.ledger.extra["local_weights_sum"] = float(sum(
+        (p.to_local() if hasattr(p, "to_local") else p).detach().double().sum() for p in model.parameters()))
     _set_val(ctx, lambda: _val_loss(ctx, cfg, model, mcfg, ctx.seed + 99))
 
 
