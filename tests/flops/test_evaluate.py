@@ -44,7 +44,7 @@ def test_eval_and_estimate_commands_end_to_end(synth_root, tmp_path):
     runner = CliRunner()
     out = tmp_path
     t0 = time.time()
-    r = runner.invoke(app, ["flops-eval", "--data", str(synth_root), "--splits", "12",
+    r = runner.invoke(app, ["flops-eval", "--data", str(synth_root), "--splits", "6",
                             "--results", str(out / "flops.json"), "--figures", str(out / "fig"),
                             "--docs", str(out / "flops.md"), "--models", str(out / "models")])
     assert r.exit_code == 0, r.output
@@ -53,7 +53,7 @@ def test_eval_and_estimate_commands_end_to_end(synth_root, tmp_path):
     assert set(res["estimators"]) == {"three_input", "power_only", "mlp", "residual_mlp", "tensor", "fusion"}
     for v in res["estimators"].values():
         assert 0 <= v["median_abs_pct_error"] <= v["p90_abs_pct_error"]
-    assert res["protocol"]["configurations"] == 6 and res["protocol"]["splits"] == 12
+    assert res["protocol"]["configurations"] == 6 and res["protocol"]["splits"] == 6
     seg = res["with_segmentation"]  # the same protocol over the detector's segmentation
     assert seg["runs"] == 12 and set(seg["estimators"]) == set(res["estimators"])
     assert seg["start_shift_s_max_abs"] < 2.0 and seg["end_shift_s_max_abs"] < 2.0
