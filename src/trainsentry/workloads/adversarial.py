@@ -28,7 +28,7 @@ W1024 = "train.ddp.w1024-l16"
 
 def _reg(strategy: str, fn, grid: dict[str, dict], toy: dict | None = None, base: dict | None = None,
          description: str = "") -> None:
-    variants(f"adv.{strategy}", CLS, strategy, fn, {**BASE, **(base or {})}, {**TOY, **(toy or {})}, grid,
+    variants(f"adv.{strategy}", CLS, strategy, fn, {**BASE, "strategy": strategy, **(base or {})}, {**TOY, **(toy or {})}, grid,
              gpus=0, description=description)
 
 
@@ -58,7 +58,7 @@ def _register() -> None:
         "gap6": {"parts": 4, "gap_s": 6.0}, "gap60": {"parts": 2, "gap_s": 60.0},
     }, toy={"part_steps": 2, "gap_s": 0.2}, description="one DDP run cut into parts with idle gaps")
     _reg("split", run_split_processes, {"processes": {"parts": 3, "gap_s": 6.0}},
-         toy={"part_steps": 2, "gap_s": 0.2, "parts": 2},
+         toy={"part_steps": 3, "gap_s": 0.2, "parts": 2},
          description="one DDP run as separate processes resuming from checkpoints, idle gaps between")
     _reg("throttle", run_throttle, {
         "pause50ms": {"pause_s": 0.05}, "pause200ms": {"pause_s": 0.2},

@@ -197,7 +197,7 @@ def sleep_s(phases: Phases, seconds: float, name: str = "pause") -> None:
 
 def strategy_extra(ctx: Context, cfg: dict, strategy: str, **params) -> None:
     """What the scorer needs beside the ledger: the strategy, its parameters, its DDP baseline."""
-    ctx.ledger.extra.update({"strategy": strategy, "baseline": cfg.get("baseline", BASELINE),
+    ctx.ledger.extra.update({"strategy": cfg.get("strategy", strategy), "baseline": cfg.get("baseline", BASELINE),
                              "strategy_params": params, "world_size": ctx.world_size})
 
 

@@ -18,7 +18,8 @@ import torch.distributed as dist
 
 from . import parallel as par
 from .adversarial_core import Phases, Replica, count_first, run_steps, sleep_s, strategy_extra
-from .adversarial_sync import (HostShm, TopK, flat, mean_gloo, mean_kv_shaped, powersgd_hook, unflat_into)
+from .adversarial_sync import (HostShm, TopK, flat, mean_gloo, mean_kv_shaped, powersgd_hook, stop_counting,
+                               unflat_into)
 from .base import Context
 from .comm import CollectiveCounter
 from .infer_parallel import kv_transfer_bytes
@@ -81,8 +82,9 @@ def run_split(ctx: Context, cfg: dict) -> None:
         # a part ends by time (GPU) or by step count (tests); ranks agree on it, then all pause
         ended = (s - state["part_start_step"] >= part_steps) if part_steps else time.time() >= state["part_end"]
         if s > 0 and state["part"] < parts - 1 and _agree_end(ctx, ended):
-            boundaries.append(s)
-            time.sleep(gap_s)
+            if ctx.keep_going():          # no gap after the last step (every rank made the same call)
+                boundaries.append(s)
+                time.sleep(gap_s)
             state.update(part=state["part"] + 1, part_end=time.time() + part_s, part_start_step=s)
         return True
 
@@ -174,7 +176,10 @@ def run_powersgd(ctx: Context, cfg: dict) -> None:
         rep.net.register_comm_hook(state, hook)
         ctx.ledger.extra["collective_method"] = "powersgd-hook-counting"
     ctx.ledger.extra["grad_shapes"] = [list(p.shape) for p in rep.params]
-    run_steps(ctx, lambda ph: _ddp_step(rep, ph), rep.tokens_per_micro)
+    try:
+        run_steps(ctx, lambda ph: _ddp_step(rep, ph), rep.tokens_per_micro)
+    finally:
+        stop_counting()
     rep.val_loss()
 
 

@@ -228,14 +228,20 @@ _COUNTING = CountingDist()
 
 def powersgd_hook(ctx: Context, rank: int, start_iter: int, min_compression_rate: float = 2.0):
     """torch's PowerSGD DDP hook (error feedback, warm start) with its all-reduces counted."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
-    psgd.dist = _COUNTING
+    # the hook's first start_iter steps are plain all-reduces issued from default_hooks
+    psgd.dist = default_hooks.dist = _COUNTING
     _COUNTING.ledger = ctx.ledger
     state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
                                start_powerSGD_iter=start_iter, min_compression_rate=min_compression_rate,
                                use_error_feedback=True, warm_start=True, random_seed=0)
     return state, psgd.powerSGD_hook
+
+
+def stop_counting() -> None:
+    _COUNTING.ledger = None
 
 
 def powersgd_bytes_per_step(shapes: list[tuple[int, ...]], rank: int, elem: int,
