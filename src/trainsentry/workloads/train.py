@@ -290,7 +290,8 @@ def describe() -> list[dict]:
 
     rows = []
     for spec in WORKLOADS.values():
-        if spec.cls != CLS:
+        # the benign training configs (red-team strategies, adv.*, are class training too)
+        if spec.cls != CLS or not spec.name.startswith("train."):
             continue
         c = spec.config
         m = model_config(c)
