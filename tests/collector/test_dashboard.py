@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 import subprocess
 import sys
 import time
@@ -165,3 +166,61 @@ def test_enroll_inspector_command_writes_a_private_token_file(tmp_path):
     again = subprocess.run([sys.executable, "-m", "trainsentry.cli", "enroll-inspector", "alice", "--db", str(db)],
                            capture_output=True, text=True)
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+# ---- job FLOPs -----------------------------------------------------------------------------------
+def _ingest_probe_trace(agent, plan, t_start):
+    """Send a probe trace (recorded H200 readings, tests/detect/probe_traces.py) in 1-s batches."""
+    import detect.probe_traces as pt
+    readings = sorted(pt.readings(plan, t_start), key=lambda r: (r.t, r.device))
+    t_edge, chunk = readings[0].t + 1.0, []
+    for r in readings + [None]:
+        if r is None or r.t >= t_edge:
+            assert agent.send(chunk).status_code == 200
+            t_edge, chunk = t_edge + 1.0, []
+        if r is not None:
+            chunk.append(r.to_wire())
+    return readings
+
+
+def _write_job(db, nodes, start_t, last_t):
+    from trainsentry.collector.verdicts import VerdictWriter
+    conn = open_db(db)
+    VerdictWriter(conn).write([], [], [], [{"job": "j1", "nodes": nodes, "start_t": start_t, "last_t": last_t}])
+    conn.close()
+
+
+def test_job_flops_says_why_when_there_is_no_saved_model(db, client, monkeypatch, tmp_path):
+    monkeypatch.setenv("TRAINSENTRY_MODELS", str(tmp_path / "empty"))
+    _write_job(db, ["node-a"], 1.8e9, 1.8e9 + 10)
+    r = client.get("/v1/jobs/j1/flops").json()
+    assert r["available"] is False and "no saved FLOP model" in r["reason"]
+    assert client.get("/v1/jobs/nope/flops").status_code == 404
+
+
+def test_job_flops_is_the_saved_estimator_over_the_stored_samples(db, client, agent, monkeypatch, tmp_path):
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import detect.probe_traces as pt
+    from trainsentry.flops.estimators import make
+    from trainsentry.flops.features import interval_features, stack
+    from trainsentry.flops.live import estimate_so_far, save_model
+    from trainsentry.traces.io import columns_to_table, readings_to_columns
+
+    t0 = round(time.time()) - 60.0   # the job ran in the last minute
+    plan = [("idle", 8.0, pt.IDLE_MEM_BYTES), ("ddp", 20.0, 20 * pt.GIB)]
+    readings = _ingest_probe_trace(agent, plan, t0)
+    table = columns_to_table(readings_to_columns("node-a", readings))
+    # an estimator fitted on this trace's own intervals (targets: 400 J of net energy per TFLOP);
+    # the test is about the plumbing: the route must give exactly what estimate_so_far gives directly
+    feats = [interval_features(table, t0 + 8.0, t0 + 8.0 + s) for s in (6.0, 12.0, 19.0)]
+    est = make("power_only").fit(stack(feats), [f.net_energy_J / 400.0 * 1e12 for f in feats])
+    models = tmp_path / "models"
+    save_model(est, models / "flops.json", {"command": "test"})
+    monkeypatch.setenv("TRAINSENTRY_MODELS", str(models))
+    _write_job(db, ["node-a"], t0 + 8.0, t0 + 28.0)
+    r = client.get("/v1/jobs/j1/flops").json()
+    assert r["available"] is True, r.get("reason")
+    want = estimate_so_far(table, t0 + 8.0, time.time(), model=est)
+    assert (r["flops"], r["lo"], r["hi"]) == pytest.approx(want, rel=1e-9)
+    assert r["lo"] <= r["flops"] <= r["hi"] and r["per_node"]["node-a"]["flops"] == pytest.approx(want[0])

@@ -5,6 +5,7 @@
 * the inspector gate in front of every read (:class:`trainsentry.collector.auth.InspectorGate`);
 * ``GET/POST /login`` and ``POST /logout`` (token → ``HttpOnly; SameSite=Strict`` session cookie);
 * ``GET /v1/overview``, the fleet aggregated on the server (:mod:`trainsentry.collector.overview`);
+* ``GET /v1/jobs/{job}/flops``, training FLOPs so far with an interval (:mod:`trainsentry.collector.jobflops`);
 * the pages ``/dashboard`` (overview), ``/dashboard/nodes/{node}``, ``/dashboard/jobs/{job}``:
   server-rendered shells whose vanilla JS (``static/``) polls the read API and draws on canvas.
 
@@ -15,6 +16,7 @@ inline), so a node name can never become script even if escaping were missed som
 from __future__ import annotations
 
 import html
+import os
 from pathlib import Path
 from urllib.parse import parse_qs, quote
 
@@ -24,6 +26,7 @@ from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
 from . import auth
+from .jobflops import JobFlops
 from .overview import Overview
 
 STATIC = Path(__file__).with_name("static")
@@ -78,7 +81,9 @@ def _safe_next(target: str | None) -> str:
 
 def install(app: FastAPI, col) -> None:
     """Mount the gate, login, overview API, pages and static files on the collector's app."""
-    overview = Overview(col.reader, lambda: live_state(app))
+    # TRAINSENTRY_OVERVIEW_TTL_S=0 recomputes every request (the benchmark measures both ways)
+    ttl_s = float(os.environ.get("TRAINSENTRY_OVERVIEW_TTL_S", "1.0"))
+    overview = Overview(col.reader, lambda: live_state(app), ttl_s)
     app.state.overview = overview
     app.add_middleware(auth.InspectorGate, reader=col.reader)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -112,6 +117,17 @@ def install(app: FastAPI, col) -> None:
             auth.close_session(col.store.conn, session)
         return Response(status_code=303, headers={"location": "/login",
                                                   "set-cookie": auth.session_cookie("", 0, request.url.scheme == "https")})
+
+    flops = JobFlops(col.reader)
+
+    @app.get("/v1/jobs/{name}/flops")
+    def get_job_flops(name: str) -> Response:
+        from .verdicts import job as job_row
+        j = job_row(col.reader(), name)
+        if j is None:
+            return Response(orjson.dumps({"error": "unknown_job", "detail": f"no job {name[:128]!r}"}), 404,
+                            media_type="application/json")
+        return Response(orjson.dumps(flops.get(j)), media_type="application/json")
 
     @app.get("/v1/overview")
     def get_overview() -> Response:

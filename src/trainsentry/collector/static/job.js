@@ -6,8 +6,9 @@
   function fact(dl, k, v) { dl.append(TS.el("dt", {}, k), TS.el("dd", {}, v)); }
 
   async function refresh() {
-    const [j, ov] = await Promise.all([TS.api("/v1/jobs/" + encodeURIComponent(job)).catch(() => null),
-                                       TS.api("/v1/overview")]);
+    const [j, ov, f] = await Promise.all([TS.api("/v1/jobs/" + encodeURIComponent(job)).catch(() => null),
+                                          TS.api("/v1/overview"),
+                                          TS.api("/v1/jobs/" + encodeURIComponent(job) + "/flops").catch(() => null)]);
     const h = document.getElementById("job-state");
     if (!j) { h.textContent = "job " + job + " is not known to the live engine"; document.body.dataset.loaded = "1"; return; }
     h.replaceChildren(TS.badge(j.state), " job " + job);
@@ -17,13 +18,15 @@
     fact(dl, "started", TS.clock(j.start_t) + " (" + TS.ago(j.start_t, ov.now) + ")");
     if (j.end) fact(dl, "ended", TS.clock(j.end));
     if (j.p_training !== undefined && j.p_training !== null) fact(dl, "P(training)", TS.pct(j.p_training));
-    const f = j.flops_so_far;
-    if (f && f.flops !== undefined) {
-      const iv = (f.lo !== undefined && f.hi !== undefined) ? " (interval " + TS.flops(f.lo) + " – " + TS.flops(f.hi) + ")" : "";
-      fact(dl, "training FLOPs so far", TS.flops(f.flops) + iv);
+    const flops = TS.el("dd", { id: "flops" });
+    if (f && f.available) {
+      flops.append(TS.flops(f.flops) + " (" + Math.round(100 * f.level) + " % interval " + TS.flops(f.lo) +
+        " – " + TS.flops(f.hi) + ", " + f.estimator + ")");
+      flops.dataset.flops = f.flops;
     } else {
-      fact(dl, "training FLOPs so far", f && f.reason ? "not estimated: " + f.reason : "not estimated for this job");
+      flops.append(f ? "not estimated: " + f.reason : "not estimated");
     }
+    dl.append(TS.el("dt", {}, "training FLOPs so far"), flops);
     const members = new Set(j.nodes || []);
     const rows = ov.nodes.filter((n) => members.has(n.node)).map((n) => TS.el("tr", { "data-node": n.node },
       TS.el("td", {}, TS.el("a", { href: "/dashboard/nodes/" + encodeURIComponent(n.node) }, n.node)),
