@@ -87,7 +87,7 @@ class SklearnScorer:
         self.model = joblib.load(path)
         if not hasattr(self.model, "predict_proba"):
             raise ValueError(f"{path}: the surrogate must be a classifier with predict_proba")
-        names = list(features or getattr(self.model, "feature_names_in_", []) or [])
+        names = list(features) if features else [str(n) for n in getattr(self.model, "feature_names_in_", [])]
         unknown = [n for n in names if n not in FEATURES]
         if not names or unknown:
             raise ValueError(f"{path}: surrogate features must be a non-empty subset of {FEATURES}, got {names}")

@@ -1,0 +1,152 @@
+"""The adversary's cost, from the ground truth the workloads record (truth files or trace manifests).
+
+- GPU-hours: ranks × wall time of the run (start → end), gaps and pauses included: the GPUs are
+  held by the run for all of it.
+- Loss curves against tokens and against GPU-hours: tokens per step are the run's tokens over
+  its steps (all ranks together); the GPU-hours at step i prorate the run's GPU-hours by the
+  lead rank's cumulative step time, so time outside steps (split gaps, start-up) is spread evenly.
+  Training losses are noisy per step, so curves are smoothed with a trailing mean.
+- Loss penalty at equal tokens / equal GPU-hours: the adversary's smoothed loss at its last point
+  minus the baseline's smoothed loss at the same tokens (GPU-hours), interpolated linearly; None
+  when the baseline never got that far (no extrapolation).
+- GPU-hour multiplier: the GPU-hours the baseline needed to reach the adversary's final loss,
+  against what the adversary spent (> 1: the baseline was cheaper).
+- Validation loss: each run's held-out loss at its end, with the tokens it had seen.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SMOOTH_STEPS = 10
+
+
+@dataclass
+class RunCost:
+    run_id: str
+    workload: str
+    baseline: str | None
+    ranks: int
+    wall_s: float
+    tokens: np.ndarray            # cumulative, per logged loss point
+    gpu_hours: np.ndarray         # cumulative, per logged loss point
+    loss: np.ndarray              # smoothed training loss per logged point
+    val_loss: float | None
+
+    @property
+    def total_gpu_hours(self) -> float:
+        return self.ranks * self.wall_s / 3600.0
+
+    @property
+    def total_tokens(self) -> float:
+        return float(self.tokens[-1]) if self.tokens.size else 0.0
+
+
+def load_truth(path: str | Path) -> dict:
+    """A run's truth: ``<run>.truth.json`` from the worker, or a trace directory's manifest."""
+    p = Path(path)
+    f = p / "manifest.json" if p.is_dir() else p
+    if not f.exists():
+        raise FileNotFoundError(f"{path}: no truth file or manifest.json")
+    raw = json.loads(f.read_text())
+    if "ground_truth" not in raw:
+        raise ValueError(f"{f}: no ground_truth (not a workload run)")
+    labels = raw.get("labels", {})
+    return {"run_id": raw["run_id"], "workload": raw.get("workload", labels.get("workload")),
+            "ranks": raw.get("ranks", labels.get("ranks")), "start": raw["start"], "end": raw["end"],
+            "ground_truth": raw["ground_truth"]}
+
+
+def smooth(x: np.ndarray, n: int = SMOOTH_STEPS) -> np.ndarray:
+    if x.size == 0:
+        return x
+    c = np.cumsum(np.insert(x.astype(np.float64), 0, 0.0))
+    idx = np.arange(1, x.size + 1)
+    lo = np.maximum(0, idx - n)
+    return (c[idx] - c[lo]) / (idx - lo)
+
+
+def run_cost(truth: dict, smooth_steps: int = SMOOTH_STEPS) -> RunCost:
+    g = truth["ground_truth"]
+    steps = int(g.get("steps") or 0)
+    curve = g.get("loss_curve") or []
+    if steps <= 0 or not curve:
+        raise ValueError(f"{truth['run_id']}: no steps or no loss curve to score")
+    ranks = len(truth.get("ranks") or []) or 1
+    wall = float(truth["end"]) - float(truth["start"])
+    if wall <= 0:
+        raise ValueError(f"{truth['run_id']}: end is not after start")
+    at = np.array([s for s, _ in curve], dtype=np.float64)
+    loss = np.array([l for _, l in curve], dtype=np.float64)
+    tokens = at * float(g["tokens"]) / steps
+    times = np.cumsum(np.asarray(g.get("step_times_s") or np.ones(steps), dtype=np.float64))
+    frac = times / times[-1]
+    gpu_h = ranks * wall / 3600.0 * np.interp(at, np.arange(1, times.size + 1), frac)
+    extra = g.get("extra") or {}
+    vals = [e.get("val_loss") for e in extra.values() if isinstance(e, dict) and e.get("val_loss") is not None]
+    baseline = next((e.get("baseline") for e in extra.values() if isinstance(e, dict) and e.get("baseline")), None)
+    return RunCost(truth["run_id"], truth.get("workload") or "", baseline, ranks, wall, tokens, gpu_h,
+                   smooth(loss, smooth_steps), float(np.mean(vals)) if vals else None)
+
+
+def loss_at(x: np.ndarray, loss: np.ndarray, at: float) -> float | None:
+    """Loss interpolated at ``at`` on the curve (x increasing); None outside its range."""
+    if x.size == 0 or at < x[0] or at > x[-1]:
+        return None
+    return float(np.interp(at, x, loss))
+
+
+def x_to_reach(x: np.ndarray, loss: np.ndarray, target: float) -> float | None:
+    """First x at which the (smoothed) curve is at or below ``target``, interpolated; None if never."""
+    below = np.nonzero(loss <= target)[0]
+    if below.size == 0:
+        return None
+    i = int(below[0])
+    if i == 0:
+        return float(x[0])
+    x0, x1, l0, l1 = x[i - 1], x[i], loss[i - 1], loss[i]
+    return float(x0 + (x1 - x0) * (l0 - target) / (l0 - l1)) if l0 != l1 else float(x1)
+
+
+def compare(adv: RunCost, base: RunCost) -> dict:
+    """The adversary's cost against the baseline DDP run of the same model."""
+    final = float(adv.loss[-1])
+    at_tokens = loss_at(base.tokens, base.loss, adv.total_tokens)
+    at_hours = loss_at(base.gpu_hours, base.loss, float(adv.gpu_hours[-1]))
+    base_hours = x_to_reach(base.gpu_hours, base.loss, final)
+    return {
+        "run_id": adv.run_id, "workload": adv.workload, "baseline_run": base.run_id,
+        "gpu_hours": adv.total_gpu_hours, "baseline_gpu_hours": base.total_gpu_hours,
+        "tokens": adv.total_tokens, "baseline_tokens": base.total_tokens,
+        "tokens_per_gpu_hour": adv.total_tokens / adv.total_gpu_hours,
+        "baseline_tokens_per_gpu_hour": base.total_tokens / base.total_gpu_hours,
+        "final_loss": final,
+        "loss_penalty_equal_tokens": None if at_tokens is None else final - at_tokens,
+        "loss_penalty_equal_gpu_hours": None if at_hours is None else final - at_hours,
+        "gpu_hour_multiplier": None if base_hours is None or base_hours <= 0 else float(adv.gpu_hours[-1]) / base_hours,
+        "val_loss": adv.val_loss, "baseline_val_loss": base.val_loss,
+        "val_loss_penalty": None if adv.val_loss is None or base.val_loss is None else adv.val_loss - base.val_loss,
+    }
+
+
+def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> list[dict]:
+    """Compare every adversarial run with a baseline run of the workload it names in
+    ``extra["baseline"]`` (the longest such baseline run, so the curves overlap most)."""
+    bases: dict[str, RunCost] = {}
+    for p in base_paths:
+        c = run_cost(load_truth(p))
+        if c.workload not in bases or c.total_tokens > bases[c.workload].total_tokens:
+            bases[c.workload] = c
+    rows = []
+    for p in adv_paths:
+        c = run_cost(load_truth(p))
+        if c.baseline is None or c.baseline not in bases:
+            rows.append({"run_id": c.run_id, "workload": c.workload, "baseline": c.baseline,
+                         "error": "no baseline run of this workload", "gpu_hours": c.total_gpu_hours})
+            continue
+        rows.append(compare(c, bases[c.baseline]))
+    return rows

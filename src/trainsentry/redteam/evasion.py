@@ -1,0 +1,54 @@
+"""Evasion against a frozen detector: per window, per run with the alert rule, time to alert.
+
+Runs are trace directories (samples + manifest, as the campaign writes them); their windows are
+extracted with the same code the detectors were evaluated with (trainsentry.detect.dataset), and
+the detector is used as saved — never refitted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..detect.alert import AlertRule
+from ..detect.base import Detector
+from ..detect.dataset import load_run
+
+
+def score_evasion(run_dirs: list[str | Path], detector: Detector, rule: AlertRule | None = None,
+                  cache_dir: Path | None = None) -> list[dict]:
+    """One row per run: share of its in-run windows at or above the rule's threshold, whether the
+    rule alerted (over every window of the trace, idle margins included, as a live monitor), and
+    the time to alert from the run's start."""
+    rule = rule or AlertRule()
+    rows = []
+    for d in run_dirs:
+        run = load_run(Path(d), cache_dir)
+        df = run.windows[detector.feature_set]
+        if df.empty:
+            rows.append({"run_id": run.run_id, "family": run.family, "workload": run.workload, "windows": 0,
+                         "window_detection": None, "alerted": False, "time_to_alert_s": None})
+            continue
+        p = np.asarray(detector.predict_proba(df), dtype=np.float64)
+        inside = df["in_run"].to_numpy(dtype=bool)
+        alert = rule.evaluate(df["t_end"].to_numpy(), p, run.start)
+        rows.append({"run_id": run.run_id, "family": run.family, "workload": run.workload,
+                     "windows": int(inside.sum()),
+                     "window_detection": float(np.mean(p[inside] >= rule.threshold)) if inside.any() else None,
+                     "p_mean": float(np.mean(p[inside])) if inside.any() else None,
+                     "alerted": alert["alerted"], "time_to_alert_s": alert["time_to_alert_s"]})
+    return rows
+
+
+def by_family(rows: list[dict]) -> dict[str, dict]:
+    """Run detection rate, mean window detection and median time to alert per strategy family."""
+    out: dict[str, dict] = {}
+    for fam in sorted({r["family"] for r in rows}):
+        rs = [r for r in rows if r["family"] == fam]
+        wins = [r["window_detection"] for r in rs if r["window_detection"] is not None]
+        ttas = [r["time_to_alert_s"] for r in rs if r["time_to_alert_s"] is not None]
+        out[fam] = {"runs": len(rs), "run_detection": float(np.mean([r["alerted"] for r in rs])),
+                    "window_detection": float(np.mean(wins)) if wins else None,
+                    "median_time_to_alert_s": float(np.median(ttas)) if ttas else None}
+    return out
