@@ -67,6 +67,9 @@ class Campaign:
             name = entry["workload"]
             if name not in WORKLOADS:
                 raise ValueError(f"unknown workload {name!r}")
+            if WORKLOADS[name].min_ranks > self.nproc:
+                raise ValueError(f"workload {name!r} needs {WORKLOADS[name].min_ranks} ranks; "
+                                 f"campaign {self.name!r} launches {self.nproc}")
             overrides = entry.get("overrides") or {}
             # runs of one workload differ by overrides and, when an entry sets its own, by length
             ident = {**overrides, **({"_seconds": entry["seconds"]} if "seconds" in entry else {})}
