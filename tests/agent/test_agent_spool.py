@@ -161,14 +161,45 @@ def test_ticks_staged_by_an_older_agent_still_seal(tmp_path):
     assert [s["t"] for s in parse_batch(sp.get(seq).body).samples] == [7.0, 7.1, 7.2, 8.0, 8.1]
 
 
-def test_chain_writes_commit_with_full_sync_and_staging_without(tmp_path):
+def test_chain_writes_commit_with_full_sync_and_staging_touches_no_database(tmp_path):
     sp = Spool(tmp_path / "s.db", "node-a", KEY)
     seen = []
     sp._db.set_trace_callback(seen.append)
     sp.stage(samples(2))
-    assert [q for q in seen if "synchronous" in q] == []          # one insert, no fsync of its own
-    assert sum(q.startswith("INSERT") for q in seen) == 1 and not any(q.startswith("BEGIN") for q in seen)
-    seen.clear()
+    assert seen == []                                              # one line appended to the tick log
+    assert (tmp_path / "s.db-ticks").read_text().startswith("1 2 [{")
     sp.seal(1.0)
     assert seen[0] == "PRAGMA synchronous=FULL" and seen[1] == "BEGIN IMMEDIATE"
     assert seen[-2:] == ["COMMIT", "PRAGMA synchronous=NORMAL"]
+    assert (tmp_path / "s.db-ticks").read_text() == ""             # emptied once the batch is committed
+
+
+def test_a_kill_between_the_seal_commit_and_emptying_the_log_seals_nothing_twice(tmp_path, monkeypatch):
+    import os
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    sp.stage(samples(3, t0=1))
+    monkeypatch.setattr(sp._ticks, "clear", lambda: None)          # "killed" right after the commit
+    assert sp.seal(1.0) == [0]
+    sp.stage(samples(2, t0=2))                                     # staged after that seal: kept
+    sp._db.close()
+    os.close(sp._ticks.fd)
+    again = Spool(tmp_path / "s.db", "node-a", KEY)
+    assert again.staged_samples() == 2
+    assert again.seal(1.0) == [1]
+    assert [s["t"] for s in parse_batch(again.get(1).body).samples] == [2.0, 2.1]
+    again.stage(samples(1, t0=3))                                  # tick ids go on past the old ones
+    assert again.seal(1.0) == [2] and again.staged_samples() == 0
+
+
+def test_a_tick_torn_by_a_kill_in_mid_write_is_dropped_and_the_rest_kept(tmp_path):
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    sp.stage(samples(3, t0=1))
+    sp.stage(samples(2, t0=2))
+    sp.close()
+    log = tmp_path / "s.db-ticks"
+    log.write_bytes(log.read_bytes() + b'3 4 [{"dev":"eth0","ki')    # the third tick's write, cut short
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    assert sp.staged_samples() == 5
+    sp.stage(samples(1, t0=4))                                     # appended after the cut, not glued to it
+    assert sp.seal(1.0) == [0]
+    assert [s["t"] for s in parse_batch(sp.get(0).body).samples] == [1.0, 1.1, 1.2, 2.0, 2.1, 4.0]

@@ -73,6 +73,12 @@ def spooled_samples(spool_path):
             out |= {(s["dev"], s["t"]) for s in json.loads(body)["samples"]}
         for (text,) in db.execute("SELECT samples FROM staged"):
             out |= {(s["dev"], s["t"]) for s in json.loads(text)}
+        through = dict(db.execute("SELECT key, value FROM meta")).get("staged_through", "0")
+        log = Path(str(spool_path) + "-ticks")             # staged ticks: "<id> <n> <json>" lines
+        for line in (log.read_text().splitlines(keepends=True) if log.exists() else []):
+            tick, _, text = line.split(" ", 2)
+            if line.endswith("\n") and int(tick) > int(through):
+                out |= {(s["dev"], s["t"]) for s in json.loads(text)}
         return out
     finally:
         db.close()
