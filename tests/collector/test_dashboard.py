@@ -148,8 +148,12 @@ def test_overview_counts_recorded_unmonitored_time_and_groups_jobs():
     assert doc["counts"] == {"idle": 0, "inference": 1, "training": 2, "other": 0, "unmonitored": 0, "pending": 1}
 
 
-def test_overview_is_cached_for_a_second(db, client, agent):
-    first = client.get("/v1/overview").json()
+def test_overview_is_cached_for_a_second_and_gzipped_for_browsers(db, client, agent):
+    first_r = client.get("/v1/overview", headers={"Accept-Encoding": "gzip"})
+    assert first_r.headers["content-encoding"] == "gzip"
+    first = first_r.json()
+    plain = client.get("/v1/overview", headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.json() == first
     assert agent.send(now_samples()).status_code == 200
     assert client.get("/v1/overview").json()["now"] == first["now"]
     client.app.state.overview.ttl_s = 0.0

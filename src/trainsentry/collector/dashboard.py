@@ -130,8 +130,11 @@ def install(app: FastAPI, col) -> None:
         return Response(orjson.dumps(flops.get(j)), media_type="application/json")
 
     @app.get("/v1/overview")
-    def get_overview() -> Response:
-        return Response(overview.encoded(), media_type="application/json")
+    def get_overview(request: Request) -> Response:
+        if "gzip" in request.headers.get("accept-encoding", ""):
+            return Response(overview.encoded(gzipped=True), media_type="application/json",
+                            headers={"content-encoding": "gzip", "vary": "Accept-Encoding"})
+        return Response(overview.encoded(), media_type="application/json", headers={"vary": "Accept-Encoding"})
 
     @app.get("/favicon.ico")
     def favicon() -> Response:
