@@ -1,12 +1,17 @@
-"""`trainsentry demo`: the whole backbone on one machine, with no GPU needed.
+"""`trainsentry demo`: the whole system on one machine, with no GPU needed.
 
-1. a collector (``trainsentry serve``) on a free loopback port, SQLite in a temporary directory;
-2. two nodes enrolled, each with its own key;
+1. a collector (``trainsentry serve``) on a free loopback port, SQLite in a temporary directory,
+   judging every node live (:mod:`trainsentry.collector.live`);
+2. the nodes enrolled, each with its own key;
 3. an agent replaying a trace recorded on 2 × H200 (NCCL all-reduce then a one-way GPU0 → GPU1
-   send, ``data/gpu_check``) through the same sampler, spool, signing and sender as a live agent;
-4. a live agent reading this machine's network counters;
-then the collector's read API is asked what it stored, and a table per node shows it.
-Every process is a real one talking HTTP over loopback; nothing is simulated.
+   send, ``data/gpu_check``, class other) through the same sampler, spool, signing and sender as a
+   live agent; when ``data/h200`` exists, one training and one inference run from it too;
+4. a live agent reading this machine's network counters, loopback included, while 2 gloo ranks
+   train a model with DDP and then run pipeline inference over loopback (:mod:`.gloo`);
+then the collector's read API is asked what it stored (a table per node) and what it concluded:
+each node's verdict timeline, the evidence, alerts, jobs, and the agreement with what really ran
+(manifest labels; the gloo worker's own start/end events). Every process is a real one talking
+HTTP over loopback; nothing is simulated.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_TRACE = REPO / "data" / "gpu_check" / "nccl-known-bytes-2026-11-30"
+H200_ROOT = REPO / "data" / "h200"
 
 
 def _py(*args: str) -> list[str]:
@@ -41,10 +47,10 @@ def _get(url: str, token: str) -> dict:
 class Collector:
     """A `trainsentry serve` child process on a free loopback port."""
 
-    def __init__(self, db: Path):
+    def __init__(self, db: Path, env: dict | None = None):
         self.db = db
         self.proc = subprocess.Popen(_py("trainsentry.collector.server", "--db", str(db), "--port", "0"),
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
         line = self.proc.stdout.readline()
         if "listening on" not in line:
             self.proc.kill()
@@ -94,39 +100,86 @@ def node_table(series: dict) -> Table:
     return t
 
 
+def pick_h200_runs(root: Path = H200_ROOT) -> list[tuple[str, Path]]:
+    """One training and one inference run from the recorded H200 dataset, chosen by manifest label
+    (the first of each class by run id); none while the dataset is not there."""
+    from ..traces.io import iter_runs, read_manifest
+    if not root.exists():
+        return []
+    picked: dict[str, Path] = {}
+    for run in iter_runs(root):
+        try:
+            cls = read_manifest(run)["labels"]["class"]
+        except (ValueError, KeyError, OSError):
+            continue
+        if cls in ("training", "inference") and cls not in picked:
+            picked[cls] = run
+    return [(f"h200-{cls}-replay", run) for cls, run in sorted(picked.items(), reverse=True)]
+
+
+def replay_truth(trace: Path, last_sample_t: float | None) -> list[tuple[float, float, str]] | None:
+    """The manifest's labelled span, shifted as the replay shifted the trace (last sample to last sample)."""
+    from ..traces.io import read_trace
+    if last_sample_t is None:
+        return None
+    table, manifest = read_trace(trace)
+    shift = last_sample_t - max(table.column("t").to_pylist())
+    return [(manifest["start"] + shift, manifest["end"] + shift, manifest["labels"]["class"])]
+
+
 def run_demo(trace: Path = DEFAULT_TRACE, live_s: float = 15.0, speed: float = 2.0,
-             console: Console | None = None) -> dict:
+             console: Console | None = None, gloo: bool = True, train_s: float = 20.0,
+             infer_s: float = 15.0) -> dict:
+    from . import gloo as G
+    from .verdicts import print_node
     console = console or Console()
     if not (trace / "samples.parquet").exists():
         raise FileNotFoundError(f"no recorded trace at {trace}")
     live_node = f"{socket.gethostname().split('.')[0] or 'this'}-live"
-    replay_node = "h200x2-replay"
+    replays = [("h200x2-replay", trace), *pick_h200_runs()]
     with tempfile.TemporaryDirectory(prefix="trainsentry-demo-") as d:
         tmp = Path(d)
-        col = Collector(tmp / "collector.db")
+        # the collector judges every node live; on this one machine the gloo ranks talk over `lo`
+        col = Collector(tmp / "collector.db", {"TRAINSENTRY_LIVE_LOOPBACK": "1",
+                                               "TRAINSENTRY_MODELS": str(REPO / "models")})
         try:
             console.print(f"[bold]collector[/] {col.url}  (SQLite {tmp / 'collector.db'})")
             from ..collector.auth import enroll_inspector_in
             token = enroll_inspector_in(tmp / "collector.db", "demo-inspector")
             console.print(f"[bold]dashboard[/] {col.url}/login#token={token}", soft_wrap=True)
-            for node in (replay_node, live_node):
+            for node in [n for n, _ in replays] + [live_node]:
                 col.enroll(node, tmp / f"{node}.key")
             t0 = time.time()
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            replay = subprocess.Popen(_py("trainsentry.cli", "replay", str(trace), "--collector", col.url,
-                                          "--node", replay_node, "--key-file", str(tmp / f"{replay_node}.key"),
-                                          "--speed", str(speed), "--spool", str(tmp / "replay.spool.db")),
-                                      env=env, stdout=subprocess.DEVNULL)
+            procs = {}
+            for node, run in replays:
+                procs[node] = subprocess.Popen(
+                    _py("trainsentry.cli", "replay", str(run), "--collector", col.url, "--node", node,
+                        "--key-file", str(tmp / f"{node}.key"), "--speed", str(speed),
+                        "--spool", str(tmp / f"{node}.spool.db")), env=env, stdout=subprocess.DEVNULL)
+                console.print(f"agent [cyan]{node}[/] replays {run.name} at {speed}× speed")
             live = subprocess.Popen(_py("trainsentry.cli", "agent", "--collector", col.url, "--node", live_node,
-                                        "--key-file", str(tmp / f"{live_node}.key"), "--source", "net",
-                                        "--spool", str(tmp / "live.spool.db"), "--duration", str(live_s)),
-                                    env=env, stdout=subprocess.DEVNULL)
-            console.print(f"agents: [cyan]{replay_node}[/] replays {trace.name} at {speed}× speed; "
-                          f"[cyan]{live_node}[/] reads this machine's network counters for {live_s:.0f} s")
-            rcs = {replay_node: replay.wait(timeout=300), live_node: live.wait(timeout=300)}
+                                        "--key-file", str(tmp / f"{live_node}.key"),
+                                        "--source", "net+lo" if gloo else "net",
+                                        "--spool", str(tmp / "live.spool.db"),
+                                        "--duration", str(3600 if gloo else live_s)), env=env, stdout=subprocess.DEVNULL)
+            if gloo:
+                console.print(f"agent [cyan]{live_node}[/] reads this machine's network counters, loopback "
+                              f"included, while 2 gloo ranks train (DDP, {train_s:.0f} s) then infer "
+                              f"(pipeline, {infer_s:.0f} s) over loopback")
+                worker = G.start(tmp / "gloo", train_s, infer_s, env)
+                worker_rc = worker.wait(timeout=600)
+                time.sleep(10.0)  # a window of quiet after the last run, so the end shows too
+                live.terminate()
+                procs["gloo-worker"] = worker_rc
+            else:
+                console.print(f"agent [cyan]{live_node}[/] reads this machine's network counters for {live_s:.0f} s")
+            rcs = {n: (p.wait(timeout=300) if isinstance(p, subprocess.Popen) else p) for n, p in procs.items()}
+            rcs[live_node] = live.wait(timeout=300)
             nodes = _get(f"{col.url}/v1/nodes", token)
             console.print(f"agents finished after {time.time() - t0:.0f} s (exit codes {rcs})")
-            result = {"collector": col.url, "dashboard": f"{col.url}/login#token={token}", "nodes": {}}
+            result = {"collector": col.url, "dashboard": f"{col.url}/login#token={token}", "nodes": {},
+                      "verdicts": {}}
             for n in nodes["nodes"]:
                 name = n["node"]
                 # replayed samples are retimed to the moment of replay, so both nodes lie in [t0, now]
@@ -136,6 +189,30 @@ def run_demo(trace: Path = DEFAULT_TRACE, live_s: float = 15.0, speed: float = 2
                 console.print(node_table(series))
                 result["nodes"][name] = {"devices": sorted(series["devices"]), "unmonitored": gaps,
                                          "samples": {d: sum(v["n"]) for d, v in series["devices"].items()}}
+            time.sleep(1.0)  # the live processor judges off the request path: let it finish the last batch
+            console.rule("live verdicts")
+            live_info = _get(f"{col.url}/v1/live", token)
+            console.print(f"[bold]detector[/] {live_info['note']}", soft_wrap=True)
+            runs = dict(replays)
+            for n in nodes["nodes"]:
+                name = n["node"]
+                timeline = _get(f"{col.url}/v1/nodes/{name}/verdicts?start={t0 - 5:.3f}&end={time.time() + 3600:.3f}",
+                                token)["verdicts"]
+                alerts = _get(f"{col.url}/v1/nodes/{name}/alerts", token)["alerts"]
+                if name in runs:
+                    spans, note = replay_truth(runs[name], n.get("last_sample_t")), f"manifest label of {runs[name].name}"
+                elif name == live_node and gloo:
+                    spans, note = G.truth(tmp / "gloo"), "the gloo worker's own start/end events"
+                else:
+                    spans, note = None, ""
+                agree = print_node(console, name, timeline, alerts, spans, note)
+                result["verdicts"][name] = {"states": [v["state"] for v in timeline], "alerts": alerts,
+                                            "agreement": agree, "truth": spans,
+                                            "evidence": timeline[-1]["evidence"] if timeline else []}
+            jobs = _get(f"{col.url}/v1/jobs", token)["jobs"]
+            for j in jobs:
+                console.print(f"job [cyan]{j['job']}[/]: nodes {', '.join(j['nodes'])}, last state {j['state']}")
+            result["jobs"] = jobs
             stats = _get(f"{col.url}/v1/stats", token)
             console.print(f"collector totals: {json.dumps(stats.get('totals', stats))}")
             result["stats"] = stats
