@@ -134,7 +134,7 @@ class Phases:
 
 def run_steps(ctx: Context, step: Callable[[Phases], torch.Tensor | None], tokens_per_step: int,
               agree_every: int | Callable[[int], bool] = 1, phases: Phases | None = None,
-              measure_first: bool = True) -> Phases:
+              measure_first: bool = True, before_step: Callable[[int], None] | None = None) -> Phases:
     """Drive ``step(phases)`` until the deadline (or ``max_steps``), recording the ledger.
 
     ``agree_every``: before steps where ``steps % agree_every == 0`` (or where the callable says so)
@@ -144,7 +144,8 @@ def run_steps(ctx: Context, step: Callable[[Phases], torch.Tensor | None], token
     at least half of it fits before the deadline (rounds of DiLoCo at H = 500 last over a minute).
     The first step runs under FlopCounterMode (a real, counted step); strategies that also serve
     (whose steps hold a varying amount of inference) pass ``measure_first=False`` and count only
-    their training compute with :func:`count_first`."""
+    their training compute with :func:`count_first`. ``agree_every`` must be pure (it is also asked
+    about future steps); ``before_step(steps)`` runs after the agreement, outside the step's time."""
     led = ctx.ledger
     phases = phases or Phases()
     due = agree_every if callable(agree_every) else (lambda s: s % agree_every == 0)
@@ -155,6 +156,8 @@ def run_steps(ctx: Context, step: Callable[[Phases], torch.Tensor | None], token
                 break
         elif ctx.max_steps is not None and s >= ctx.max_steps:
             break
+        if before_step is not None:
+            before_step(s)
         t0 = time.perf_counter()
         if led.flops_per_step is None and measure_first:
             out: list = []

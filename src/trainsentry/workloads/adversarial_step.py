@@ -78,17 +78,15 @@ def run_split(ctx: Context, cfg: dict) -> None:
     def step(ph: Phases):
         return _ddp_step(rep, ph)
 
-    def due(s: int) -> bool:
+    def before_step(s: int) -> None:
         # a part ends by time (GPU) or by step count (tests); ranks agree on it, then all pause
         ended = (s - state["part_start_step"] >= part_steps) if part_steps else time.time() >= state["part_end"]
         if s > 0 and state["part"] < parts - 1 and _agree_end(ctx, ended):
-            if ctx.keep_going():          # no gap after the last step (every rank made the same call)
-                boundaries.append(s)
-                time.sleep(gap_s)
+            boundaries.append(s)
+            time.sleep(gap_s)
             state.update(part=state["part"] + 1, part_end=time.time() + part_s, part_start_step=s)
-        return True
 
-    run_steps(ctx, step, rep.tokens_per_micro, agree_every=due)
+    run_steps(ctx, step, rep.tokens_per_micro, before_step=before_step)
     ctx.ledger.extra["part_boundaries_steps"] = boundaries
     rep.val_loss()
 
