@@ -142,8 +142,8 @@ class Agent:
                                                 self.agent_stats), cfg.prometheus_port, cfg.prometheus_addr)
         self.sender.start()
         # Everything made so far (modules, sources, spool) lives as long as the loop: freeze it out of
-        # the cyclic collector, which would otherwise rescan it every few seconds for nothing.
-        gc.collect()
+        # the cyclic collector, which would otherwise rescan it now and then for nothing. No
+        # gc.collect() first: it costs ~30 ms of CPU (0.1 % of a 30 s run) to free a dozen objects.
         gc.freeze()
         try:
             self.sampler.run(cfg.duration_s)
