@@ -153,7 +153,35 @@ def nvml_rates(sources: list) -> dict:
     return {}
 
 
-def run_agent(args, tmp: Path) -> dict:
+class Parts:
+    """``--parts``: thread CPU time inside each part of the agent path (wrapped on the instances)."""
+
+    def __init__(self) -> None:
+        self.s: dict[str, float] = {}
+
+    def wrap(self, obj, attr: str, part: str) -> None:
+        fn = getattr(obj, attr)
+
+        def timed(*a, **k):
+            t0 = time.thread_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.s[part] = self.s.get(part, 0.0) + time.thread_time() - t0
+        setattr(obj, attr, timed)
+
+    def attach(self, agent, sources) -> None:
+        import trainsentry.agent.spool as spool_mod
+        for src in sources:
+            self.wrap(src, "read", f"read {src.name}")
+        self.wrap(agent.spool, "stage", "stage (JSON + tick log)")
+        self.wrap(spool_mod._CANONICAL, "encode", "  of which JSON")
+        self.wrap(agent.spool, "seal", "seal (batch, HMAC, SQLite FULL commit)")
+        self.wrap(agent.latest, "update", "exporter state")
+        self.wrap(agent.sender, "run", "sender thread (HTTP, acks)")
+
+
+def run_agent(args, tmp: Path, parts: Parts | None = None) -> dict:
     """One run of the whole agent path; its CPU seconds per wall second and what it did."""
     from trainsentry.agent.node import Agent, AgentConfig
     node = "bench-node"
@@ -168,6 +196,8 @@ def run_agent(args, tmp: Path) -> dict:
     if not sending:
         agent.sender.start = lambda: None   # nothing to send to: batches stay in the spool
         agent.sender.join = lambda timeout=None: None
+    if parts is not None:
+        parts.attach(agent, sources)
     try:
         cpu0, wall0 = cpu_seconds(), time.monotonic()
         summary = agent.run()
@@ -208,6 +238,9 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--repeats", type=int, default=1,
                     help="agent and sources-only runs, alternated; the result is their median (all runs kept)")
+    ap.add_argument("--parts", action="store_true",
+                    help="one extra agent run with each part timed (thread CPU time; the timing adds a "
+                         "little), printed and stored under parts_percent_of_one_core")
     ap.add_argument("--out", type=Path, default=REPO / "results" / "ingest.json")
     args = ap.parse_args()
     if args.duration < 30:
@@ -219,6 +252,16 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             agent_runs.append(run_agent(args, Path(d)))
         source_runs.append(run_sources(args))
+    parts = None
+    if args.parts:
+        parts = Parts()
+        with tempfile.TemporaryDirectory() as d:
+            timed_run = run_agent(args, Path(d), parts)
+        rest = timed_run["cpu_per_s"] * timed_run["wall_s"] - sum(
+            v for k, v in parts.s.items() if not k.startswith(" "))
+        parts = {k: pct(v / timed_run["wall_s"]) for k, v in parts.s.items()}
+        parts["rest (sampling loop, readings to wire, GC, startup)"] = pct(rest / timed_run["wall_s"])
+        parts["total of this run"] = pct(timed_run["cpu_per_s"])
     load_after = os.getloadavg()
     first = agent_runs[0]
     total = statistics.median(r["cpu_per_s"] for r in agent_runs)
@@ -242,6 +285,7 @@ def main() -> None:
              "runs": [{"percent_of_one_core": pct(a["cpu_per_s"]), "sources_only_percent_of_one_core": pct(b["cpu_per_s"]),
                        "fake_nvml_percent_of_one_core": pct(b["fake_per_s"])} for a, b in zip(agent_runs, source_runs)],
              "nvml_read_periods": first["rates"],
+             **({"parts_percent_of_one_core": parts} if parts else {}),
              "load_average_1_5_15": {"before": [round(x, 2) for x in load_before],
                                      "after": [round(x, 2) for x in load_after]},
              "hz": args.hz, "duration_s": round(first["wall_s"], 2), "repeats": len(agent_runs),

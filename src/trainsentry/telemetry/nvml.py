@@ -5,7 +5,7 @@ Per GPU and read: NVLink payload counters (fields 138/139, KiB, summed over all 
 utilization. Slower: gauges that move over seconds (memory used, SM and memory clocks,
 temperature, and the PCIe snapshot when enabled) every ``slow_period_s`` (1 s), staggered over the
 GPUs so no single tick pays for all of them; GPM metrics (averages over the interval between two
-GPM samples, so nothing is lost but resolution) every ``gpm_period_s`` (0.5 s, never under NVML's
+GPM samples, so nothing is lost but resolution) every ``gpm_period_s`` (1 s, never under NVML's
 100 ms). A reading carries only the metrics read for it: absent means not read this time, never zero.
 
 Every metric is optional. Each NVML call goes through :meth:`NvmlSource._query`, which turns the
@@ -44,7 +44,7 @@ GPM_MIN_INTERVAL_S = 0.1  # NVML needs samples >= 100 ms apart for meaningful GP
 SLOW_PERIOD_S = 1.0       # memory used, clocks, temperature: they move over seconds
 # GPM metrics are averages over the interval between two samples, so a slower rate loses no time
 # covered, only resolution; a GPM read costs ~1.9 ms per GPU on the H200s (sample + metrics).
-GPM_PERIOD_S = 0.5
+GPM_PERIOD_S = 1.0
 TIMESTAMP_TOLERANCE_S = 5.0
 
 # Errors meaning "this GPU/driver/VM cannot give this metric": stop asking.
