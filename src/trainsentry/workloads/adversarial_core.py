@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch.distributed as dist
 
 from . import parallel as par
 from .base import Context
@@ -93,12 +92,8 @@ class Replica:
 
 
 def agree_all(ctx: Context, go: bool) -> bool:
-    """True only if every rank wants to go on (MIN over the CPU group; no GPU traffic)."""
-    if not dist.is_initialized() or ctx.world_size == 1:
-        return go
-    flag = torch.tensor([1 if go else 0], dtype=torch.int32)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=ctx.cpu_group)
-    return bool(flag.item())
+    """True only if every rank wants to go on (``Context.agree``: a MIN over the CPU; no GPU traffic)."""
+    return ctx.agree(go)
 
 
 class Phases:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import _disable_current_modes
 
 CLASSES = ("training", "inference", "other")
 
@@ -76,6 +77,7 @@ class Context:
     toy: bool = False
     ranks: tuple[int, ...] = ()      # the ranks taking part; () = all
     cpu_group: Any = None            # gloo group for coordination (barriers that do not spin a GPU)
+    active_group: Any = None         # gloo group of exactly the ranks taking part in this run
     ledger: Ledger = field(default_factory=Ledger)
     seed: int = 0
 
@@ -95,6 +97,27 @@ class Context:
         if self.max_steps is not None and self.ledger.steps >= self.max_steps:
             return False
         return time.time() < self.deadline
+
+    def keep_going_together(self) -> bool:
+        """``keep_going`` agreed by every rank taking part: True only while all of them want to go on.
+
+        A lock-step workload (one collective per step) must stop on the same step on every rank:
+        deadlines read off each rank's clock can disagree by one step, and the rank that takes the
+        extra step would wait forever in its collective. The vote is a MIN over a gloo group of the
+        active ranks (CPU only: no GPU traffic shows in the telemetry)."""
+        return self.agree(self.keep_going())
+
+    def agree(self, go: bool) -> bool:
+        """True only if every active rank says ``go`` (a MIN over the run's gloo group of active ranks)."""
+        if self.n_active <= 1 or not dist.is_initialized():
+            return go
+        group = self.active_group if self.active_group is not None else self.cpu_group
+        flag = torch.tensor([1 if go else 0], dtype=torch.int32)
+        # a control vote, not the workload's traffic: keep it out of the collective-byte counter
+        # (a TorchDispatchMode that may be active around the workload)
+        with _disable_current_modes():
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+        return bool(flag.item())
 
     def sync(self) -> None:
         if self.is_cuda:

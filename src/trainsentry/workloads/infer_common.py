@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.distributed as dist
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import flops as flopcount
@@ -173,13 +172,9 @@ def generate_rounds(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, *, c
 
 
 def agree(ctx: Context, go: bool) -> bool:
-    """Rank 0's decision, shared over the CPU group (no GPU traffic), so every rank runs the same
-    number of rounds of a lock-step workload and none waits forever in a collective."""
-    if not dist.is_initialized() or ctx.world_size == 1:
-        return go
-    flag = torch.tensor([1 if go else 0], dtype=torch.int32)
-    dist.broadcast(flag, src=0, group=ctx.cpu_group)
-    return bool(flag.item())
+    """One decision for every rank of a lock-step workload (see ``Context.agree``), so all run the
+    same number of rounds and none waits forever in a collective."""
+    return ctx.agree(go)
 
 
 def need_all_ranks(ctx: Context, name: str, minimum: int = 2) -> None:

@@ -37,7 +37,7 @@ def _train_loop(ctx: Context, cfg: dict, step, tokens_per_step: int, measure_fn=
     counter (it is a real step and counts); its count is this rank's FLOPs per step, credited to the
     steps before it too (a pipeline's first step also infers stage shapes, so it measures the second)."""
     led = ctx.ledger
-    while ctx.keep_going():
+    while ctx.keep_going_together():
         t0 = time.perf_counter()
         if led.flops_per_step is None and led.steps >= measure_at:
             out: list = []

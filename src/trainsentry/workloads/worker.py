@@ -99,10 +99,14 @@ def run_plan(plan: dict, out_dir: Path) -> None:
         time.sleep(float(item.get("gap_before_s", 0)))
         if cpu_group is not None:
             dist.barrier(group=cpu_group)
+        # every rank creates the run's group of active ranks (new_group is collective over the world)
+        active_group = (dist.new_group(ranks=list(ranks) if ranks else None, backend="gloo")
+                        if cpu_group is not None else None)
         start = time.time()
         ctx = Context(rank=rank, world_size=world, device=device, dtype=dtype,
                       deadline=start + float(item.get("seconds", 40)), max_steps=item.get("max_steps"),
-                      toy=toy, ranks=ranks, cpu_group=cpu_group, ledger=Ledger(), seed=int(item.get("seed", 0)))
+                      toy=toy, ranks=ranks, cpu_group=cpu_group, active_group=active_group, ledger=Ledger(),
+                      seed=int(item.get("seed", 0)))
         event(run_id=run_id, phase="start", workload=spec.name)
         # A launch too small for the workload is refused before any rank starts it: every rank
         # decides the same way, so none is left waiting in a collective for a peer that never came.
