@@ -16,8 +16,10 @@ HTTP over loopback; nothing is simulated.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -127,9 +129,23 @@ def replay_truth(trace: Path, last_sample_t: float | None) -> list[tuple[float, 
     return [(manifest["start"] + shift, manifest["end"] + shift, manifest["labels"]["class"])]
 
 
+@contextlib.contextmanager
+def _workdir(keep: Path | None):
+    """The demo's files: a temporary directory, or ``keep`` (emptied first) so the collector's
+    database outlives the demo and the dashboard can be opened on it afterwards."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="trainsentry-demo-") as d:
+            yield Path(d)
+        return
+    if keep.exists():
+        shutil.rmtree(keep)
+    keep.mkdir(parents=True)
+    yield keep
+
+
 def run_demo(trace: Path = DEFAULT_TRACE, live_s: float = 15.0, speed: float = 2.0,
              console: Console | None = None, gloo: bool = True, train_s: float = 20.0,
-             infer_s: float = 15.0) -> dict:
+             infer_s: float = 15.0, keep: Path | None = None, hold: bool = False) -> dict:
     from . import gloo as G
     from .verdicts import print_node
     console = console or Console()
@@ -137,8 +153,7 @@ def run_demo(trace: Path = DEFAULT_TRACE, live_s: float = 15.0, speed: float = 2
         raise FileNotFoundError(f"no recorded trace at {trace}")
     live_node = f"{socket.gethostname().split('.')[0] or 'this'}-live"
     replays = [("h200x2-replay", trace), *pick_h200_runs()]
-    with tempfile.TemporaryDirectory(prefix="trainsentry-demo-") as d:
-        tmp = Path(d)
+    with _workdir(keep) as tmp:
         # the collector judges every node live; on this one machine the gloo ranks talk over `lo`
         col = Collector(tmp / "collector.db", {"TRAINSENTRY_LIVE_LOOPBACK": "1",
                                                "TRAINSENTRY_MODELS": str(REPO / "models")})
@@ -216,6 +231,17 @@ def run_demo(trace: Path = DEFAULT_TRACE, live_s: float = 15.0, speed: float = 2
             stats = _get(f"{col.url}/v1/stats", token)
             console.print(f"collector totals: {json.dumps(stats.get('totals', stats))}")
             result["stats"] = stats
+            if hold:  # an interactive demo: keep serving the dashboard until Ctrl-C
+                console.print(f"[bold]dashboard[/] {result['dashboard']}  (Ctrl-C stops the collector)",
+                              soft_wrap=True)
+                try:
+                    while col.proc.poll() is None:
+                        time.sleep(1)
+                except KeyboardInterrupt:
+                    pass
+            elif keep is not None:
+                console.print(f"[bold]dashboard afterwards[/]: trainsentry serve --db {keep / 'collector.db'} "
+                              f"--port 8470, then open http://127.0.0.1:8470/login#token={token}", soft_wrap=True)
             return result
         finally:
             col.stop()
