@@ -219,7 +219,7 @@ class FakeNvml:
             except _real.NVMLError as e:
                 ret, v = e.value, 0
             # One C-level write per element: the binding's structures set every attribute through
-            # a Python __setattr__, which made this fake call 5x the real binding's own Python.
+            # a Python __setattr__, which made this fake call several times the real binding's own.
             pack = _FV_UINT if value_type == _real.NVML_VALUE_TYPE_UNSIGNED_INT else _FV_ULL
             pack.pack_into(values, i * _FV_SIZE, f, scope, now_us, 0, value_type, ret, v)
         return values

@@ -19,7 +19,8 @@ agent being killed (the data is in the kernel), not a power loss; an agent kille
 therefore loses at most the tick being read, and the next start seals what was staged as the first
 thing it does. Sealing commits the batch together with ``staged_through`` (the last tick id in it)
 and then empties the log, so a kill between the two seals nothing twice. A line torn by a kill in
-mid-write is dropped at the next start. (A SQLite commit per tick did the same job at ~4x the CPU.)
+mid-write is dropped at the next start. (A SQLite commit per tick did the same job at several times
+the CPU.)
 The staged text is the wire's own canonical JSON, so sealing splices it into the batch instead of
 decoding and re-encoding every sample: JSON is encoded once per sample.
 
