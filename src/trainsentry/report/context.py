@@ -1,0 +1,172 @@
+"""What a section renders with: loaded inputs, and helpers that put numbers into text.
+
+Every number in the report's prose goes through ``num`` (a value read from a results file, with
+the key path it came from), ``derived`` (a value computed here from such values, naming them) or
+``pub`` (a published figure from ``published.py``). Each call records what it injected, and wraps
+the text in a span, so a test can check that no digit reaches the page any other way.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .inputs import INPUTS, Input, input_path, is_present
+from .published import PUBLISHED
+
+# Names that contain digits but are not measurements (hardware, methods, file names). A test checks
+# that every ``term`` span holds one of these, so a number cannot hide as a "term".
+TERMS = frozenset({
+    "H200", "H100", "V100", "A100", "GH200", "NV18", "ZeRO-3", "FSDP", "INT8", "FP8", "FP16",
+    "HMAC-SHA256", "SHA-256", "PowerSGD", "DiLoCo", "Streaming DiLoCo", "INTELLECT-1", "Covenant-72B",
+    "DeMo", "NVML", "DCGM", "gpu0", "gpu1", "1 Hz", "comm-ml", "rt-baseline", "fused", "comm-rules",
+})
+
+
+@dataclass
+class Injected:
+    text: str
+    kind: str            # "result" | "derived" | "published"
+    value: float | str | None
+    sources: list[str]   # "detector.json#detectors/fused/run_accuracy", or "published:key"
+
+
+@dataclass
+class Ctx:
+    results: Path
+    data: Path
+    allow_missing: bool
+    injected: list[Injected] = field(default_factory=list)
+    missing_used: list[Input] = field(default_factory=list)
+    _cache: dict = field(default_factory=dict)
+
+    # ----- inputs
+    def has(self, key: str) -> bool:
+        return is_present(INPUTS[key], self.results, self.data)
+
+    def load(self, key: str) -> dict | None:
+        if key not in self._cache:
+            inp = INPUTS[key]
+            self._cache[key] = json.loads(input_path(inp, self.results, self.data).read_text()) \
+                if inp.root == "results" and self.has(key) else None
+        return self._cache[key]
+
+    def missing(self, key: str, what: str = "") -> str:
+        """The block that stands where numbers would be: names the command, never a placeholder value."""
+        inp = INPUTS[key]
+        if inp not in self.missing_used:
+            self.missing_used.append(inp)
+        path = input_path(inp, self.results, self.data)
+        lead = f"{html.escape(what)}: " if what else ""
+        return (f'<div class="missing">{lead}not yet measured: <code>{html.escape(str(path))}</code> is '
+                f'missing; run <code>{html.escape(inp.command)}</code>.</div>')
+
+    # ----- numbers
+    def num(self, key: str, path: str, fmt: str = "g3", unit: str = "") -> str:
+        """A value read from input ``key`` at slash-separated ``path`` (e.g. ``detectors/fused/run_accuracy``)."""
+        value = lookup(self.load(key), path)
+        return self._span(value, fmt, unit, "result", [f"{INPUTS[key].rel_path}#{path}"])
+
+    def value(self, key: str, path: str):
+        return lookup(self.load(key), path)
+
+    def derived(self, value, fmt: str, sources: list[tuple[str, str]], unit: str = "") -> str:
+        return self._span(value, fmt, unit, "derived", [f"{INPUTS[k].rel_path}#{p}" for k, p in sources])
+
+    def pub(self, key: str, fmt: str = "g3", unit: str = "") -> str:
+        return self._span(PUBLISHED[key].value, fmt, unit, "published", [f"published:{key}"])
+
+    def _span(self, value, fmt: str, unit: str, kind: str, sources: list[str]) -> str:
+        text = fmt_value(value, fmt) + (f"\u202f{unit}" if unit and value is not None else "")
+        self.injected.append(Injected(text, kind, value, sources))
+        title = html.escape("; ".join(sources))
+        return f'<span class="n" data-kind="{kind}" title="{title}">{html.escape(text)}</span>'
+
+    # ----- names, citations, numbering (digits that are not measurements)
+    @staticmethod
+    def term(name: str) -> str:
+        if name not in TERMS:
+            raise KeyError(f"{name!r} is not in report.context.TERMS")
+        return f'<span class="term">{html.escape(name)}</span>'
+
+    @staticmethod
+    def cite(key: str) -> str:
+        from .published import CITATIONS
+        c = CITATIONS[key]
+        return f'<span class="cite">[{html.escape(c.short)}]</span>'
+
+
+def lookup(doc, path: str):
+    cur = doc
+    for part in path.split("/"):
+        if isinstance(cur, list):
+            cur = cur[int(part)]
+        elif isinstance(cur, dict):
+            if part not in cur:
+                raise KeyError(f"no {part!r} in results path {path!r}")
+            cur = cur[part]
+        else:
+            raise KeyError(f"results path {path!r} runs past a value")
+    return cur
+
+
+SUPERSCRIPT = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
+
+
+def fmt_value(value, fmt: str) -> str:
+    """Formats: pct (fraction → percent), pct1, int, g2/g3 (significant figures), f1/f2, sci, x (multiplier)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, str):
+        return value
+    v = float(value)
+    if fmt == "pct":
+        return f"{100 * v:.1f}\u202f%"
+    if fmt == "pct2":
+        return f"{100 * v:.2f}\u202f%"
+    if fmt == "pctg":  # small fractions: two significant figures, never rounded to zero
+        return f"{100 * v:.2g}\u202f%"
+    if fmt == "pctv":  # already a percentage
+        return f"{v:.1f}\u202f%"
+    if fmt == "int":
+        return f"{round(v):,}"
+    if fmt in ("g2", "g3", "g4"):
+        return f"{v:.{fmt[1]}g}"
+    if fmt in ("f0", "f1", "f2", "f3"):
+        return f"{v:.{fmt[1]}f}"
+    if fmt == "sci":
+        m, e = f"{v:.2e}".split("e")
+        return f"{m}\u00d710" + str(int(e)).translate(SUPERSCRIPT)
+    if fmt == "x":
+        return f"{v:.2g}\u00d7"
+    if fmt == "usd":
+        for div, suf in ((1e9, " billion"), (1e6, " million")):
+            if abs(v) >= div:
+                return f"${v / div:.3g}{suf}"
+        return f"${v:,.0f}"
+    if fmt == "bytes":
+        for div, suf in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+            if abs(v) >= div:
+                return f"{v / div:.3g}\u202f{suf}"
+        return f"{v:.0f}\u202fB"
+    raise ValueError(f"unknown number format {fmt!r}")
+
+
+@dataclass
+class Figures:
+    """Numbered figures, embedded as base64 PNG so the HTML needs no other file."""
+    items: list[tuple[str, str]] = field(default_factory=list)  # (name, caption)
+
+    def embed(self, png: bytes | None, name: str, caption_html: str) -> str:
+        import base64
+        if png is None:
+            return ""
+        self.items.append((name, caption_html))
+        n = len(self.items)
+        b64 = base64.b64encode(png).decode("ascii")
+        return (f'<figure data-name="{html.escape(name)}"><img alt="{html.escape(name)}" '
+                f'src="data:image/png;base64,{b64}"><figcaption><span class="figno">Figure {n}.</span> '
+                f'{caption_html}</figcaption></figure>')

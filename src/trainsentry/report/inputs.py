@@ -1,0 +1,69 @@
+"""Every file the report reads, and the command that produces it.
+
+A section names the inputs it needs; the builder checks them all before rendering so that a
+missing file fails the build once, with every missing input and its command listed together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Input:
+    key: str        # short name sections use: "detector"
+    rel_path: str   # under the results root ("detector.json") or the data root ("h200")
+    root: str       # "results" | "data"
+    command: str    # what produces it
+    what: str       # one line for the missing-input message
+
+
+INPUTS: dict[str, Input] = {i.key: i for i in (
+    Input("gpu_check", "gpu_check.json", "results",
+          "trainsentry lab gpu-check RUN_DIR PHASES (scripts/gpu/backbone_check.sh on a 2-GPU machine)",
+          "NVLink counters against the bytes handed to NCCL"),
+    Input("ingest", "ingest.json", "results",
+          "python benchmarks/bench_agent.py --duration 30 --repeats 3 --parts and python benchmarks/bench_ingest.py",
+          "agent overhead and collector ingest"),
+    Input("agent_real", "agent_real_h200.json", "results",
+          "python3 benchmarks/bench_agent.py --real --duration 30 (on a GPU machine)",
+          "agent overhead on a real H200 node"),
+    Input("dataset", "dataset.json", "results",
+          "trainsentry lab summary --data data/h200 --json results/dataset.json",
+          "the benign dataset card"),
+    Input("detector", "detector.json", "results", "trainsentry eval --data data/h200",
+          "detector evaluation on configuration-grouped splits"),
+    Input("flops", "flops.json", "results", "trainsentry flops-eval --data data/h200",
+          "every FLOP estimator on the same grouped splits"),
+    Input("redteam", "redteam.json", "results",
+          "the red-team rounds of issue 7 (no command in the repository yet)",
+          "red-team rounds: detection and cost per strategy"),
+    Input("simulator", "simulator.json", "results", "trainsentry simulate all",
+          "the distributed-evasion simulator"),
+    Input("traces", "h200", "data", "trainsentry lab run configs/campaigns/h200.yaml --data data",
+          "recorded H200 traces (benign and red-team runs)"),
+)}
+
+
+class MissingInputs(Exception):
+    """Raised before rendering when inputs are absent; the message lists each with its command."""
+
+    def __init__(self, missing: list[tuple[Input, Path]]):
+        self.missing = missing
+        lines = ["the report needs inputs that are not there:"]
+        for inp, path in missing:
+            lines.append(f"  - {path} ({inp.what}): run `{inp.command}`")
+        lines.append("or build a draft with `trainsentry report --allow-missing`.")
+        super().__init__("\n".join(lines))
+
+
+def input_path(inp: Input, results: Path, data: Path) -> Path:
+    return (results if inp.root == "results" else data) / inp.rel_path
+
+
+def is_present(inp: Input, results: Path, data: Path) -> bool:
+    p = input_path(inp, results, data)
+    if inp.root == "data":  # a data root counts once it holds at least one recorded run
+        return p.is_dir() and any(p.glob("*/manifest.json"))
+    return p.is_file()

@@ -1,0 +1,45 @@
+"""7. Distributed evasion at scale: the simulator's results and what each monitor layer would see."""
+
+import html
+
+from .. import figures as F
+
+TITLE = "Distributed evasion at scale"
+INPUTS = ("simulator",)
+
+
+def render(ctx, figs) -> str:
+    intro = (f"<p>Our experiments ran inside one node. To ask what an adversary could do across many nodes, we "
+             f"reimplemented the efficiency and cost model of {ctx.cite('rahman-dist')}: low-communication "
+             f"training over wide-area links, with compression, hierarchical and pipelined layouts, priced in "
+             f"hardware and time. The model reproduces the paper's headline table and then tells us, for each "
+             f"cheapest configuration, which traffic each monitoring layer would see.</p>")
+    if not ctx.has("simulator"):
+        return intro + ctx.missing("simulator", "the simulator's results")
+    rows = ""
+    for i, h in enumerate(ctx.value("simulator", "headline")):
+        rows += (f"<tr><td>{ctx.num('simulator', f'headline/{i}/target_c_local', 'sci')}</td>"
+                 f"<td>{html.escape(h['published']['node_type'])}</td>"
+                 f"<td>{ctx.num('simulator', f'headline/{i}/forward/n_nodes', 'int')}</td>"
+                 f"<td>{ctx.num('simulator', f'headline/{i}/published/cost_usd', 'usd')}</td>"
+                 f"<td>{ctx.num('simulator', f'headline/{i}/forward/cost_usd', 'usd')}</td>"
+                 f"<td>{ctx.num('simulator', f'headline/{i}/max_relative_error', 'pct2')}</td></tr>")
+    seen = ""
+    for i, t in enumerate(ctx.value("simulator", "traffic_free")):
+        p = f"traffic_free/{i}"
+        seen += (f"<tr><td>{html.escape(t['mode_label'])}</td><td>{ctx.num('simulator', f'{p}/n_nodes', 'int')}</td>"
+                 f"<td>{ctx.num('simulator', f'{p}/params', 'sci')}</td><td>{html.escape(t['wan']['pattern'])}</td>"
+                 f"<td>{ctx.num('simulator', f'{p}/wan/mean_bytes_per_s', 'bytes')}/s</td>"
+                 f"<td>{html.escape(t['evasive_strategy'])}</td><td>{html.escape(', '.join(t['seen_by']))}</td></tr>")
+    out = [intro, "<table><tr><th>target (FLOP)</th><th>node type</th><th>nodes</th><th>published cost</th>"
+           f"<th>our model's cost</th><th>largest relative error</th></tr>{rows}</table>",
+           "<h3>What each layer would see</h3><p>For the cheapest configuration at each target, the wide-area "
+           "traffic pattern, the most evasive way to lay the model out inside a node, and the layers of our "
+           "monitor whose thresholds that traffic would still cross:</p>",
+           "<table><tr><th>layout</th><th>nodes</th><th>parameters</th><th>wide-area pattern</th>"
+           f"<th>mean wide-area rate</th><th>in-node layout</th><th>seen by</th></tr>{seen}</table>"]
+    for name, cap in (("simulator_cost_vs_target.png", "Cheapest cost against compute target."),
+                      ("simulator_cost_vs_bandwidth.png", "Cheapest cost against wide-area bandwidth."),
+                      ("simulator_eta_breakdown.png", "Where efficiency is lost.")):
+        out.append(figs.embed(F.existing(ctx.results, name), name, html.escape(cap + f" (results/figures/{name})")))
+    return "\n".join(out)
