@@ -152,3 +152,37 @@ def test_a_proxied_collector_goes_through_urllib(tmp_path, collector, monkeypatc
     assert not Connection("http://collector.example:8470/v1/batches", 1).via_urllib
     with pytest.raises(ValueError, match="collector URL"):
         Connection("ftp://x/v1/batches", 1)
+
+
+def test_a_200_that_is_not_the_collectors_receipt_keeps_the_batch(tmp_path):
+    """A wrong URL, a proxy or a captive portal answering 200 must not empty the spool."""
+    import http.server
+    import threading
+
+    from trainsentry.agent.sender import Sender
+    from trainsentry.agent.spool import Spool
+
+    class Portal(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b"<html>welcome</html>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Portal)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        spool = Spool(tmp_path / "spool.db", node="n1", key="11" * 32)
+        spool.append([{"dev": "eth0", "kind": "net", "t": 1.0, "m": {"net_tx_bytes": 1}}], 1.0)
+        sender = Sender(spool, f"http://127.0.0.1:{srv.server_address[1]}", "n1")
+        batch = spool.oldest()
+        assert sender.send_one(batch) is False
+        assert spool.pending_stats()[0] == 1
+        assert "without a receipt" in sender.stats.last_error
+    finally:
+        srv.shutdown()

@@ -205,3 +205,16 @@ def test_nan_literal_and_oversize():
     with pytest.raises(BatchError) as e:
         parse_batch(big, max_bytes=50)
     assert e.value.code == "too_large"
+
+
+def test_names_with_a_trailing_newline_are_refused():
+    """`$` would match before a final newline: a node could add a device that looks like gpu0."""
+    import pytest
+
+    from trainsentry.wire.batch import BatchError, encode_batch, parse_batch
+    good = [{"dev": "gpu0", "kind": "gpu", "t": 1.0, "m": {"power_mw": 1}}]
+    parse_batch(encode_batch("n1", 0, "0" * 64, good, 1.0, 1.0))
+    for node, dev in (("n1", "gpu0\n"), ("n1\n", "gpu0")):
+        body = encode_batch(node, 0, "0" * 64, [{**good[0], "dev": dev}], 1.0, 1.0)
+        with pytest.raises(BatchError):
+            parse_batch(body)

@@ -36,7 +36,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from ..wire.batch import NODE_HEADER, SIGNATURE_HEADER
+from ..wire.batch import NODE_HEADER, SIGNATURE_HEADER, digest
 from .spool import Spool, SpooledBatch
 
 log = logging.getLogger(__name__)
@@ -186,6 +186,13 @@ class Sender(threading.Thread):
     def send_one(self, batch: SpooledBatch) -> bool:
         """One attempt; True when the spool made progress (ack, resync), False to back off."""
         r = self.connection.post(self.node, batch)
+        # Delete from the spool only on the collector's own receipt for exactly this batch: a 200
+        # from anything else (a wrong URL, a proxy, a captive portal) must not destroy data.
+        if r.status == 200 and not _is_receipt(r.body, batch):
+            self.stats.failures += 1
+            self.stats.last_error = f"200 without a receipt for seq {batch.seq}: {str(r.body)[:200]}"
+            log.error("collector answered 200 but not with a receipt for batch %d; keeping it", batch.seq)
+            return False
         if r.status == 200:
             self.spool.ack(batch.seq)
             if r.body.get("duplicate"):
@@ -228,3 +235,9 @@ class Sender(threading.Thread):
                       "under the same node id). Every batch is kept; operator action needed.",
                       batch.seq, code, expected, seqs[0] if seqs else None, seqs[-1] if seqs else None)
         return False
+
+
+def _is_receipt(body, batch: SpooledBatch) -> bool:
+    """The collector's acknowledgement names the batch it stored: its seq and its SHA-256."""
+    return (isinstance(body, dict) and body.get("accepted") is True and body.get("seq") == batch.seq
+            and body.get("digest") == digest(batch.body))

@@ -32,7 +32,7 @@ import orjson
 TOKEN_PREFIX = "tsi_"            # so a leaked inspector token is recognisable (and never a hex node key)
 SESSION_COOKIE = "ts_session"
 SESSION_TTL_S = 12 * 3600.0
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}\Z")
 OPEN_PATHS = frozenset({"/healthz", "/v1/stats", "/login", "/favicon.ico"})
 OPEN_PREFIXES = ("/static/",)
 INGEST_PATH = "/v1/batches"      # the node-HMAC path; the ingest route checks it itself
