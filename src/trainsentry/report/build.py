@@ -53,7 +53,7 @@ def render_html(results: Path, data: Path, allow_missing: bool) -> tuple[str, Ct
     sub = (f"Built by <code>trainsentry report</code> from <code>{html.escape(str(results))}</code> and "
            f"<code>{html.escape(str(data))}</code>. {status} Every number in the text is read from a results "
            f"file at build time; hover over a number to see where it comes from.")
-    refs = "".join(f"<li><span class='cite'>{html.escape(c.short)}</span>: {html.escape(c.full)}</li>"
+    refs = "".join(f"<li><span class='cite'>{html.escape(c.short)}: {html.escape(c.full)}</span></li>"
                    for c in CITATIONS.values())
     return page(TITLE, sub, parts, refs), ctx, figs, missing
 

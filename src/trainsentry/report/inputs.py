@@ -42,7 +42,7 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("simulator", "simulator.json", "results", "trainsentry simulate all",
           "the distributed-evasion simulator"),
     Input("traces", "h200", "data", "trainsentry lab run configs/campaigns/h200.yaml --data data",
-          "recorded H200 traces (benign and red-team runs)"),
+          "recorded lab traces (benign and red-team runs)"),
 )}
 
 

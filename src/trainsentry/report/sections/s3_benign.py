@@ -51,7 +51,7 @@ def _detectors(ctx, figs) -> str:
     fam_rows = ""
     for name in dets:
         for fam, v in sorted((dets[name].get("per_family") or {}).items()):
-            fam_rows += (f"<tr><td>{html.escape(name)}</td><td>{html.escape(fam)}</td><td>{html.escape(v['class'])}</td>"
+            fam_rows += (f"<tr><td>{html.escape(name)}</td><td>{ctx.derived(fam, 'str', [('detector', f'detectors/{name}/per_family')])}</td><td>{html.escape(v['class'])}</td>"
                          f"<td>{ctx.num('detector', f'detectors/{name}/per_family/{fam}/test_instances', 'int')}</td>"
                          f"<td>{ctx.num('detector', f'detectors/{name}/per_family/{fam}/alerted_frac', 'pct')}</td></tr>")
     if fam_rows:

@@ -29,7 +29,7 @@ def render(ctx, figs) -> str:
     best = min(scored, key=scored.get) if scored else None
     lead = (f"<p>The most accurate was <b>{html.escape(best)}</b>, with a median absolute error of "
             f"{ctx.num('flops', f'estimators/{best}/median_abs_pct_error', 'pctv')}.</p>") if best else ""
-    out = [intro, lead, "<table><tr><th>estimator</th><th>median abs. error (ours)</th><th>p90 abs. error (ours)</th>"
+    out = [intro, lead, "<table><tr><th>estimator</th><th>median abs. error (ours)</th><th>upper-decile abs. error (ours)</th>"
            f"<th>median abs. error, {ctx.cite('seed')}</th></tr>{rows}</table>",
            "<p class='note'>The seed study's figures are from two NVLink-connected "
            f"{ctx.term('V100')} GPUs and its own workloads; ours from {ctx.term('H200')} runs.</p>"]

@@ -48,14 +48,14 @@ def render(ctx, figs) -> str:
                 desc = s.get("description", desc)
                 example = s if s.get("example_run") else example
                 rows += (f"<tr><td>{ctx.num('redteam', f'rounds/{i}/round', 'int')}</td>"
-                         f"<td>{html.escape(str(s.get('setting', '')))}</td>"
+                         f"<td>{ctx.num('redteam', f'{p}/setting')}</td>"
                          f"<td>{ctx.num('redteam', f'{p}/window_detection', 'pct')}</td>"
                          f"<td>{ctx.num('redteam', f'{p}/run_detection', 'pct')}</td>"
                          f"<td>{ctx.num('redteam', f'{p}/median_time_to_alert_s', 'f0')}</td>"
                          f"<td>{ctx.num('redteam', f'{p}/gpu_hour_overhead', 'pct')}</td>"
                          f"<td>{ctx.num('redteam', f'{p}/loss_penalty_equal_tokens', 'f3')}</td>"
                          f"<td>{ctx.num('redteam', f'{p}/loss_penalty_equal_gpu_hours', 'f3')}</td></tr>")
-        out.append(f"<h3>{html.escape(name)}</h3>")
+        out.append(f"<h3>{ctx.derived(name, 'str', [('redteam', 'rounds')])}</h3>")
         if desc:
             out.append(f"<p>{html.escape(desc)}</p>")
         out.append(_telemetry(ctx, figs, example) if example else "")

@@ -19,7 +19,7 @@ def render(ctx, figs) -> str:
     rows = ""
     for i, h in enumerate(ctx.value("simulator", "headline")):
         rows += (f"<tr><td>{ctx.num('simulator', f'headline/{i}/target_c_local', 'sci')}</td>"
-                 f"<td>{html.escape(h['published']['node_type'])}</td>"
+                 f"<td>{ctx.num('simulator', f'headline/{i}/published/node_type')}</td>"
                  f"<td>{ctx.num('simulator', f'headline/{i}/forward/n_nodes', 'int')}</td>"
                  f"<td>{ctx.num('simulator', f'headline/{i}/published/cost_usd', 'usd')}</td>"
                  f"<td>{ctx.num('simulator', f'headline/{i}/forward/cost_usd', 'usd')}</td>"
@@ -27,8 +27,8 @@ def render(ctx, figs) -> str:
     seen = ""
     for i, t in enumerate(ctx.value("simulator", "traffic_free")):
         p = f"traffic_free/{i}"
-        seen += (f"<tr><td>{html.escape(t['mode_label'])}</td><td>{ctx.num('simulator', f'{p}/n_nodes', 'int')}</td>"
-                 f"<td>{ctx.num('simulator', f'{p}/params', 'sci')}</td><td>{html.escape(t['wan']['pattern'])}</td>"
+        seen += (f"<tr><td>{ctx.num('simulator', f'{p}/mode_label')}</td><td>{ctx.num('simulator', f'{p}/n_nodes', 'int')}</td>"
+                 f"<td>{ctx.num('simulator', f'{p}/params', 'sci')}</td><td>{ctx.num('simulator', f'{p}/wan/pattern')}</td>"
                  f"<td>{ctx.num('simulator', f'{p}/wan/mean_bytes_per_s', 'bytes')}/s</td>"
                  f"<td>{html.escape(t['evasive_strategy'])}</td><td>{html.escape(', '.join(t['seen_by']))}</td></tr>")
     out = [intro, "<table><tr><th>target (FLOP)</th><th>node type</th><th>nodes</th><th>published cost</th>"
