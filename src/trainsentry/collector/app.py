@@ -151,7 +151,8 @@ class Collector:
     def stats(self) -> dict:
         return {"since_start": {"started_at": self.started_at, "accepted_batches": self.accepted_batches,
                                 "accepted_samples": self.accepted_samples, "duplicates": self.duplicates,
-                                "rejected": dict(sorted(self.rejected.items()))},
+                                "rejected": dict(sorted(self.rejected.items())),
+                                "rejections_not_logged": self.store.rejections_not_logged},
                 "total": query.totals(self.reader()), "bus": self.bus.stats()}
 
 

@@ -35,6 +35,16 @@ from .checkpoint import Checkpointer
 from .schema import SAMPLE_COLUMNS, SAMPLE_KEY_COLUMNS, SAMPLE_METRICS, open_db
 
 SILENCE_FACTOR = 3.0  # no data for this many batch intervals = unmonitored
+# The node states its own batch interval; for silence it is capped, or a node could declare an hour
+# and go quiet for three unrecorded.
+MAX_SILENCE_INTERVAL_S = 10.0
+# A sample stamped further ahead of the collector's clock than this is refused: one far-future
+# timestamp would otherwise move the node's "last sample" past every real one and hide silences.
+MAX_FUTURE_S = 300.0
+MAX_DEVICES_PER_NODE = 256   # GPUs + interfaces + IB ports; a node cannot grow the device table at will
+# Detailed audit rows per (node, code) per minute; beyond that a refusal is only counted, so
+# unauthenticated junk cannot grow the database without bound.
+REJECTION_ROWS_PER_MINUTE = 10
 _DETAIL_MAX = 500
 
 _INSERT_SAMPLE = f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
@@ -162,6 +172,8 @@ class Store:
             self._checkpointer = Checkpointer(self.path, synchronous)
         self._keys: dict[str, tuple[int, bytes]] = {}  # name -> (node_id, key); refreshed on a miss
         self._devices: set[tuple[int, str]] = set()     # (node_id, device) known to be in `devices`
+        self._rejection_rows: dict[tuple[str, str], tuple[int, int]] = {}  # (node, code) -> (minute, rows)
+        self.rejections_not_logged = 0
 
     def close(self) -> None:
         if self._checkpointer is not None:
@@ -253,7 +265,15 @@ class Store:
         ts = list(map(_T, samples))
         t_first = min(ts) if ts else None
         t_last = max(ts) if ts else None
+        if t_last is not None and t_last > now + MAX_FUTURE_S:
+            raise IngestError(400, "bad_time", f"sample time {t_last:.3f} is {t_last - now:.0f} s ahead of the "
+                              f"collector's clock (at most {MAX_FUTURE_S:.0f} s allowed)")
         new_devices = self._new_devices(node_id, samples)
+        if new_devices:
+            known = c.execute("SELECT COUNT(*) FROM devices WHERE node_id = ?", (node_id,)).fetchone()[0]
+            if known + len(new_devices) > MAX_DEVICES_PER_NODE:
+                raise IngestError(400, "too_many_devices", f"node would have {known + len(new_devices)} devices; "
+                                  f"at most {MAX_DEVICES_PER_NODE} are accepted")
         c.execute("BEGIN IMMEDIATE")
         try:
             last_seq, last_digest, last_t, interval_s, enrolled_at = c.execute(
@@ -289,7 +309,7 @@ class Store:
                     raise IngestError(409, "chain_broken", f"prev does not match the digest of batch "
                                       f"{batch.seq - 1}", expected_prev=want_prev, expected_seq=expected)
             if not gaps and last_t is not None and t_first is not None \
-                    and t_first - last_t > SILENCE_FACTOR * interval_s:
+                    and t_first - last_t > SILENCE_FACTOR * min(interval_s, MAX_SILENCE_INTERVAL_S):
                 gaps.append((node_id, last_t, t_first, "silence", None, None, now))
             first = last = None
             if n_rows:
@@ -331,7 +351,21 @@ class Store:
 
     # -- rejections -----------------------------------------------------------------------------
     def record_rejection(self, err: IngestError, node: str | None, remote: str | None) -> None:
-        """Keep an audit row for a refused batch (its body is not kept: it may be hostile and large)."""
+        """Keep an audit row for a refused batch (its body is not kept: it may be hostile and large).
+
+        At most ``REJECTION_ROWS_PER_MINUTE`` rows per (node, code) per minute; the rest are counted
+        in ``rejections_not_logged`` (and in the app's per-code counters) but not written."""
+        key = ((node or "")[:128], err.code)
+        minute = int(time.time() // 60)
+        seen_minute, rows = self._rejection_rows.get(key, (minute, 0))
+        if seen_minute != minute:
+            rows = 0
+            if len(self._rejection_rows) > 10_000:  # forget old keys; many node names are junk
+                self._rejection_rows.clear()
+        if rows >= REJECTION_ROWS_PER_MINUTE:
+            self.rejections_not_logged += 1
+            return
+        self._rejection_rows[key] = (minute, rows + 1)
         self.conn.execute("INSERT INTO rejections (at, node, status, code, remote, detail) VALUES (?, ?, ?, ?, ?, ?)",
                           (time.time(), (node or "")[:128] or None, err.status, err.code, remote,
                            err.detail[:_DETAIL_MAX]))
