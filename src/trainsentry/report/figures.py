@@ -98,6 +98,8 @@ def detection_by_round_figure(redteam: dict) -> bytes:
     for name, pts in sorted(series.items()):
         ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", lw=1, label=name)
     ax.set_xlabel("round")
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     ax.set_ylabel("runs detected, %")
     ax.set_ylim(-5, 105)
     ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1, 0.5))
