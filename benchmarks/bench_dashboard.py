@@ -153,6 +153,7 @@ def start_server(db: Path, ttl_s: float) -> tuple[subprocess.Popen, str, int]:
 
 def measure(db: Path, token: str, ttl_s: float, n: int) -> dict:
     proc, host, port = start_server(db, ttl_s)
+    load_before = os.getloadavg()[0]
     try:
         conn = http.client.HTTPConnection(host, port, timeout=60)
         ms, body = [], b""
@@ -175,7 +176,9 @@ def measure(db: Path, token: str, ttl_s: float, n: int) -> dict:
     return {"ttl_s": ttl_s, "requests": n, "median_ms": round(statistics.median(ms), 2),
             "p95_ms": round(ms[int(0.95 * (n - 1))], 2), "max_ms": round(ms[-1], 2),
             "payload_bytes_on_wire_gzip": len(body), "payload_bytes_json": len(raw),
-            "nodes_in_answer": doc["n_nodes"], "counts": doc["counts"], "jobs_in_answer": len(doc["jobs"])}
+            "nodes_in_answer": doc["n_nodes"], "counts": doc["counts"], "jobs_in_answer": len(doc["jobs"]),
+            # other work on the machine shares its cores: the 1-min load average says how much
+            "load_avg_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)}}
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ at the same moments must form one job.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -94,6 +95,9 @@ def test_ddp_goes_idle_to_training_and_alerts_then_survives_restart(db, client, 
     jobs = get(client, "/v1/jobs")["jobs"]
     assert [j["nodes"] for j in jobs] == [["node-a"]] and jobs[0]["state"] == "training"
     n_windows = len(tl)
+    # idle windows have no traffic to measure symmetry on: the evidence says so in words, never "nan"
+    assert not [e for v in tl for e in v["evidence"] if re.search(r"\bnan\b", e)]
+    assert any("too little NVLink traffic in this window" in e for e in tl[0]["evidence"]), tl[0]["evidence"]
 
     # restart: a new app over the same database serves the same verdicts and alert ...
     client.close()
@@ -105,8 +109,19 @@ def test_ddp_goes_idle_to_training_and_alerts_then_survives_restart(db, client, 
         # ... and training that goes on after the restart continues the open alert, not a second one
         a2 = Agent(c2, "node-a", agent.key)
         a2.seq, a2.prev = agent.seq, agent.prev
-        more = batches([("ddp", 12.0, 20 * GIB)], t_start=T0 + 34.0)
-        for b in more:
+        # the buffer was warmed from the store: the first new window end (T0+36, reached by the
+        # third 1-s batch) gets its verdict at once, not after 8 s of new samples (T0+42)
+        assert get(c2, "/v1/live")["warmed"]["nodes"] == 1
+        # (the same recording continued, so the counters carry on from the warmed samples)
+        more = batches(DDP[:-1] + [("ddp", 34.0, 20 * GIB)])[len(batches(DDP)):]
+        assert more[0][0]["t"] >= T0 + 34.0
+        for b in more[:3]:
+            assert a2.send(b).status_code == 200
+        assert c2.app.state.bus.drain(30.0)
+        first = timeline(c2, "node-a")
+        assert len(first) == n_windows + 1 and first[-1]["t_end"] == T0 + 36.0, first[-1]
+        assert first[-1]["state"] == "training", first[-1]["evidence"]
+        for b in more[3:]:
             assert a2.send(b).status_code == 200
         assert c2.app.state.bus.drain(30.0)
         assert len(timeline(c2, "node-a")) > n_windows
@@ -160,3 +175,34 @@ def test_live_path_loads_a_trained_artifact_and_falls_back_on_a_bad_one(tmp_path
     (models / "fused.joblib").write_bytes(b"not a model")  # preferred, but broken: said, then skipped
     det, artifact, note = load_live_detector(models)
     assert artifact.endswith("comm-rules.joblib") and "fused.joblib" in note
+
+
+def test_evidence_words_what_a_node_without_gpus_cannot_measure():
+    from trainsentry.collector.evidence import worded
+    from trainsentry.telemetry.base import Reading
+    from trainsentry.traces.io import columns_to_table, readings_to_columns
+    net_only = columns_to_table(readings_to_columns("vm", [
+        Reading("eth0", "net", T0 + i * 0.1, {"net_tx_bytes": 1000 * i, "net_rx_bytes": 1000 * i}) for i in range(20)]))
+    lines = CommRules().explain({"comm.net.Bps": 2e4, "comm.net.sym": 1.0})  # no NVLink, no energy features
+    assert any(re.search(r"\bnan\b", e) for e in lines)  # what the detector says on its own
+    out = worded(lines, net_only)
+    assert not [e for e in out if re.search(r"\bnan\b", e)], out
+    assert any("no energy counter on this node (it reports no GPUs)" in e for e in out), out
+    # lines with numbers pass through unchanged
+    assert [a for a in lines if not re.search(r"\bnan\b", a)] == [a for a, b in zip(lines, out) if a == b]
+
+
+def test_jobs_with_latest_is_each_jobs_newest_verdict(db, client):
+    from trainsentry.collector import verdicts as V
+    from trainsentry.collector.schema import connect
+    conn = connect(db)
+    w = V.VerdictWriter(conn)
+    base = {"scope": "job", "detector": "comm-rules", "artifact": None, "evidence": []}
+    w.write([{**base, "subject": j, "t_start": t - 8, "t_end": t, "state": s, "p_training": p}
+             for j, t, s, p in (("j1", 10, "idle", 0.0), ("j1", 12, "training", 0.9), ("j2", 4, "inference", 0.1))],
+            [], [], [{"job": j, "nodes": ["n"], "start_t": 0.0, "last_t": 12.0} for j in ("j1", "j2", "j3")])
+    got = {j["job"]: (j["state"], j["p_training"]) for j in V.jobs_with_latest(conn)}
+    assert got == {"j1": ("training", 0.9), "j2": ("inference", 0.1), "j3": (None, None)}
+    assert got == {j["job"]: ((v := V.latest(conn, "job", j["job"])) and v["state"], v and v["p_training"])
+                   for j in V.jobs(conn)}
+    conn.close()

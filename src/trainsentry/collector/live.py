@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -43,7 +44,8 @@ from ..features.comm import ACTIVE_FLOOR_BPS
 from ..features.grid import to_grids
 from ..telemetry.base import Reading
 from ..traces.io import columns_to_table, readings_to_columns
-from . import livejobs, verdicts as V
+from . import livejobs, verdicts as V, warm
+from .evidence import worded
 from .hooks import CommittedBatch
 from .schema import connect
 
@@ -207,8 +209,12 @@ class NodeState:
 
 
 class LiveProcessor:
-    def __init__(self, db_path: str | Path, synchronous: str = "normal", config: LiveConfig | None = None):
+    def __init__(self, db_path: str | Path, synchronous: str = "normal", config: LiveConfig | None = None,
+                 reader=None):
         self.cfg = config or LiveConfig.from_env()
+        # read connections for the API's threads: ``reader()`` of the collector (one per thread,
+        # closed with it), else this processor's own per-thread ones
+        self._reader, self._local, self._readers = reader, threading.local(), []
         self.detector, self.artifact, self.detector_note = load_live_detector(self.cfg.models_dir)
         self.conn_path, self.synchronous = db_path, synchronous
         self.conn = connect(db_path, synchronous)
@@ -224,27 +230,37 @@ class LiveProcessor:
             v = V.latest(self.conn, "node", node)
             self.summary[node] = {"state": v["state"], "p_training": v["p_training"], "job": v["job"],
                                   "since": v["t_end"], "alerts": len(V.alerts(self.conn, "node", node, True))}
+        t = time.perf_counter()
+        self.nodes, self.warmed_samples = warm.restore(self.conn, self.cfg, NodeState)
+        self.warm_s = time.perf_counter() - t
 
     def close(self) -> None:
+        for c in self._readers:
+            c.close()
         self.conn.close()
 
     def stats(self) -> dict:
         return {"detector": self.detector.name, "artifact": self.artifact, "note": self.detector_note,
                 "windows_judged": self.windows_judged, "nodes": len(self.nodes),
                 "window_s": self.cfg.window_s, "stride_s": self.cfg.stride_s,
-                "loopback_as_link": self.cfg.loopback_as_link}
+                "loopback_as_link": self.cfg.loopback_as_link,
+                "warmed": {"nodes": len(self.nodes), "samples": self.warmed_samples, "s": round(self.warm_s, 3)}}
 
     def overview_state(self) -> tuple[dict[str, dict], list[dict]]:
-        """(verdict summary per node, jobs with their latest verdict) for the dashboard's overview."""
-        jobs = []
-        c = connect(self.conn_path, self.synchronous, readonly=True)  # called from the API's threads
-        try:
-            for j in V.jobs(c):
-                v = V.latest(c, "job", j["job"])
-                jobs.append({**j, "state": v and v["state"], "p_training": v and v["p_training"]})
-        finally:
-            c.close()
-        return dict(self.summary), jobs
+        """(verdict summary per node, jobs with their latest verdict) for the dashboard's overview.
+
+        Called from the API's threads: one query over that thread's reader connection."""
+        return dict(self.summary), V.jobs_with_latest(self.reader())
+
+    def reader(self):
+        """A read connection of the calling thread (the collector's, when it lent its own)."""
+        if self._reader is not None:
+            return self._reader()
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = connect(self.conn_path, self.synchronous, readonly=True)
+            self._readers.append(conn)
+        return conn
 
     def _summarise(self, node_verdicts: list[dict]) -> None:
         v = node_verdicts[-1]
@@ -289,8 +305,10 @@ class LiveProcessor:
 
     # ---- judging ---------------------------------------------------------------------------------
     def judge_rows(self, scope: str, subject: str, rows: list[dict], ends: list[float],
-                   active_at, gaps: list[tuple[float, float]], extra: list[str], job_of=None) -> list[dict]:
-        """Verdicts for windows ending at ``ends`` from feature ``rows`` (matched by end time)."""
+                   active_at, gaps: list[tuple[float, float]], extra: list[str], job_of=None,
+                   table: pa.Table | None = None) -> list[dict]:
+        """Verdicts for windows ending at ``ends`` from feature ``rows`` (matched by end time);
+        ``table`` (the samples judged) says why a quantity the detector reports could not be measured."""
         cfg = self.cfg
         by_end = {round(r["t_end"] / cfg.stride_s): r for r in rows}
         matched = [by_end.get(round(e / cfg.stride_s)) for e in ends]
@@ -303,7 +321,7 @@ class LiveProcessor:
             state, why = classify(active, p, row, cfg.training_p)
             evidence = [why, *extra, self.detector_note]
             if row is not None:
-                evidence += self.detector.explain(row)
+                evidence += worded(self.detector.explain(row), table)
             lost = [g for g in gaps if g[0] < e and g[1] > e - cfg.window_s]
             if lost:
                 evidence.append("window overlaps an unmonitored interval: " + ", ".join(
@@ -324,7 +342,8 @@ class LiveProcessor:
         rows = sliding_windows(st.table, cfg.window_s, cfg.stride_s, t0=ends[0] - cfg.window_s, t1=ends[-1])
         extra = [f"{LOOPBACK_LINK}: the loopback interface counts as a network link (single-machine run)"] \
             if cfg.loopback_as_link and LOOPBACK_LINK in set(st.table.column("device").to_pylist()) else []
-        verdicts = self.judge_rows("node", node, rows, ends, lambda e: active_seg(e) is not None, st.gaps, extra)
+        verdicts = self.judge_rows("node", node, rows, ends, lambda e: active_seg(e) is not None, st.gaps, extra,
+                                   table=st.table)
         for v in verdicts:
             seg = active_seg(v["t_end"])
             if seg is None:
@@ -373,7 +392,7 @@ def install_live(app, col) -> LiveProcessor | None:
     :func:`trainsentry.collector.app.create_app`). ``TRAINSENTRY_LIVE=0`` leaves both out."""
     if os.environ.get(LIVE_ENV, "1") == "0" or str(col.db_path) == ":memory:":
         return None
-    proc = LiveProcessor(col.db_path, col.store.synchronous)
+    proc = LiveProcessor(col.db_path, col.store.synchronous, reader=col.reader)
     col.bus.subscribe(proc.on_batch)
     close = col.close
 

@@ -133,5 +133,5 @@ class JobTracker:
             extra = [f"job of {len(members)} nodes ({', '.join(members)}), judged on the union of their samples",
                      *reasons]
             verdicts += proc.judge_rows("job", job, rows_f, [e], lambda _e: True, gaps, extra,
-                                        job_of=lambda _e, j=job: j)
+                                        job_of=lambda _e, j=job: j, table=table)
         return verdicts, rows

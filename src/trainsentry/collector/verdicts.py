@@ -119,6 +119,21 @@ def latest(conn: sqlite3.Connection, scope: str, subject: str) -> dict | None:
     return _verdict(row) if row else None
 
 
+def jobs_with_latest(conn: sqlite3.Connection) -> list[dict]:
+    """Every job with the state and P(training) of its latest verdict, in one query.
+
+    The latest verdict is found per job by a correlated ``max(t_end)``, which SQLite answers with
+    one seek into the (scope, subject, t_end) primary key: cost grows with the number of jobs, not
+    with the verdict history (a GROUP BY over all job verdicts would scan every row ever written)."""
+    rows = conn.execute(
+        "SELECT j.job, j.nodes, j.start_t, j.last_t, j.updated_at, v.state, v.p_training FROM jobs j "
+        "LEFT JOIN verdicts v ON v.scope = 'job' AND v.subject = j.job AND v.t_end = "
+        "(SELECT max(t_end) FROM verdicts WHERE scope = 'job' AND subject = j.job) "
+        "ORDER BY j.start_t, j.job").fetchall()
+    return [{"job": j, "nodes": json.loads(n), "start_t": s, "last_t": last, "updated_at": u,
+             "state": state, "p_training": p} for j, n, s, last, u, state, p in rows]
+
+
 def timeline(conn: sqlite3.Connection, scope: str, subject: str, start: float, end: float,
              limit: int = 5000) -> list[dict]:
     rows = conn.execute(f"SELECT {_VERDICT_COLS} FROM verdicts WHERE scope = ? AND subject = ? AND t_end >= ? "
