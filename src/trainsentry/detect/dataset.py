@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..features import DEFAULT_HZ, DEFAULT_STRIDE_S, DEFAULT_WINDOW_S, FEATURE_VERSION, sliding_windows
 from ..features.rt import RT_STRIDE_S, RT_WINDOW_S, rt_sliding_windows
+from ..lab.summary import config_key
 from ..traces.io import iter_runs, read_trace
 
 MIN_IN_RUN_OVERLAP = 0.5
@@ -84,7 +85,7 @@ def load_run(run_dir: Path, cache_dir: Path | None) -> Run:
                 df.to_parquet(paths[k])
     lab = m["labels"]
     windows = {k: _mark(df, float(m["start"]), float(m["end"])) for k, df in windows.items()}
-    return Run(m["run_id"], str(run_dir), lab["class"], lab["family"], str(lab["config"]), lab["workload"],
+    return Run(m["run_id"], str(run_dir), lab["class"], lab["family"], config_key(m), lab["workload"],
                float(m["start"]), float(m["end"]), windows)
 
 
@@ -111,8 +112,8 @@ def _subset(dirs: list[Path], per_class: int, seed: int) -> list[Path]:
     """Keep every run of ``per_class`` randomly chosen configurations of each class."""
     by_cls: dict[str, dict[str, list[Path]]] = {}
     for d in dirs:
-        lab = json.loads((d / "manifest.json").read_text())["labels"]
-        by_cls.setdefault(lab["class"], {}).setdefault(str(lab["config"]), []).append(d)
+        m = json.loads((d / "manifest.json").read_text())
+        by_cls.setdefault(m["labels"]["class"], {}).setdefault(config_key(m), []).append(d)
     rng = np.random.default_rng(seed)
     keep: list[Path] = []
     for cls in sorted(by_cls):

@@ -50,6 +50,8 @@ def config_splits(runs: list[Run], n_splits: int, seed: int = 0, train_frac: flo
             n_train = min(len(perm) - 1, max(1, round(train_frac * len(perm)))) if len(perm) > 1 else 1
             train |= set(perm[:n_train])
             test |= set(perm[n_train:])
+        # a configuration is one workload+config identity (lab.summary.config_key): never both sides
+        assert train.isdisjoint(test), "a configuration landed on both sides of a split"
         splits.append((train, test))
     return splits
 

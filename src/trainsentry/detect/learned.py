@@ -22,7 +22,11 @@ class LearnedDetector(Detector):
         self.name = name
         self.prefixes = prefixes
         self.params = dict(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
-                           min_samples_leaf=min_samples_leaf, random_state=seed)
+                           min_samples_leaf=min_samples_leaf, random_state=seed,
+                           # sklearn's "auto" turns early stopping on above 10k samples with a random
+                           # (not configuration-grouped) hold-out of overlapping windows: capacity would
+                           # then change with dataset size on a meaningless validation score
+                           early_stopping=False)
         self.model = None
         self.cols_: list[str] = []
         self.constant_: float | None = None
