@@ -30,7 +30,7 @@ def flops_cmd(trace_dir: Path = typer.Argument(..., help="run directory (samples
         hi_t = float(manifest["end"] if end is None else end)
         if segment:
             from .dataset import segmented_interval
-            found = segmented_interval(table, lo_t, hi_t)
+            found = segmented_interval(table)
             if found is None:
                 raise ValueError("the segmentation found no job in the trace")
             lo_t, hi_t = found

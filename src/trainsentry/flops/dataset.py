@@ -24,15 +24,19 @@ from .features import interval_features, stack
 MIN_COVERAGE = 0.9
 
 
-def segmented_interval(table, start: float, end: float) -> tuple[float, float] | None:
-    """The detector's job that overlaps [start, end] most, or None when it found none there."""
+def segmented_interval(table) -> tuple[float, float] | None:
+    """The longest job the detector's segmentation finds in the trace, or None when it finds none.
+
+    Chosen without the true interval (an estimator in the field never has it): a lab trace holds one
+    run with a little idle around it, so the longest job is the run unless segmentation failed —
+    which then shows up as a wrong interval (a large error), not as a run left out."""
     from ..detect.segment import segment_stream
-    best, best_overlap = None, 0.0
+    best, best_len = None, 0.0
     for res in segment_stream(table).values():
         for job in res["jobs"]:
-            overlap = min(job["end"], end) - max(job["start"], start)
-            if overlap > best_overlap:
-                best, best_overlap = (float(job["start"]), float(job["end"])), overlap
+            length = float(job["end"]) - float(job["start"])
+            if length > best_len:
+                best, best_len = (float(job["start"]), float(job["end"])), length
     return best
 
 
@@ -86,7 +90,7 @@ def load_runs(root: str | Path, classes: tuple[str, ...] = ("training",),
             continue
         start, end = float(m["start"]), float(m["end"])
         if interval == "segment":
-            found = segmented_interval(table, start, end)
+            found = segmented_interval(table)
             if found is None:
                 skipped.append({"run": m["run_id"], "reason": "the segmentation found no job in the run"})
                 continue
