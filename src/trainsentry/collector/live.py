@@ -61,6 +61,7 @@ PREFERENCE = ("fused", "comm-ml", "comm-rules")
 # and symmetry (docs/detector.md), so the state rule and the detector speak of the same quantities.
 COLLECTIVE_BPS = 1e8
 COLLECTIVE_SYM = 0.7
+MAX_BUFFER_SAMPLES = 30 * 10 * 256  # bounded however a node stamps its samples
 
 
 @dataclass
@@ -168,7 +169,7 @@ class _Track:
 
 @dataclass
 class NodeState:
-    samples: deque = field(default_factory=deque)
+    samples: deque = field(default_factory=lambda: deque(maxlen=MAX_BUFFER_SAMPLES))
     t_latest: float = -math.inf
     next_k: int | None = None       # next window ends at next_k * stride_s
     active_since: float | None = None
@@ -179,10 +180,12 @@ class NodeState:
 
     def add(self, samples: list[dict], buffer_s: float) -> None:
         for s in samples:
-            self.samples.append(s)
             if s["t"] > self.t_latest:
                 self.t_latest = s["t"]
         cutoff = self.t_latest - buffer_s
+        # samples older than the window never enter (a node could otherwise stamp them old and grow
+        # the buffer without bound: the trim below only looks at the left end)
+        self.samples.extend(s for s in samples if s["t"] >= cutoff)
         while self.samples and self.samples[0]["t"] < cutoff:
             self.samples.popleft()
 
