@@ -1,6 +1,8 @@
 """Collector ingest throughput vs the raw SQLite insert ceiling, measured in the same run.
 
     .venv/bin/python benchmarks/bench_ingest.py            # writes results/ingest.json ("collector" key)
+    .venv/bin/python benchmarks/bench_ingest.py --live     # the same with the live verdict engine running
+                                                           # in the server ("collector_with_live" key)
 
 What is measured:
 
@@ -101,10 +103,13 @@ def _pin(cpu: int) -> bool:
     return False
 
 
+LIVE = {"on": False}  # --live: the live verdict engine runs in the server process as in production
+
+
 def start_server(db: Path) -> tuple[subprocess.Popen, str, int]:
     pin = "import os; os.sched_setaffinity(0, {0}) if (os.cpu_count() or 1) >= 2 else None; "
     code = pin + "from trainsentry.collector.server import main; main(['--db', %r, '--port', '0'])" % str(db)
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TRAINSENTRY_LIVE="1" if LIVE["on"] else "0")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline()
     if not line.startswith(READY_PREFIX):
@@ -254,7 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "ingest.json")
     ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--live", action="store_true",
+                    help="also run the live verdict engine in the server (written under collector_with_live)")
     args = ap.parse_args(argv)
+    LIVE["on"] = args.live
     pinned = _pin(1)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
@@ -271,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         "server": "trainsentry serve: uvicorn, 1 worker, pinned to CPU 0" if pinned else "trainsentry serve: not pinned",
         "client": "this process, pinned to CPU 1" if pinned else "this process, not pinned",
         "sqlite": {"journal_mode": "wal", "synchronous": "normal"},
+        "live_verdicts": args.live,
         "targets": {"collector_samples_per_s": 100_000, "ratio": 0.25},
         "shapes": shapes,
     }
@@ -278,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         doc = json.loads(args.out.read_text()) if args.out.exists() else {}
-        doc["collector"] = result  # read-modify-write: other keys (e.g. "agent") belong to others
+        # read-modify-write: other keys (e.g. "agent") belong to others
+        doc["collector_with_live" if args.live else "collector"] = result
         args.out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return 0
 

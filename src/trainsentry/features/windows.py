@@ -84,7 +84,8 @@ def grid_features(grid: NodeGrid) -> dict[str, float]:
         for k, v in cross_device_features(link_series[link], link).items():
             out[f"comm.{link}.{k}"] = v
     _summarise(act, "act", out)
-    powers = {d: s["power_mw"] for d, s in grid.gpus.items() if "power_mw" in s}
+    # a GPU whose power was not read in this window (all NaN) has no power to compare with idle
+    powers = {d: s["power_mw"] for d, s in grid.gpus.items() if "power_mw" in s and S.finite(s["power_mw"]).size}
     if powers:
         idle_margin_w = 40.0
         busy = [S.mean(p) / 1000.0 > S.finite(p).min() / 1000.0 + idle_margin_w or
