@@ -10,6 +10,10 @@ from trainsentry.agent.spool import Spool
 from trainsentry.wire.batch import parse_batch
 
 
+# recent timestamps: the collector refuses samples stamped more than 300 s ahead of its clock
+BASE_T = float(int(time.time()) - 3600)
+
+
 def samples(n, t0, dev="eth0"):
     return [{"dev": dev, "kind": "net", "t": t0 + i * 0.1, "m": {"net_tx_bytes": 1000 + i}} for i in range(n)]
 
@@ -31,7 +35,7 @@ def wait_for(cond, timeout_s=10.0):
     return cond()
 
 
-def fill(spool, n_batches, per_batch=5, t0=1_800_000_000.0):
+def fill(spool, n_batches, per_batch=5, t0=BASE_T):
     for b in range(n_batches):
         spool.append(samples(per_batch, t0 + b), 1.0)
 
@@ -45,7 +49,7 @@ def test_everything_arrives_once_even_across_a_collector_outage(tmp_path, collec
     assert spool.pending_stats()[0] == 4 and sender.stats.failures >= 1
     collector.start()
     assert sender.drain(15)
-    fill(spool, 3, t0=1_800_000_010.0)
+    fill(spool, 3, t0=BASE_T + 10)
     sender.notify()
     assert sender.drain(15)
     sender.stop()
@@ -106,7 +110,7 @@ def test_a_spool_that_forks_the_chain_is_held_not_dropped(tmp_path, collector):
     sa = Sender(a, collector.url, "node-a")
     assert sa.send_one(a.oldest()) and sa.send_one(a.oldest())
     b = Spool(tmp_path / "b.db", "node-a", collector.key)     # a wiped spool restarts the chain at 0
-    fill(b, 1, t0=1_800_000_100.0)
+    fill(b, 1, t0=BASE_T + 100)
     sb = Sender(b, collector.url, "node-a")
     assert not sb.send_one(b.oldest())
     assert sb.stats.last_error.startswith("409 replay")
@@ -137,7 +141,7 @@ def test_batches_share_one_connection_and_a_restarted_collector_is_reconnected(t
     assert len(connects) == 1                      # kept open: one TCP connection for 5 batches
     collector.stop()
     collector.start()                              # the kept connection is now dead
-    fill(spool, 2, t0=1_800_000_100.0)
+    fill(spool, 2, t0=BASE_T + 100)
     assert sender.send_one(spool.oldest()) and sender.send_one(spool.oldest())
     assert len(connects) == 2 and sender.stats.failures == 0   # reopened at once, nothing failed
     assert len(collector.samples("node-a")) == 35
