@@ -64,3 +64,50 @@ def test_unknown_keys_and_workloads_are_refused(tmp_path):
     bad.write_text(yaml.safe_dump({"name": "x", "runs": [{"workload": "no.such"}]}))
     with pytest.raises(ValueError, match="unknown workload"):
         Campaign.load(bad).expand()
+
+
+def test_a_hung_run_is_found_dumped_ended_and_recorded_as_failed(tmp_path):
+    """The runner's watchdog: a run past deadline + grace has hung; its launch's workers dump their
+    Python stacks (SIGUSR1, faulthandler) and the launch is killed; the run is recorded as failed."""
+    import subprocess
+    import sys
+    import time
+
+    from trainsentry.lab import campaign as cmod
+
+    work = tmp_path / "work"
+    work.mkdir()
+    now = time.time()
+    (work / "events.jsonl").write_text(
+        json.dumps({"t": now - 500, "run_id": "a", "phase": "start"}) + "\n"
+        + json.dumps({"t": now - 450, "run_id": "a", "phase": "end", "ok": True}) + "\n"
+        + json.dumps({"t": now - 10, "run_id": "b", "phase": "start"}) + "\n")
+    runs = {"a": {"seconds": 40}, "b": {"seconds": 40}}
+    assert cmod.hung_run(work, runs, now) is None                       # b is within its time
+    assert cmod.hung_run(work, runs, now + 40 + cmod.RUN_GRACE_S) == "b"
+    log = tmp_path / "stderr.txt"
+    child = ("import faulthandler, signal, sys, time; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+             "print('ready', flush=True); time.sleep(120)")
+    with log.open("w") as err:
+        # a leader (like torchrun) with a worker child, in their own session
+        proc = subprocess.Popen(["bash", "-c", f'{sys.executable} -c "{child}"; true'], stdout=subprocess.PIPE,
+                                stderr=err, start_new_session=True, text=True)
+        assert proc.stdout.readline().strip() == "ready"
+        cmod.end_hung_launch(proc, work, "b")
+    assert proc.poll() is not None
+    assert "time.sleep" in log.read_text() or "line 1" in log.read_text()     # the worker's stack
+    truth = json.loads((work / "b.truth.json").read_text())
+    assert truth["ok"] is False and "hung" in truth["errors"][0]
+    assert cmod.hung_run(work, runs, now + 1000) is None                # b has its end event now
+    assert cmod._attempted(work) == 2
+
+
+def test_runs_that_failed_before_are_not_planned_again(tmp_path):
+    path = _campaign(tmp_path)
+    c = Campaign.load(path)
+    root = tmp_path / "data" / "toy"
+    root.mkdir(parents=True)
+    first = plan_runs(c, root, None)[0]["run_id"]
+    (root / "campaign_log.jsonl").write_text(json.dumps({"planned": [first], "written": [], "failed": [first]}) + "\n")
+    assert first not in [r["run_id"] for r in plan_runs(c, root, None)]
+    assert first in [r["run_id"] for r in plan_runs(c, root, None, retry_failed=True)]

@@ -31,6 +31,8 @@ from ..traces.io import readings_to_columns, write_trace
 STARTUP_S = 45.0            # torchrun + NCCL + corpus + first model build, paid once per launch
 PER_RUN_OVERHEAD_S = 8.0    # model build, FLOP counting step, result gathering, teardown
 COLLECTIVE_TIMEOUT_S = 120  # a rank stuck this long in a collective ends the launch
+RUN_GRACE_S = 75.0          # a run still going this long after its deadline has hung: the launch is
+                            # ended (Python stacks of every rank dumped to the log first), relaunched
 
 
 @dataclass
@@ -82,8 +84,23 @@ class Campaign:
         return items
 
 
-def plan_runs(campaign: Campaign, out_root: Path, budget_s: float | None) -> list[dict]:
-    todo = [r for r in campaign.expand() if not (out_root / r["run_id"] / "manifest.json").exists()]
+def failed_before(out_root: Path) -> set[str]:
+    """Runs an earlier call of this campaign attempted and failed (crashed or hung), from its log."""
+    log = out_root / "campaign_log.jsonl"
+    if not log.exists():
+        return set()
+    return {rid for line in log.read_text().splitlines() if line.strip()
+            for rid in json.loads(line).get("failed", [])}
+
+
+def plan_runs(campaign: Campaign, out_root: Path, budget_s: float | None,
+              retry_failed: bool = False) -> list[dict]:
+    """The runs not on disk yet, in campaign order, that fit the budget. A run that failed in an
+    earlier call is not planned again (a hang would cost every call its grace time) unless
+    ``retry_failed``; the campaign log keeps the failures for the dataset card."""
+    skip = set() if retry_failed else failed_before(out_root)
+    todo = [r for r in campaign.expand()
+            if not (out_root / r["run_id"] / "manifest.json").exists() and r["run_id"] not in skip]
     if budget_s is None:
         return todo
     chosen, used = [], STARTUP_S
@@ -131,11 +148,11 @@ def cut_run(readings: list, truth: dict, campaign: Campaign, out_root: Path, com
 
 def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: float | None = None,
                  sources: list[str] | None = None, work_dir: str | Path | None = None,
-                 recorder_factory=None, progress=print) -> list[Path]:
+                 recorder_factory=None, progress=print, retry_failed: bool = False) -> list[Path]:
     """Execute the runs of a campaign not yet on disk; returns the run directories written."""
     campaign = Campaign.load(path)
     out_root = Path(data_root) / campaign.name
-    runs = plan_runs(campaign, out_root, budget_s)
+    runs = plan_runs(campaign, out_root, budget_s, retry_failed)
     if not runs:
         progress(f"campaign {campaign.name}: nothing left to run")
         return []
@@ -172,7 +189,7 @@ def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: flo
             if run_id in written:
                 continue
             truth = json.loads(p.read_text())
-            if not final and time.time() < truth["end"] + campaign.post_s + 1.5:
+            if not final and time.time() < truth.get("end", 0.0) + campaign.post_s + 1.5:
                 continue
             path = cut_run(recorder.snapshot(), truth, campaign, out_root, command, machine)
             written[run_id] = path
@@ -195,6 +212,12 @@ def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: flo
                     os.killpg(proc.pid, signal.SIGKILL)
                     progress("budget reached: worker stopped; finished runs are kept")
                     break
+                hung = hung_run(work, {r["run_id"]: r for r in runs}, time.time())
+                if hung is not None:
+                    progress(f"  {hung}: still running {RUN_GRACE_S:.0f} s after its deadline; stacks "
+                             "of every rank follow, then the launch is ended and started again")
+                    end_hung_launch(proc, work, hung)
+                    break
                 time.sleep(1.0)
             launches.append(proc.wait())
             if launches[-1] != 0:
@@ -214,6 +237,57 @@ def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: flo
         f.write(json.dumps(log) + "\n")
     progress(f"wrote {len(paths)} runs, {len(failed)} failed: {failed}")
     return paths
+
+
+def hung_run(work: Path, runs: dict[str, dict], now: float) -> str | None:
+    """The run that started but has not ended although its deadline is RUN_GRACE_S past, if any."""
+    events = work / "events.jsonl"
+    if not events.exists():
+        return None
+    open_runs: dict[str, float] = {}
+    for line in events.read_text().splitlines():
+        if not line.strip():
+            continue
+        e = json.loads(line)
+        if e.get("phase") == "start":
+            open_runs[e["run_id"]] = e["t"]
+        else:
+            open_runs.pop(e["run_id"], None)
+    for run_id, t in open_runs.items():
+        seconds = float(runs.get(run_id, {}).get("seconds", 40.0))
+        if now > t + seconds + RUN_GRACE_S:
+            return run_id
+    return None
+
+
+def end_hung_launch(proc: subprocess.Popen, work: Path, run_id: str) -> None:
+    """Dump every rank's Python stacks (faulthandler on SIGUSR1 in the worker), end the launch, and
+    record the run as failed so the relaunch skips it."""
+    for pid in _group_members(proc.pid):
+        if pid != proc.pid:          # the workers, not torchrun itself
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except OSError:
+                pass
+    time.sleep(3.0)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    truth = {"run_id": run_id, "ok": False, "errors": [f"hung: no end {RUN_GRACE_S:.0f} s after the deadline"]}
+    (work / f"{run_id}.truth.json").write_text(json.dumps(truth))
+    with (work / "events.jsonl").open("a") as f:
+        f.write(json.dumps({"t": time.time(), "run_id": run_id, "phase": "end", "ok": False}) + "\n")
+
+
+def _group_members(pgid: int) -> list[int]:
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:   # field 5 of /proc/PID/stat: the process group
+            pids.append(int(stat.parent.name))
+    return pids
 
 
 def _attempted(work: Path) -> int:

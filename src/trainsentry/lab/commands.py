@@ -17,10 +17,12 @@ console = Console()
 @app.command("run")
 def run(campaign: Path, data: Path = typer.Option(Path("data"), help="root for run directories"),
         budget_s: float = typer.Option(None, help="plan only the runs that fit this many seconds"),
-        source: list[str] = typer.Option(["nvml", "net"], help="telemetry sources to record")) -> None:
+        source: list[str] = typer.Option(["nvml", "net"], help="telemetry sources to record"),
+        retry_failed: bool = typer.Option(False, help="plan again the runs an earlier call failed")) -> None:
     """Run the campaign's runs that are not on disk yet, under the recording agent."""
     from .campaign import run_campaign
-    written = run_campaign(campaign, data, budget_s=budget_s, sources=source, progress=console.print)
+    written = run_campaign(campaign, data, budget_s=budget_s, sources=source, progress=console.print,
+                           retry_failed=retry_failed)
     console.print(f"[green]{len(written)} runs written")
 
 

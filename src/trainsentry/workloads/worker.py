@@ -13,9 +13,11 @@ with the ground truth merged over ranks. A run that fails is recorded as failed 
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import gc
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -26,6 +28,10 @@ import torch.distributed as dist
 
 from . import registry  # noqa: F401  (registers every workload)
 from .base import WORKLOADS, Context, Ledger
+
+
+def _timeout_s() -> float:
+    return float(os.environ.get("TS_COLLECTIVE_TIMEOUT_S", "600"))
 
 
 def _setup() -> tuple[int, int, torch.device, object]:
@@ -43,9 +49,10 @@ def _setup() -> tuple[int, int, torch.device, object]:
         kw = {"device_id": device} if backend == "nccl" else {}
         # a rank stuck in a collective (its peer failed) ends the launch after this long; the
         # campaign runner then relaunches for the runs not yet attempted
-        timeout_s = float(os.environ.get("TS_COLLECTIVE_TIMEOUT_S", "600"))
+        timeout_s = _timeout_s()
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kw)
-        cpu_group = dist.new_group(backend="gloo") if backend == "nccl" else dist.group.WORLD
+        cpu_group = (dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+                     if backend == "nccl" else dist.group.WORLD)
     else:
         cpu_group = None
     return rank, world, device, cpu_group
@@ -100,7 +107,8 @@ def run_plan(plan: dict, out_dir: Path) -> None:
         if cpu_group is not None:
             dist.barrier(group=cpu_group)
         # every rank creates the run's group of active ranks (new_group is collective over the world)
-        active_group = (dist.new_group(ranks=list(ranks) if ranks else None, backend="gloo")
+        active_group = (dist.new_group(ranks=list(ranks) if ranks else None, backend="gloo",
+                                       timeout=datetime.timedelta(seconds=_timeout_s()))
                         if cpu_group is not None else None)
         start = time.time()
         ctx = Context(rank=rank, world_size=world, device=device, dtype=dtype,
@@ -147,6 +155,8 @@ def run_plan(plan: dict, out_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    # the campaign runner sends SIGUSR1 to a launch it judges hung: every thread's stack to stderr
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if len(argv) != 2:
         raise SystemExit("usage: python -m trainsentry.workloads.worker PLAN.json OUT_DIR")
     run_plan(json.loads(Path(argv[0]).read_text()), Path(argv[1]))

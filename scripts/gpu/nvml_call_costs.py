@@ -1,0 +1,66 @@
+"""CPU and wall time of each NVML call the agent makes, on this machine's GPUs (GPU machine only).
+
+    python3 scripts/gpu/nvml_call_costs.py --out $OUT/nvml_call_costs.json
+
+For each call: N repetitions on GPU 0, process CPU time (user + system, all threads) and wall time
+per call. Tells which reads dominate the agent's CPU cost (benchmarks/bench_agent.py --real)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import pynvml as n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    n.nvmlInit()
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    ALL = 0xFFFFFFFF
+    calls = {
+        "fieldvalues_nvlink_txrx_all_links+energy": lambda: n.nvmlDeviceGetFieldValues(h, [(138, ALL), (139, ALL), 83]),
+        "fieldvalues_nvlink_txrx_all_links": lambda: n.nvmlDeviceGetFieldValues(h, [(138, ALL), (139, ALL)]),
+        "fieldvalues_energy_only": lambda: n.nvmlDeviceGetFieldValues(h, [83]),
+        "fieldvalues_nvlink_tx_link0": lambda: n.nvmlDeviceGetFieldValues(h, [(138, 0)]),
+        "total_energy": lambda: n.nvmlDeviceGetTotalEnergyConsumption(h),
+        "power_usage": lambda: n.nvmlDeviceGetPowerUsage(h),
+        "utilization_rates": lambda: n.nvmlDeviceGetUtilizationRates(h),
+        "memory_info": lambda: n.nvmlDeviceGetMemoryInfo(h),
+        "clock_sm": lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
+        "temperature": lambda: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
+    }
+    try:
+        buf = n.nvmlGpmSampleAlloc()
+        calls["gpm_sample_get"] = lambda: n.nvmlGpmSampleGet(h, buf)
+    except Exception as e:  # noqa: BLE001
+        print("no GPM:", e)
+    out = {}
+    for name, fn in calls.items():
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            out[name] = {"error": repr(e)}
+            continue
+        c0, w0 = time.process_time(), time.perf_counter()
+        for _ in range(args.n):
+            fn()
+        c1, w1 = time.process_time(), time.perf_counter()
+        out[name] = {"cpu_us": round((c1 - c0) / args.n * 1e6, 1), "wall_us": round((w1 - w0) / args.n * 1e6, 1)}
+        print(f"{name:45s} cpu {out[name]['cpu_us']:9.1f} us  wall {out[name]['wall_us']:9.1f} us")
+    res = {"calls": out, "n": args.n, "gpu": n.nvmlDeviceGetName(h), "driver": n.nvmlSystemGetDriverVersion(),
+           "host_cores": os.cpu_count(), "python": platform.python_version(),
+           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "command": "python3 scripts/gpu/nvml_call_costs.py"}
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
