@@ -86,16 +86,18 @@ def test_a_hung_run_is_found_dumped_ended_and_recorded_as_failed(tmp_path):
     assert cmod.hung_run(work, runs, now) is None                       # b is within its time
     assert cmod.hung_run(work, runs, now + 40 + cmod.RUN_GRACE_S) == "b"
     log = tmp_path / "stderr.txt"
-    child = ("import faulthandler, signal, sys, time; faulthandler.register(signal.SIGUSR1, all_threads=True); "
-             "print('ready', flush=True); time.sleep(120)")
+    child = ("import faulthandler, os, signal, sys, time; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+             "print(os.getpid(), flush=True); time.sleep(120)")
     with log.open("w") as err:
-        # a leader (like torchrun) with a worker child, in their own session
-        proc = subprocess.Popen(["bash", "-c", f'{sys.executable} -c "{child}"; true'], stdout=subprocess.PIPE,
+        # a leader (like torchrun) whose worker runs in a session of its own (as torchrun starts them)
+        proc = subprocess.Popen(["bash", "-c", f'setsid {sys.executable} -c "{child}"; true'], stdout=subprocess.PIPE,
                                 stderr=err, start_new_session=True, text=True)
-        assert proc.stdout.readline().strip() == "ready"
+        worker = int(proc.stdout.readline())
         cmod.end_hung_launch(proc, work, "b")
     assert proc.poll() is not None
-    assert "time.sleep" in log.read_text() or "line 1" in log.read_text()     # the worker's stack
+    time.sleep(0.2)
+    assert not Path(f"/proc/{worker}").exists() or "Z" in Path(f"/proc/{worker}/stat").read_text().split()[2]
+    assert "line 1 in <module>" in log.read_text()                      # the worker's stack
     truth = json.loads((work / "b.truth.json").read_text())
     assert truth["ok"] is False and "hung" in truth["errors"][0]
     assert cmod.hung_run(work, runs, now + 1000) is None                # b has its end event now
@@ -111,3 +113,6 @@ def test_runs_that_failed_before_are_not_planned_again(tmp_path):
     (root / "campaign_log.jsonl").write_text(json.dumps({"planned": [first], "written": [], "failed": [first]}) + "\n")
     assert first not in [r["run_id"] for r in plan_runs(c, root, None)]
     assert first in [r["run_id"] for r in plan_runs(c, root, None, retry_failed=True)]
+    with (root / "campaign_log.jsonl").open("a") as f:
+        f.write(json.dumps({"retry": [first], "note": "cause fixed"}) + "\n")
+    assert first in [r["run_id"] for r in plan_runs(c, root, None)]

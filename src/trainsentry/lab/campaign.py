@@ -89,8 +89,14 @@ def failed_before(out_root: Path) -> set[str]:
     log = out_root / "campaign_log.jsonl"
     if not log.exists():
         return set()
-    return {rid for line in log.read_text().splitlines() if line.strip()
-            for rid in json.loads(line).get("failed", [])}
+    failed: set[str] = set()
+    for line in log.read_text().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            failed |= set(entry.get("failed", []))
+            # a line {"retry": [...], "note": why} (the cause was fixed) makes those runs plannable again
+            failed -= set(entry.get("retry", []))
+    return failed
 
 
 def plan_runs(campaign: Campaign, out_root: Path, budget_s: float | None,
@@ -209,7 +215,7 @@ def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: flo
             while proc.poll() is None:
                 harvest(final=False)
                 if deadline is not None and time.time() > deadline:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    kill_launch(proc)
                     progress("budget reached: worker stopped; finished runs are kept")
                     break
                 hung = hung_run(work, {r["run_id"]: r for r in runs}, time.time())
@@ -263,31 +269,50 @@ def hung_run(work: Path, runs: dict[str, dict], now: float) -> str | None:
 def end_hung_launch(proc: subprocess.Popen, work: Path, run_id: str) -> None:
     """Dump every rank's Python stacks (faulthandler on SIGUSR1 in the worker), end the launch, and
     record the run as failed so the relaunch skips it."""
-    for pid in _group_members(proc.pid):
-        if pid != proc.pid:          # the workers, not torchrun itself
-            try:
-                os.kill(pid, signal.SIGUSR1)
-            except OSError:
-                pass
+    for pid in _descendants(proc.pid):       # the workers, not torchrun itself
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except OSError:
+            pass
     time.sleep(3.0)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_launch(proc)
     truth = {"run_id": run_id, "ok": False, "errors": [f"hung: no end {RUN_GRACE_S:.0f} s after the deadline"]}
     (work / f"{run_id}.truth.json").write_text(json.dumps(truth))
     with (work / "events.jsonl").open("a") as f:
         f.write(json.dumps({"t": time.time(), "run_id": run_id, "phase": "end", "ok": False}) + "\n")
 
 
-def _group_members(pgid: int) -> list[int]:
-    pids = []
+def kill_launch(proc: subprocess.Popen) -> None:
+    """SIGKILL torchrun and every process under it. torchrun starts each worker in a session of its
+    own, so killing torchrun's process group alone would leave the workers running, holding the GPUs."""
+    victims = _descendants(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    proc.wait()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, grandchildren, ...), from /proc."""
+    children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[2]) == pgid:   # field 5 of /proc/PID/stat: the process group
-            pids.append(int(stat.parent.name))
-    return pids
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))   # field 4: the parent
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def _attempted(work: Path) -> int:

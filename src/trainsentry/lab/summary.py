@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -56,7 +57,27 @@ def summarize(root: str | Path, with_stats: bool = True) -> dict:
     return {"runs": len(runs), "by_class": dict(by_class),
             "configs_by_class": {k: len(v) for k, v in configs.items()},
             "families_by_class": {k: sorted(v) for k, v in families.items()},
-            "run_list": runs}
+            "run_list": runs, "campaign_failures": campaign_failures(root)}
+
+
+def campaign_failures(root: str | Path) -> list[dict]:
+    """Every run a campaign call failed (crashed or hung), from campaign_log.jsonl, with whether a
+    later line cleared it for retry (its cause fixed) and why."""
+    log = Path(root) / "campaign_log.jsonl"
+    if not log.exists():
+        return []
+    out: dict[str, dict] = {}
+    for line in log.read_text().splitlines():
+        if not line.strip():
+            continue
+        e = json.loads(line)
+        for rid in e.get("failed", []):
+            out[rid] = {"run_id": rid, "failures": out.get(rid, {}).get("failures", 0) + 1,
+                        "retry": False, "note": e.get("note", "")}
+        for rid in e.get("retry", []):
+            if rid in out:
+                out[rid].update(retry=True, note=e.get("note", ""))
+    return sorted(out.values(), key=lambda f: f["run_id"])
 
 
 def dataset_markdown(summary: dict, root: str) -> str:
@@ -73,4 +94,10 @@ def dataset_markdown(summary: dict, root: str) -> str:
         lines.append(f"| {r['run_id']} | {r['class']} | {r['family']} | {fl} | {r.get('nvlink_Bps_per_gpu', float('nan')):.3e} "
                      f"| {r.get('power_W_per_gpu', float('nan')):.0f} | {r.get('gpu_util_pct', float('nan')):.0f} "
                      f"| {r.get('steady_s', float('nan')):.0f} |")
+    fails = summary.get("campaign_failures") or []
+    if fails:
+        lines += ["", "## Runs that failed in a campaign call", "",
+                  "From `campaign_log.jsonl`. *retry*: a later line says the cause was fixed, so the run is "
+                  "planned again.", "", "| run | failures | retry | note |", "|---|---|---|---|"]
+        lines += [f"| {f['run_id']} | {f['failures']} | {'yes' if f['retry'] else 'no'} | {f['note']} |" for f in fails]
     return "\n".join(lines) + "\n"

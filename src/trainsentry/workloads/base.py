@@ -78,6 +78,8 @@ class Context:
     ranks: tuple[int, ...] = ()      # the ranks taking part; () = all
     cpu_group: Any = None            # gloo group for coordination (barriers that do not spin a GPU)
     active_group: Any = None         # gloo group of exactly the ranks taking part in this run
+    run_group: Any = None            # default-backend (NCCL on GPUs) group of the ranks taking part when
+                                     # they are fewer than the launch (None: the whole launch, WORLD)
     ledger: Ledger = field(default_factory=Ledger)
     seed: int = 0
 

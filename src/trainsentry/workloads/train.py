@@ -179,15 +179,14 @@ def _tensor_parallel(ctx: Context, cfg: dict) -> None:
 
 
 def _pipeline(ctx: Context, cfg: dict) -> None:
-    """Layers split over ``pp`` stages (default every active rank; stage i on rank i); micro-batches
-    flow forward (activations) and back (gradients). Active ranks beyond ``pp`` stay idle."""
+    """Layers split over the run's ranks, one stage each (stage i on rank i); micro-batches flow
+    forward (activations) and back (gradients). ``pp``, when given, must equal the run's ranks."""
     par.world_ok(ctx, 2)
     stages = int(cfg.get("pp") or ctx.n_active)
-    if not 2 <= stages <= ctx.n_active or (ctx.ranks and tuple(ctx.ranks) != tuple(range(len(ctx.ranks)))):
-        raise ValueError(f"a pipeline needs 2..{ctx.n_active} stages on ranks 0.., got pp={stages}")
-    if ctx.rank >= stages:
-        ctx.ledger.extra["stage"] = None          # idle: not part of the pipeline
-        return
+    if stages != ctx.n_active or (ctx.ranks and tuple(ctx.ranks) != tuple(range(len(ctx.ranks)))):
+        # a pipeline on part of a run's ranks would need a subgroup only its members create, and an
+        # NCCL subgroup is split from the launch's communicator with every rank taking part
+        raise ValueError(f"a pipeline has one stage on each of the run's {ctx.n_active} ranks 0.., got pp={stages}")
     mcfg = par.model_config(cfg)
     model = par.pipeline_stage_module(ctx, par.build_model(ctx, mcfg), stages)
     _record_setup(ctx, cfg, model, mcfg)
@@ -198,8 +197,12 @@ def _pipeline(ctx: Context, cfg: dict) -> None:
     opts = par.make_optimizers(ctx, model, cfg)
     batches = Batches("train", cfg["batch"], mcfg.seq_len, ctx.device, seed=ctx.seed * 7919 + 1)
     # A pipeline over fewer ranks than the launch needs its own group (PipelineStage maps stage i to
-    # rank i of its group); only its members create it, so idle ranks need not take part.
-    group = None if stages == ctx.world_size else dist.new_group(list(range(stages)), use_local_synchronization=True)
+    # rank i of its group). The worker creates it on every rank (an NCCL subgroup is split from the
+    # launch's communicator, which every rank must join), for the run's active ranks.
+    if stages == ctx.world_size:
+        group = None
+    else:
+        group = ctx.run_group
     with par.counting(ctx):
         schedule = par.pipeline_schedule(ctx, model, cfg, loss_fn, stages, group)
 

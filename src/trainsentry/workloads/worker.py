@@ -77,6 +77,29 @@ def merge(ledgers: list[dict | None], ranks: tuple[int, ...]) -> dict:
     }
 
 
+def run_groups(ranks: tuple[int, ...], world: int, cpu_group, cache: dict) -> tuple[object, object]:
+    """The run's groups of exactly its active ranks: a gloo one for control votes and, when the
+    active ranks are fewer than the launch, one on the default backend (NCCL on GPUs) for the
+    workload's own traffic; None where the whole launch takes part. Created once per rank set and
+    kept for the launch.
+
+    Every rank calls this, in plan order. The NCCL group must be created by every rank of the launch:
+    with the default group bound to a device, torch builds a subgroup by ncclCommSplit, which all
+    ranks of the parent take part in (non-members with "no colour"). The gloo group is created by its
+    members only (use_local_synchronization): a non-member creating a gloo subgroup would still enter
+    that NCCL split, which the members (building gloo) never join, and wait forever; this hung every
+    single-GPU run of the first H200 campaign calls."""
+    if cpu_group is None or not ranks or len(ranks) >= world:
+        return (cpu_group if cpu_group is not None else None), None
+    if ranks not in cache:
+        timeout = datetime.timedelta(seconds=_timeout_s())
+        run_group = dist.new_group(ranks=list(ranks), timeout=timeout)
+        active = (dist.new_group(ranks=list(ranks), backend="gloo", timeout=timeout,
+                                 use_local_synchronization=True) if dist.get_rank() in ranks else None)
+        cache[ranks] = (active, run_group if dist.get_rank() in ranks else None)
+    return cache[ranks]
+
+
 def run_plan(plan: dict, out_dir: Path) -> None:
     rank, world, device, cpu_group = _setup()
     toy = bool(plan.get("toy", device.type == "cpu"))
@@ -94,6 +117,7 @@ def run_plan(plan: dict, out_dir: Path) -> None:
     # every run is attempted once per work directory: a run that crashed or hung a launch is not retried
     done = {json.loads(l)["run_id"] for l in events.read_text().splitlines()
             if l.strip()} if events.exists() else set()
+    groups: dict = {}
     for item in plan["runs"]:
         run_id = item["run_id"]
         if run_id in done or (out_dir / f"{run_id}.truth.json").exists():
@@ -106,14 +130,12 @@ def run_plan(plan: dict, out_dir: Path) -> None:
         time.sleep(float(item.get("gap_before_s", 0)))
         if cpu_group is not None:
             dist.barrier(group=cpu_group)
-        # every rank creates the run's group of active ranks (new_group is collective over the world)
-        active_group = (dist.new_group(ranks=list(ranks) if ranks else None, backend="gloo",
-                                       timeout=datetime.timedelta(seconds=_timeout_s()))
-                        if cpu_group is not None else None)
+        active_group, run_group = run_groups(ranks, world, cpu_group, groups)
         start = time.time()
         ctx = Context(rank=rank, world_size=world, device=device, dtype=dtype,
                       deadline=start + float(item.get("seconds", 40)), max_steps=item.get("max_steps"),
-                      toy=toy, ranks=ranks, cpu_group=cpu_group, active_group=active_group, ledger=Ledger(),
+                      toy=toy, ranks=ranks, cpu_group=cpu_group, active_group=active_group,
+                      run_group=run_group, ledger=Ledger(),
                       seed=int(item.get("seed", 0)))
         event(run_id=run_id, phase="start", workload=spec.name)
         # A launch too small for the workload is refused before any rank starts it: every rank
