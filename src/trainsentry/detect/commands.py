@@ -35,7 +35,7 @@ def eval_cmd(
             path = fit_final(str(data), train_final, models, cache_dir, rt_trees, command)
             console.print(f"saved {path} (and {path.with_suffix('.json').name} naming the command)")
             return
-        doc = run_eval(str(data), out, docs if docs and str(docs) else None, splits, subset, detector or None,
+        doc = run_eval(str(data), out, docs if docs and str(docs) not in ("", ".") else None, splits, subset, detector or None,
                        rt_trees, seed, not no_lofo, cache_dir, command)
     except (FileNotFoundError, ValueError) as e:
         console.print(f"[red]eval: {e}[/red]")

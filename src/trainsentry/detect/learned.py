@@ -42,7 +42,10 @@ class LearnedDetector(Detector):
             classes: Sequence[str] | None = None) -> "LearnedDetector":
         from sklearn.ensemble import HistGradientBoostingClassifier
         y = check_fit_input(X, y)
-        self.cols_ = sorted(self.columns(X))
+        # A feature no training window has (all NaN: a signal this dataset's machines never gave)
+        # carries nothing to learn and makes sklearn's binning fail: it is left out.
+        self.cols_ = sorted(c for c in self.columns(X)
+                            if np.isfinite(pd.to_numeric(X[c], errors="coerce").to_numpy(dtype=np.float64)).any())
         if not self.cols_:
             raise ValueError(f"{self.name}: none of its features ({self.prefixes}) are in the data")
         if len(set(y)) < 2:
