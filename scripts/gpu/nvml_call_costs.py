@@ -39,6 +39,25 @@ def main() -> None:
     try:
         buf = n.nvmlGpmSampleAlloc()
         calls["gpm_sample_get"] = lambda: n.nvmlGpmSampleGet(h, buf)
+        # metrics-get between two samples 100 ms apart, with as many metrics as the agent asks (9)
+        # and with only the NVLink pair (60/61): is NVLink from GPM cheap enough for every tick?
+        s1, s2 = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+        n.nvmlGpmSampleGet(h, s1)
+        time.sleep(0.1)
+        n.nvmlGpmSampleGet(h, s2)
+
+        def request(ids):
+            mg = n.c_nvmlGpmMetricsGet_t()
+            mg.version = n.NVML_GPM_METRICS_GET_VERSION
+            mg.numMetrics = len(ids)
+            mg.sample1, mg.sample2 = s1, s2
+            for j, mid in enumerate(ids):
+                mg.metrics[j].metricId = mid
+            return mg
+        agent_ids = [2, 3, 5, 10, 20, 21, 60, 61, 1]
+        mg9, mg2 = request(agent_ids), request([60, 61])
+        calls["gpm_metrics_get_9"] = lambda: n.nvmlGpmMetricsGet(mg9)
+        calls["gpm_metrics_get_nvlink_only"] = lambda: n.nvmlGpmMetricsGet(mg2)
     except Exception as e:  # noqa: BLE001
         print("no GPM:", e)
     out = {}

@@ -26,10 +26,10 @@ def at(phase: str, frac: float = 0.5) -> float:
     return a + frac * (b - a) - REC.t0
 
 
-def make(offset_s: float = 0.0, **kw) -> tuple[FakeNvml, NvmlSource, ManualClock]:
+def make(offset_s: float = 0.0, energy_period_s: float = 1.0, **kw) -> tuple[FakeNvml, NvmlSource, ManualClock]:
     clock = ManualClock()
     fake = FakeNvml(REC, clock=clock, start=clock() - offset_s, **kw)
-    src = NvmlSource(nvml=fake, clock=clock)
+    src = NvmlSource(nvml=fake, clock=clock, energy_period_s=energy_period_s)
     return fake, src, clock
 
 
@@ -104,8 +104,8 @@ def test_unsupported_metric_is_missing_and_not_asked_again(gate, metrics):
         clock.advance(0.2)
     for r in readings:
         assert not metrics & seen[r.device]
-        assert {"power_mw", "energy_mj"} - metrics <= set(r.values)                       # every read
-        assert {"temp_c", "sm_clock_mhz", "mem_used_bytes", "gpm_sm_util_pct"} - metrics <= seen[r.device]
+        assert {"power_mw"} - metrics <= set(r.values)                                    # every read
+        assert {"temp_c", "sm_clock_mhz", "mem_used_bytes", "gpm_sm_util_pct", "energy_mj"} - metrics <= seen[r.device]
     if gate == "energy_mj":  # asked once as field 83, once through the energy call, per GPU
         assert len(calls_named(fake, gate)) == 4 and src._by_call == {(0, gate), (1, gate)}
     elif gate not in ("nvlink", "gpm"):
@@ -212,19 +212,26 @@ def test_energy_counter_rate_agrees_with_power_when_steady():
 
 def test_slow_gauges_once_a_second_staggered_over_the_gpus():
     fake, src, clock = make(at("ddp_100M_40steps", 0.2), gpu_count=8)
-    per_tick = []
+    per_tick, energy_per_tick = [], []
     temps = {f"gpu{i}": 0 for i in range(8)}
+    energies = dict(temps)
     for _ in range(30):                        # 3 s at 10 Hz
         readings = src.read()
         for r in readings:
-            assert {"nvlink_tx_kib", "nvlink_rx_kib", "energy_mj", "power_mw", "gpu_util_pct"} <= set(r.values)
+            assert {"nvlink_tx_kib", "nvlink_rx_kib", "power_mw", "gpu_util_pct"} <= set(r.values)
             temps[r.device] += "temp_c" in r.values
+            energies[r.device] += "energy_mj" in r.values
             assert ("temp_c" in r.values) == ("sm_clock_mhz" in r.values) == ("mem_used_bytes" in r.values)
         per_tick.append(sum("temp_c" in r.values for r in readings))
+        energy_per_tick.append(sum("energy_mj" in r.values for r in readings))
         clock.advance(0.1)
-    assert per_tick[0] == 8                    # the first read has everything
+    assert per_tick[0] == energy_per_tick[0] == 8          # the first read has everything
     assert max(per_tick[1:]) <= 2 and sum(per_tick[1:]) == 8 * 2   # then 8 GPUs spread over each second
-    assert set(temps.values()) == {3}
+    assert max(energy_per_tick[1:]) <= 2 and sum(energy_per_tick[1:]) == 8 * 2   # energy too (1 s)
+    assert set(temps.values()) == set(energies.values()) == {3}
+    # the energy field is asked only in the calls where it is due
+    reqs = [req for _, _, (req,) in calls_named(fake, "nvmlDeviceGetFieldValues") if len(req) > 1]
+    assert sum((83, 0) in req for req in reqs) == 8 * 3
     assert len(calls_named(fake, "temp")) == 24 and len(calls_named(fake, "power_mw")) == 240
 
 
@@ -242,14 +249,14 @@ def test_energy_comes_as_field_83_in_the_nvlink_call():
 @pytest.mark.parametrize("metric, knob, field", [("energy_mj", "energy_field", 83)])
 def test_a_metric_falls_back_to_its_call_where_its_field_is_missing_and_not_for_a_transient_error(metric, knob, field):
     off = at("matmul_bf16_8192_4s", 0.5)
-    fake, src, clock = make(off, unsupported={knob})
+    fake, src, clock = make(off, energy_period_s=0.0, unsupported={knob})
     for k in range(3):
         assert all(r.values[metric] == recorded(g, metric, off + 0.1 * k) for g, r in enumerate(src.read()))
         clock.advance(0.1)
     assert src._by_call == {(0, metric), (1, metric)}
     req = calls_named(fake, "nvmlDeviceGetFieldValues")[-1][2][0]
     assert (field, 0) not in req and len(req) == 2           # not asked again; NVLink still is
-    fake, src, clock = make(off, fail={knob: pynvml.NVML_ERROR_TIMEOUT})
+    fake, src, clock = make(off, energy_period_s=0.0, fail={knob: pynvml.NVML_ERROR_TIMEOUT})
     assert all(metric not in r.values and r.values["nvlink_tx_kib"] > 0 for r in src.read())
     del fake.fail[knob]
     clock.advance(0.1)

@@ -84,7 +84,8 @@ def test_loop_continues_counters(trace):
     assert len(gpu0) > 2 * N_POLLS
     for a, b in zip(gpu0, gpu0[1:]):
         assert b.t > a.t and b.values["nvlink_tx_kib"] >= a.values["nvlink_tx_kib"]
-        assert b.values["energy_mj"] >= a.values["energy_mj"]
+    energy = [r.values["energy_mj"] for r in gpu0 if "energy_mj" in r.values]   # read once a second
+    assert len(energy) >= 9 and energy == sorted(energy)
 
 
 def test_bad_input_is_a_clear_error(tmp_path):

@@ -1,8 +1,12 @@
 """GPU telemetry through NVML (the official ``nvidia-ml-py`` binding, imported as ``pynvml``).
 
-Per GPU and read: NVLink payload counters (fields 138/139, KiB, summed over all links) and energy
-(field 83, mJ) in one ``nvmlDeviceGetFieldValues`` call, then power (mW) and GPU and memory
-utilization. Slower: gauges that move over seconds (memory used, SM and memory clocks,
+Per GPU and read: NVLink payload counters (fields 138/139, KiB, summed over all links) in one
+``nvmlDeviceGetFieldValues`` call, then power (mW) and GPU and memory utilization. Energy (field 83,
+mJ, asked in the same call when due) every ``energy_period_s`` (1 s): on the H200 VM it costs
+~3.9 ms of CPU per read, against ~1.1 ms for both NVLink counters and ~1 µs for power or
+utilization (scripts/gpu/nvml_call_costs.py, results/device/), and a cumulative counter read less
+often loses nothing but resolution (traces.rates spreads each difference over the samples between
+two reads). Slower: gauges that move over seconds (memory used, SM and memory clocks,
 temperature, and the PCIe snapshot when enabled) every ``slow_period_s`` (1 s), staggered over the
 GPUs so no single tick pays for all of them; GPM metrics (averages over the interval between two
 GPM samples, so nothing is lost but resolution) every ``gpm_period_s`` (1 s, never under NVML's
@@ -42,6 +46,7 @@ SCOPE_ALL_LINKS = 0xFFFFFFFF
 MAX_LINKS = 18            # NVLink 4 on H100/H200; used only when NVML cannot say how many
 GPM_MIN_INTERVAL_S = 0.1  # NVML needs samples >= 100 ms apart for meaningful GPM metrics
 SLOW_PERIOD_S = 1.0       # memory used, clocks, temperature: they move over seconds
+ENERGY_PERIOD_S = 1.0     # the energy counter: the costliest read (module docstring)
 # GPM metrics are averages over the interval between two samples, so a slower rate loses no time
 # covered, only resolution; a GPM read costs ~1.9 ms per GPU on the H200s (sample + metrics).
 GPM_PERIOD_S = 1.0
@@ -112,9 +117,11 @@ class NvmlSource:
 
     def __init__(self, nvml: Any = None, gpus: Sequence[int] | None = None, gpm: bool = True,
                  pcie_snapshot: bool = False, clock: Callable[[], float] = time.time,
-                 slow_period_s: float = SLOW_PERIOD_S, gpm_period_s: float = GPM_PERIOD_S):
-        if not slow_period_s >= 0 or not gpm_period_s >= 0:
-            raise ValueError(f"periods must be >= 0 s, got slow {slow_period_s}, gpm {gpm_period_s}")
+                 slow_period_s: float = SLOW_PERIOD_S, gpm_period_s: float = GPM_PERIOD_S,
+                 energy_period_s: float = ENERGY_PERIOD_S):
+        if not slow_period_s >= 0 or not gpm_period_s >= 0 or not energy_period_s >= 0:
+            raise ValueError(f"periods must be >= 0 s, got slow {slow_period_s}, gpm {gpm_period_s}, "
+                             f"energy {energy_period_s}")
         if nvml is None:
             try:
                 import pynvml as nvml
@@ -124,6 +131,7 @@ class NvmlSource:
         self.clock = clock
         self.pcie_snapshot = pcie_snapshot  # nvmlDeviceGetPcieThroughput: a 20 ms snapshot, off by default
         self.slow_period_s = float(slow_period_s)
+        self.energy_period_s = float(energy_period_s)
         self.gpm_period_s = max(float(gpm_period_s), GPM_MIN_INTERVAL_S)
         self._unsupported: set[tuple[int, str]] = set()
         try:
@@ -147,6 +155,7 @@ class NvmlSource:
         self._gpm: dict[int, _Gpm | None] = {}
         self._gpm_enabled = gpm
         self._slow_due: dict[int, float] = {}    # per GPU: when the slow gauges are next read
+        self._energy_due: dict[int, float] = {}  # per GPU: when energy is next read
         self._uuids: dict[str, str] | None = None
         self._names = [f"gpu{i}" for i in self.indices]
         self._closed = False
@@ -219,12 +228,13 @@ class NvmlSource:
         n, h, q = self.nvml, self.handles[i], self._query
         host_t = self.clock()
         values: dict[str, float | int] = {}
-        tx, rx, scalars, field_t = self._fields(i, host_t)
+        energy = self._is_due(self._energy_due, k, i, host_t, self.energy_period_s)
+        tx, rx, scalars, field_t = self._fields(i, host_t, with_scalars=energy)
         if tx is not MISSING:
             values["nvlink_tx_kib"] = tx
         if rx is not MISSING:
             values["nvlink_rx_kib"] = rx
-        for metric, _, call in SCALAR_FIELDS:
+        for metric, _, call in SCALAR_FIELDS if energy else ():
             v = scalars.get(metric)
             if v is None:  # field not asked or not answering: the metric's own call
                 v = q(i, metric, getattr(n, call), h)
@@ -236,25 +246,26 @@ class NvmlSource:
         util = q(i, "util", n.nvmlDeviceGetUtilizationRates, h)
         if util is not MISSING:
             values["gpu_util_pct"], values["mem_util_pct"] = float(util.gpu), float(util.memory)
-        if self._slow_is_due(k, i, host_t):
+        if self._is_due(self._slow_due, k, i, host_t, self.slow_period_s):
             self._read_slow(i, values)
         if self._gpm_enabled:
             self._gpm_read(i, values, host_t)
         t = field_t if field_t is not None else host_t
         return Reading(device=self._names[k], kind="gpu", t=t, values=values)
 
-    def _slow_is_due(self, k: int, i: int, now: float) -> bool:
-        due, period = self._slow_due.get(i), self.slow_period_s
+    def _is_due(self, table: dict[int, float], k: int, i: int, now: float, period: float) -> bool:
+        """Whether GPU ``i`` (the ``k``-th) reads a periodic group now; ``table`` keeps its schedule."""
+        due = table.get(i)
         if due is not None and 0 < due - now <= 2 * period:
             return False
         if due is None:
             # The first read has everything; after it, GPU k of n takes its turn k/n of a period
-            # later, so the slow calls of n GPUs spread over the period instead of one tick.
-            self._slow_due[i] = now + period * (1 + k / max(len(self.indices), 1))
+            # later, so the costly calls of n GPUs spread over the period instead of one tick.
+            table[i] = now + period * (1 + k / max(len(self.indices), 1))
         elif 0 <= now - due < period:
-            self._slow_due[i] = due + period     # on schedule: keep the phase
+            table[i] = due + period     # on schedule: keep the phase
         else:
-            self._slow_due[i] = now + period     # far behind, or the clock jumped back: from now on
+            table[i] = now + period     # far behind, or the clock jumped back: from now on
         return True
 
     def _read_slow(self, i: int, values: dict[str, float | int]) -> None:
@@ -310,7 +321,7 @@ class NvmlSource:
         self._plans[i] = ((len(self._unsupported), len(self._by_call)), (req, len(scopes), [m for m, _ in asked]))
         return self._plans[i][1]
 
-    def _fields(self, i: int, host_t: float) -> tuple[Any, Any, dict[str, Any], float | None]:
+    def _fields(self, i: int, host_t: float, with_scalars: bool = True) -> tuple[Any, Any, dict[str, Any], float | None]:
         """(tx_kib, rx_kib, {metric: value} of SCALAR_FIELDS, NVLink counter time).
 
         NVLink: sums over all links, MISSING if unavailable. A scalar field's metric is its value,
@@ -318,6 +329,8 @@ class NvmlSource:
         asked or will not answer, so the caller uses the metric's own call.
         """
         req, k, asked = self._field_plan(i)
+        if not with_scalars:
+            req, asked = req[:2 * k], []
         got = self._field_values(i, req) if req else None
         if got is None:
             return MISSING, MISSING, {}, None

@@ -29,19 +29,26 @@ def counter_increments(values: np.ndarray, wrap_bits: int | None = None) -> np.n
 
 
 def counter_rate(t: np.ndarray, values: np.ndarray, metric: Metric) -> np.ndarray:
-    """Per-sample rate in the metric's base unit per second (bytes/s, watts); first sample NaN.
+    """Per-sample rate in the metric's base unit per second (bytes/s, watts).
 
-    The rate at sample i is the mean over (t[i-1], t[i]]. Non-increasing timestamps give NaN.
+    The rate at sample i is the mean over (t[i-1], t[i]]. A counter need not be read on every sample
+    (the agent reads the costly ones, energy above all, less often than the 10 Hz tick): every
+    sample between two readings of the counter gets the mean rate between those readings, so
+    integrating the rate over the samples gives back exactly the counter's increments, and a
+    reading missed in between loses nothing (the next reading's difference spans the gap). Samples
+    before the first and after the last reading are NaN; non-increasing timestamps give NaN.
     """
     t = np.asarray(t, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
     out = np.full(t.shape, np.nan)
-    if t.size < 2:
+    idx = np.flatnonzero(np.isfinite(v))
+    if idx.size < 2:
         return out
-    inc = counter_increments(values, metric.wrap_bits) * metric.scale
-    dt = np.diff(t)
+    inc = counter_increments(v[idx], metric.wrap_bits) * metric.scale
+    dt = np.diff(t[idx])
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(dt > 0, inc / dt, np.nan)
-    out[1:] = r
+    out[idx[0] + 1: idx[-1] + 1] = np.repeat(r, np.diff(idx))
     return out
 
 
