@@ -91,7 +91,7 @@ def test_ddp_goes_idle_to_training_and_alerts_then_survives_restart(db, client, 
     v = get(client, "/v1/nodes/node-a/verdict")
     assert v["state"] == "training" and v["p_training"] > 0.9 and v["artifact"] is None
     text = " ".join(v["evidence"])
-    assert "untrained" in text and "symmetry" in text and "segment active since" in text
+    assert "untrained" in text and "symmetry" in text and "segment active since" in text and " UTC (" in text
     # the k-of-n rule (3 of 5 at 0.75) fired once, on the third training window
     alerts = get(client, "/v1/nodes/node-a/alerts")["alerts"]
     assert len(alerts) == 1 and alerts[0]["open"] and alerts[0]["raised_t"] == tl[first_training + 2]["t_end"]

@@ -21,6 +21,7 @@ the ingest path.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import math
@@ -355,7 +356,8 @@ class LiveProcessor:
                 # a segment longer than the buffer starts at the buffer's start: keep the first start
                 st.active_since = seg[0]
             if seg is not None:
-                v["evidence"].insert(1, f"segment active since {st.active_since:.1f} "
+                since = datetime.datetime.fromtimestamp(st.active_since, datetime.timezone.utc)
+                v["evidence"].insert(1, f"segment active since {since:%Y-%m-%d %H:%M:%S} UTC "
                                         f"({v['t_end'] - st.active_since:.0f} s before this window's end)")
                 if seg[0] > v["t_start"]:
                     # a window straddling the start mixes idle and work: its rates and regularity

@@ -71,7 +71,13 @@ Plot.draw = function (canvas, opts) {
     if (x < pad.l || x > pad.l + pw) continue;
     ctx.strokeStyle = m.color || "#495057"; ctx.setLineDash([3, 3]);
     ctx.beginPath(); ctx.moveTo(x, pad.t); ctx.lineTo(x, pad.t + ph); ctx.stroke(); ctx.setLineDash([]);
-    if (m.label) { ctx.fillStyle = m.color || "#495057"; ctx.textAlign = "left"; ctx.fillText(m.label, x + 3, pad.t + 10); }
+    if (m.label) {
+      // right of the line, or left of it where the label would run past the plot's right edge
+      ctx.fillStyle = m.color || "#495057";
+      const right = x + 3 + ctx.measureText(m.label).width <= pad.l + pw;
+      ctx.textAlign = right ? "left" : "right";
+      ctx.fillText(m.label, right ? x + 3 : x - 3, pad.t + 10);
+    }
   }
   // lines; a missing bucket (null) breaks the line instead of bridging a gap
   let points = 0;
