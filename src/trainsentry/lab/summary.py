@@ -35,7 +35,9 @@ def run_stats(run_dir: Path, manifest: dict) -> dict:
     return {"nvlink_Bps_per_gpu": float(np.nanmean(nvl[gpu])) if gpu.any() else float("nan"),
             "power_W_per_gpu": float(np.nanmean(power[gpu])) if gpu.any() else float("nan"),
             "gpu_util_pct": float(np.nanmean(util[gpu])) if gpu.any() else float("nan"),
-            "steady_s": float(manifest["end"] - manifest["start"])}
+            "steady_s": float(manifest["end"] - manifest["start"]),
+            # time inside the lead rank's steps: how much of the run is the workload's own work
+            "step_s": float(sum((manifest.get("ground_truth") or {}).get("step_times_s") or []))}
 
 
 def summarize(root: str | Path, with_stats: bool = True) -> dict:
@@ -87,13 +89,14 @@ def dataset_markdown(summary: dict, root: str) -> str:
              f"- runs: {summary['runs']}",
              *(f"- {c}: {n} runs over {summary['configs_by_class'].get(c, 0)} configurations "
                f"({', '.join(summary['families_by_class'].get(c, []))})" for c, n in sorted(summary["by_class"].items())),
-             "", "| run | class | family | ground-truth FLOPs | NVLink B/s per GPU | power W per GPU | GPU util % | s |",
-             "|---|---|---|---|---|---|---|---|"]
+             "", "| run | class | family | ground-truth FLOPs | NVLink B/s per GPU (TX+RX) | power W per GPU | GPU util % "
+             "| run s (start → end) | in steps s (lead rank) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(summary["run_list"], key=lambda r: (r["class"], r["family"], r["run_id"])):
         fl = f"{r['flops']:.3e}" if r.get("flops") else "—"
         lines.append(f"| {r['run_id']} | {r['class']} | {r['family']} | {fl} | {r.get('nvlink_Bps_per_gpu', float('nan')):.3e} "
                      f"| {r.get('power_W_per_gpu', float('nan')):.0f} | {r.get('gpu_util_pct', float('nan')):.0f} "
-                     f"| {r.get('steady_s', float('nan')):.0f} |")
+                     f"| {r.get('steady_s', float('nan')):.0f} | {r.get('step_s', float('nan')):.1f} |")
     fails = summary.get("campaign_failures") or []
     if fails:
         lines += ["", "## Runs that failed in a campaign call", "",
