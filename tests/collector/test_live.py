@@ -3,8 +3,9 @@
 Each node's readings are cut into 1 s signed batches and posted like an agent would; the live
 processor judges them on the commit bus; the tests read the verdict API. DDP (symmetric,
 simultaneous NVLink bursts) must go idle → training with an alert; a one-way 10 GiB send must go
-idle → inference without one; verdicts and alerts must survive a restart; two nodes running DDP
-at the same moments must form one job.
+idle → inference without one; verdicts and alerts must survive a restart; two nodes running one
+DDP job (simultaneous bursts on their network too) must form one job, and a third running its own
+DDP at the same moments, with no network traffic, must not join it.
 """
 
 from __future__ import annotations
@@ -35,17 +36,31 @@ SEND = [("idle", 12.0, IDLE_MEM_BYTES), ("send", 22.0, 30 * GIB)]
 IDLE = [("idle", 34.0, IDLE_MEM_BYTES)]
 
 
-def batches(plan, t_start: float = T0, batch_s: float = 1.0) -> list[list[dict]]:
+def with_network(rs: list) -> list:
+    """The readings plus an ``eth0`` whose bytes follow gpu0's NVLink bursts (a quarter of them):
+    the inter-node part of a DDP job spanning nodes, which crosses the network in step with the
+    intra-node all-reduce."""
+    from trainsentry.telemetry.base import Reading
+    out = list(rs)
+    for r in rs:
+        if r.device == "gpu0":
+            b = int(r.values["nvlink_tx_kib"]) * 256
+            out.append(Reading("eth0", "net", r.t, {"net_tx_bytes": b, "net_rx_bytes": b}))
+    return out
+
+
+def batches(plan, t_start: float = T0, batch_s: float = 1.0, network: bool = False) -> list[list[dict]]:
     """The plan's readings as wire samples in consecutive ``batch_s`` batches (all GPUs together)."""
-    rs = sorted(readings(plan, t_start), key=lambda r: r.t)
+    rs = readings(plan, t_start)
+    rs = sorted(with_network(rs) if network else rs, key=lambda r: r.t)
     out: dict[int, list[dict]] = {}
     for r in rs:
         out.setdefault(int((r.t - t_start) // batch_s), []).append(r.to_wire())
     return [out[k] for k in sorted(out)]
 
 
-def send_all(client: TestClient, agents: dict[str, Agent], plans: dict[str, list]) -> None:
-    per_node = {n: batches(p) for n, p in plans.items()}
+def send_all(client: TestClient, agents: dict[str, Agent], plans: dict[str, list], network=()) -> None:
+    per_node = {n: batches(p, network=n in network) for n, p in plans.items()}
     for i in range(max(len(b) for b in per_node.values())):
         for n, bs in per_node.items():
             if i < len(bs):
@@ -145,13 +160,16 @@ def test_one_way_send_goes_idle_to_inference_without_alert(client, agent):
 
 
 def test_two_nodes_with_simultaneous_ddp_form_one_job(db, client, agent):
-    keys = enroll(db, "node-b", "node-c")
+    keys = enroll(db, "node-b", "node-c", "node-d")
     agents = {"node-a": agent, **{n: Agent(client, n, k) for n, k in keys.items()}}
-    send_all(client, agents, {"node-a": DDP, "node-b": DDP, "node-c": IDLE})
+    send_all(client, agents, {"node-a": DDP, "node-b": DDP, "node-c": IDLE, "node-d": DDP},
+             network=("node-a", "node-b"))
     jobs = get(client, "/v1/jobs")["jobs"]
     both = [j for j in jobs if j["nodes"] == ["node-a", "node-b"]]
     assert len(both) == 1 and both[0]["state"] == "training", jobs
     assert not any("node-c" in j["nodes"] for j in jobs)  # idle all along: in no job
+    # same start, same NVLink bursts, but nothing on its network: its own job, not theirs
+    assert [j["nodes"] for j in jobs if "node-d" in j["nodes"]] == [["node-d"]], jobs
     job = get(client, f"/v1/jobs/{both[0]['job']}")
     ev = " ".join(job["verdict"]["evidence"])
     assert "job of 2 nodes" in ev and "co-activity" in ev

@@ -4,11 +4,16 @@ The rule (simple, and all it claims): two active nodes belong to one job when
 
 * their current workload segments started within ``job_start_tol_s`` (10 s) of each other — a
   distributed launch starts every rank together; and
-* their communication is simultaneous over the latest window: the per-node byte series (NVLink
-  plus network, on one 10 Hz grid of the same clock span) are active together in at least half
-  the bins where either is active, or correlate at 0.5 or more — the co-activity and correlation
-  that :func:`trainsentry.features.comm.cross_device_features` computes across GPUs, used here
-  across nodes, with comm-rules' simultaneity threshold.
+* their *network* traffic is simultaneous over the latest window: the per-node byte series (all
+  interfaces but loopback, TX+RX, on one 10 Hz grid of the same clock span) are active together in
+  at least half the bins where either is active, or correlate at 0.5 or more — the co-activity
+  and correlation that :func:`trainsentry.features.comm.cross_device_features` computes across
+  GPUs, used here across nodes, with comm-rules' simultaneity threshold.
+
+Only the network counts: whatever one job's nodes exchange must cross it, while NVLink stays
+inside a node. Two unrelated nodes that each run their own busy 2-GPU job started in the same
+10 s (the demo's replays did) keep NVLink busy all the time and would look "simultaneous" on it;
+without traffic on their network they are two jobs.
 
 Jobs are the connected groups of that relation; a node active alone is a job of one node. A job
 is named after its earliest segment start and its first node, so the name stays while the job
@@ -36,16 +41,15 @@ GRID_HZ = 10.0
 
 
 def comm_series(table: pa.Table, t0: float, t1: float) -> np.ndarray:
-    """Bytes/s a node moves (all GPUs' NVLink TX+RX, all interfaces' TX+RX) per bin of [t0, t1]."""
+    """Bytes/s a node moves over its network (every interface but loopback, TX+RX) per bin of [t0, t1]."""
     grid = next(iter(to_grids(table, GRID_HZ, t0, t1).values()), None)
     if grid is None:
         return np.zeros(0)
     total = np.zeros(grid.t.size)
-    for devs, keys in ((grid.gpus, ("nvlink_tx_Bps", "nvlink_rx_Bps")), (grid.nets, ("net_tx_Bps", "net_rx_Bps"))):
-        for series in devs.values():
-            for k in keys:
-                if k in series:
-                    total += np.nan_to_num(series[k])
+    for series in grid.nets.values():
+        for k in ("net_tx_Bps", "net_rx_Bps"):
+            if k in series:
+                total += np.nan_to_num(series[k])
     return total
 
 
@@ -92,7 +96,7 @@ class JobTracker:
             if max(co, corr) >= cfg.job_simult_min:
                 parent[root(b)] = root(a)
                 why[frozenset((a, b))] = (f"{a} and {b}: segments started {d_start:.1f} s apart (<= "
-                                          f"{cfg.job_start_tol_s:.0f} s), traffic co-activity {co:.2f}, "
+                                          f"{cfg.job_start_tol_s:.0f} s), network traffic co-activity {co:.2f}, "
                                           f"correlation {corr:.2f} (>= {cfg.job_simult_min})")
         groups: dict[str, list[str]] = {}
         for n in cand:
