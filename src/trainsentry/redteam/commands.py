@@ -1,0 +1,83 @@
+"""``trainsentry redteam``: monitor–evader rounds from recorded runs (issue 6).
+
+Only typer, rich and the standard library at the top: numpy, pandas and scikit-learn load inside.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+NAME = "redteam"
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Red team: detection of recorded evasion strategies, round by round, and their cost.")
+
+
+@app.callback()
+def _group() -> None:
+    """Red team: detection of recorded evasion strategies, round by round, and their cost."""
+
+
+def _command(benign: list[Path], adversarial: list[Path], rounds: int, out: Path, docs: str, figures: str,
+             detector: list[str], primary: str, splits: int, seed: int, rt_trees: int) -> str:
+    """The command line that regenerates these outputs (written into the JSON and the page)."""
+    parts = ["trainsentry", "redteam", "rounds"]
+    parts += [a for d in benign for a in ("--benign", str(d))]
+    parts += [a for d in adversarial for a in ("--adversarial", str(d))]
+    parts += ["--rounds", str(rounds), "--out", str(out), "--docs", docs, "--figures", figures]
+    parts += [a for d in detector for a in ("--detector", d)]
+    for flag, value, default in (("--primary", primary, "fused"), ("--splits", splits, 20), ("--seed", seed, 0),
+                                 ("--rt-trees", rt_trees, 400)):
+        if value != default:
+            parts += [flag, str(value)]
+    return shlex.join(parts)
+
+
+@app.command()
+def rounds(
+    benign: list[Path] = typer.Option([Path("data/h200")], "--benign", help="Benign run directories (repeatable)"),
+    adversarial: list[Path] = typer.Option(..., "--adversarial", help="Red-team run directories (repeatable)"),
+    n_rounds: int = typer.Option(3, "--rounds", min=1, help="1: detectors as delivered; 2: + adversarial runs "
+                                 "(leave one strategy out); 3+: adversarial runs weighted up"),
+    out: Path = typer.Option(Path("results/redteam.json"), "--out", help="Results JSON"),
+    docs: str = typer.Option("docs/redteam.md", "--docs", help="Generated page ('' to skip)"),
+    figures: str = typer.Option("results/figures/redteam", "--figures", help="Figure directory ('' to skip)"),
+    detector: list[str] = typer.Option([], "--detector", help="Evaluate only these detectors (repeatable)"),
+    primary: str = typer.Option("fused", "--primary", help="The detector whose numbers fill the strategy tables"),
+    splits: int = typer.Option(20, "--splits", min=1, help="Configuration-grouped splits for the benign metrics"),
+    seed: int = typer.Option(0, "--seed"),
+    rt_trees: int = typer.Option(400, "--rt-trees", help="Trees per stage of rt-baseline (400 as published)"),
+    cache: Path | None = typer.Option(None, "--cache", help="Feature cache (default ~/.cache/trainsentry/features)"),
+) -> None:
+    """Score every adversarial strategy, round by round, and write the JSON, figures and page."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..detect.pipeline import default_cache_dir
+    from .rounds import InputError, rank_strategies, run_rounds, write_outputs
+    console = Console(stderr=True)
+    command = _command(benign, adversarial, n_rounds, out, docs, figures, detector, primary, splits, seed, rt_trees)
+    for d in [*benign, *adversarial]:
+        if not d.is_dir():
+            console.print(f"[red]redteam rounds: {d}: no such directory[/red]")
+            raise typer.Exit(2)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as prog:
+        def step(description: str, total: int):
+            task = prog.add_task(description, total=total)
+            return lambda: prog.advance(task)
+        try:
+            doc = run_rounds(benign, adversarial, n_rounds, detector or None, primary, splits, seed, rt_trees,
+                             cache or default_cache_dir(), command, progress=step)
+        except (InputError, FileNotFoundError) as e:
+            prog.stop()
+            console.print(f"[red]redteam rounds: {e}[/red]")
+            raise typer.Exit(2)
+    write_outputs(doc, out, Path(docs) if docs not in ("", ".") else None,
+                  Path(figures) if figures not in ("", ".") else None)
+    for r in rank_strategies(doc)[0][:10]:
+        console.print(f"{r['rank']:3d}. {r['name']:12s} {r['setting']:22s} detected {r['run_detection']:.0%}  "
+                      f"overhead {r['gpu_hour_overhead']:+.0%}  effectiveness {r['score']:.2f}")
+    console.print(f"wrote {out}" + (f", {docs}" if docs not in ("", ".") else ""))

@@ -1,0 +1,555 @@
+"""Monitor–evader rounds from recorded runs: results/redteam.json, figures and docs/redteam.md.
+
+* Round 1: every detector as delivered — fitted on the benign runs only, through the same factories
+  and window features as ``trainsentry eval`` (detect.evaluate, detect.dataset) — scores every
+  adversarial run frozen (:func:`trainsentry.redteam.evasion.score_evasion`).
+* Round r ≥ 2: the blue side adds recorded adversarial runs to its fitting data, scored leave one
+  strategy out: the detector that scores strategy S was fitted on the benign runs and on the runs of
+  every strategy but S (strategy = ``labels.family``; ``adv.<strategy>.<setting>`` workloads label
+  themselves so). Round 2 adds the runs as recorded; round 3 also repeats each strategy's runs so
+  that every strategy weighs about as much as all benign training together (the detectors take no
+  sample weights; repeating a run is the same weight); each later round doubles that repeat.
+* Every round re-measures benign run accuracy and false-positive rates on configuration-grouped
+  splits of the benign runs (detect.evaluate.config_splits), with that round's adversarial data in
+  every fitting side.
+* Cost per strategy and setting from the manifests' ground truth (:mod:`trainsentry.redteam.cost`)
+  against the benign DDP run each adversarial run names as its baseline.
+
+Runs under an adversarial directory whose workload is not ``adv.*`` (the campaign records the
+benign baselines beside the strategies) serve only as cost baselines; ``adv.*`` runs under a benign
+directory are left out of the benign data (both are listed in the provenance).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from ..detect.alert import AlertRule
+from ..detect.base import Detector
+from ..detect.dataset import Run, load_run, stack
+from ..detect.evaluate import (ALTERNATIVE_RULES, RunOutcome, config_splits, detector_factories, fit_and_score,
+                               run_metrics)
+from ..traces.io import iter_runs
+from .cost import load_truth, run_cost, score_costs
+from .evasion import by_family, score_evasion
+
+RULE = AlertRule(0.75, 3, 5)          # the rule `trainsentry eval` scores runs with
+PRIMARY = "fused"                     # the detector the live path prefers (collector.live.PREFERENCE)
+MAX_BALANCE, MAX_REPEAT = 8, 16      # bound the fitting data (and time) the repeats add
+HARDENING = {1: "as delivered: fitted on the benign runs only",
+             2: "adds the recorded adversarial runs of every other strategy to the fitting data",
+             3: "as round 2, with each strategy's runs repeated so that its windows weigh about as much as all "
+                f"benign training windows together (at most {MAX_BALANCE}x)"}
+EFFECTIVENESS = "(1 - run_detection) / (1 + max(gpu_hour_overhead, 0)), in the last round"
+
+
+class InputError(ValueError):
+    """Input the command refuses with a message and exit code 2 (missing directories, no runs)."""
+
+
+@dataclass
+class AdvRun:
+    run: Run
+    dir: Path
+    strategy: str
+    setting: str
+
+
+def hardening(round_no: int) -> str:
+    return HARDENING.get(round_no, f"as round 3, with the repeat doubled {round_no - 3} more time(s) "
+                                   f"(at most {MAX_REPEAT}x)")
+
+
+def adversarial_repeat(round_no: int, benign_training_windows: int, strategy_windows: int) -> int:
+    """How many times one strategy's runs enter the fitting data in a round (their weight)."""
+    if round_no <= 2 or strategy_windows <= 0:
+        return 1
+    balance = min(MAX_BALANCE, max(1, round(benign_training_windows / strategy_windows)))
+    return int(min(MAX_REPEAT, balance * 2 ** (round_no - 3)))
+
+
+def hardened(adv: list[AdvRun], round_no: int, benign_training_windows: int, feature_set: str) -> tuple[list[Run], dict]:
+    """The adversarial runs a round adds to the fitting data, repeated per strategy, and the repeats."""
+    runs, repeat = [], {}
+    for s in sorted({a.strategy for a in adv}):
+        mine = [a.run for a in adv if a.strategy == s]
+        repeat[s] = adversarial_repeat(round_no, benign_training_windows, _windows(mine, feature_set))
+        runs += mine * repeat[s]
+    return runs, repeat
+
+
+def _manifest(d: Path) -> dict:
+    return json.loads((d / "manifest.json").read_text())
+
+
+def _runs_under(root: Path) -> list[Path]:
+    if not root.is_dir():
+        raise InputError(f"{root}: no such directory")
+    return iter_runs(root)
+
+
+def _setting(workload: str, strategy: str) -> str:
+    for prefix in (f"adv.{strategy}.", "adv."):
+        if workload.startswith(prefix):
+            return workload[len(prefix):]
+    return workload
+
+
+def discover(benign_dirs: list[Path], adversarial_dirs: list[Path], cache_dir: Path, advance=None) -> dict:
+    """Benign runs, adversarial runs and cost-baseline directories, with what was left out and why."""
+    benign_paths, adv_paths, base_paths, excluded = [], [], [], []
+    for root in benign_dirs:
+        for d in _runs_under(root):
+            if _manifest(d)["labels"]["workload"].startswith("adv."):
+                excluded.append({"run": str(d), "why": "adversarial workload under a benign directory"})
+            else:
+                benign_paths.append(d)
+    if not benign_paths:
+        raise InputError(f"no benign runs (manifest.json) under {', '.join(map(str, benign_dirs))}")
+    for root in adversarial_dirs:
+        for d in _runs_under(root):
+            (adv_paths if _manifest(d)["labels"]["workload"].startswith("adv.") else base_paths).append(d)
+    if not adv_paths:
+        raise InputError(f"no adversarial runs (workload adv.*) under {', '.join(map(str, adversarial_dirs))}")
+    benign, adv = [], []
+    for d in benign_paths:
+        benign.append(_load(d, cache_dir))
+        if advance:
+            advance()
+    for d in adv_paths:
+        r = _load(d, cache_dir)
+        adv.append(AdvRun(r, d, r.family, _setting(r.workload, r.family)))
+        if advance:
+            advance()
+    if len({r.is_training for r in benign}) < 2:
+        raise InputError("the benign runs need training and non-training runs to fit a detector")
+    return {"benign": benign, "adversarial": adv, "cost_baselines": base_paths + benign_paths, "excluded": excluded,
+            "baselines_only": [str(d) for d in base_paths]}
+
+
+def _load(d: Path, cache_dir: Path) -> Run:
+    try:
+        return load_run(d, cache_dir)
+    except (ValueError, KeyError, OSError) as e:
+        raise InputError(f"{d}: {e}") from e
+
+
+def fit(factory: Callable[[], Detector], runs: list[Run]) -> Detector:
+    det = factory()
+    X, y, classes, ids = stack(runs, det.feature_set)
+    det.fit(X, y, groups=ids, classes=classes)
+    return det
+
+
+def _windows(runs: list[Run], feature_set: str) -> int:
+    return int(sum(int(r.windows[feature_set]["in_run"].sum())
+                   for r in runs if not r.windows[feature_set].empty))
+
+
+def score_runs(det: Detector, runs: list[AdvRun], cache_dir: Path) -> list[dict]:
+    """Per run: window share, alert and time to alert under the main rule and eval's alternatives."""
+    dirs = [a.dir for a in runs]
+    main = score_evasion(dirs, det, RULE, cache_dir)
+    alts = {k: score_evasion(dirs, det, rule, cache_dir) for k, rule in ALTERNATIVE_RULES.items()}
+    out = []
+    for i, a in enumerate(runs):
+        row = {**main[i], "family": a.strategy, "setting": a.setting, "dir": str(a.dir)}
+        row["alternatives"] = {k: {"alerted": v[i]["alerted"], "time_to_alert_s": v[i]["time_to_alert_s"]}
+                               for k, v in alts.items()}
+        out.append(row)
+    return out
+
+
+def summarise(rows: list[dict]) -> dict:
+    """One strategy setting's detection (evasion.by_family over its runs), main and alternative rules."""
+    fam = by_family(rows)[rows[0]["family"]]
+    alts = {}
+    for k in ALTERNATIVE_RULES:
+        fam_k = by_family([{**r, "alerted": r["alternatives"][k]["alerted"],
+                            "time_to_alert_s": r["alternatives"][k]["time_to_alert_s"]} for r in rows])
+        alts[k] = {"run_detection": fam_k[rows[0]["family"]]["run_detection"],
+                   "median_time_to_alert_s": fam_k[rows[0]["family"]]["median_time_to_alert_s"]}
+    return {"window_detection": fam["window_detection"], "run_detection": fam["run_detection"],
+            "median_time_to_alert_s": fam["median_time_to_alert_s"], "alternative_alert_rules": alts}
+
+
+def _mean(xs: list) -> float | None:
+    v = [x for x in xs if x is not None]
+    return float(np.mean(v)) if v else None
+
+
+def benign_metrics(factory: Callable[[], Detector], benign: list[Run], extra: list[Run],
+                   splits: list[tuple[set, set]], advance=None) -> dict:
+    """Run accuracy and false-positive rates on the test sides of configuration-grouped splits;
+    ``extra`` (this round's adversarial runs, repeated) joins every fitting side."""
+    per = []
+    for train_c, test_c in splits:
+        train = [r for r in benign if r.config in train_c] + extra
+        test = [r for r in benign if r.config in test_c]
+        outcomes = fit_and_score(factory, train, test, RULE)
+        m = run_metrics(outcomes)
+        for k in ALTERNATIVE_RULES:
+            alt = run_metrics([RunOutcome(o.run_id, o.cls, o.family, o.config, o.alternatives[k]["alerted"],
+                                          o.alternatives[k]["time_to_alert_s"], np.zeros(0)) for o in outcomes])
+            m[k] = {"run_accuracy": alt["run_accuracy"], "inference_fpr": alt["inference_fpr"]}
+        per.append(m)
+        if advance:
+            advance()
+    out = {k: _mean([m[k] for m in per]) for k in
+           ("run_accuracy", "inference_fpr", "other_fpr", "training_detection", "window_auc")}
+    out["alternative_alert_rules"] = {k: {q: _mean([m[k][q] for m in per])
+                                          for q in ("run_accuracy", "inference_fpr")} for k in ALTERNATIVE_RULES}
+    out["splits"] = len(per)
+    return out
+
+
+def costs(adv: list[AdvRun], baseline_dirs: list[Path]) -> dict[tuple[str, str], dict]:
+    """Cost per (strategy, setting): medians over its runs of cost.compare's numbers, or null and why."""
+    bases = []
+    for d in baseline_dirs:
+        try:
+            m = _manifest(d)
+            if m["labels"]["class"] == "training" and m.get("ground_truth") and run_cost(load_truth(d)):
+                bases.append(d)
+        except (ValueError, KeyError, FileNotFoundError):
+            continue          # a run without steps or loss curve cannot be a baseline
+    base_dir = {_manifest(d)["run_id"]: d for d in bases}
+    per: dict[tuple[str, str], list[dict]] = {}
+    for a in adv:
+        try:
+            row = score_costs([a.dir], bases)[0]
+        except (ValueError, KeyError, FileNotFoundError) as e:
+            row = {"error": f"no cost: {e}"}
+        per.setdefault((a.strategy, a.setting), []).append(row)
+    out = {}
+    for key, rows in per.items():
+        ok = [r for r in rows if "error" not in r]
+        over = [r["baseline_tokens_per_gpu_hour"] / r["tokens_per_gpu_hour"] - 1.0
+                for r in ok if r["tokens_per_gpu_hour"] > 0]
+        med = lambda k: _median([r.get(k) for r in ok])  # noqa: E731
+        notes = sorted({f"{r.get('workload') or key[1]}: {r['error']}"
+                        + (f" ({r['baseline']})" if r.get("baseline") else "") for r in rows if "error" in r})
+        c = {"gpu_hour_overhead": _median(over), "loss_penalty_equal_tokens": med("loss_penalty_equal_tokens"),
+             "loss_penalty_equal_gpu_hours": med("loss_penalty_equal_gpu_hours"),
+             "gpu_hour_multiplier_same_loss": med("gpu_hour_multiplier"), "val_loss_penalty": med("val_loss_penalty"),
+             "baseline_runs": sorted({r["baseline_run"] for r in ok})}
+        if ok and (c["loss_penalty_equal_tokens"] is None or c["loss_penalty_equal_gpu_hours"] is None):
+            notes.append("a loss penalty is null: the baseline run stopped before the adversary's tokens or "
+                         "GPU-hours (no extrapolation)")
+        c["cost_note"] = "; ".join(notes) or None
+        c["baseline_run_dir"] = str(base_dir[c["baseline_runs"][0]]) if c["baseline_runs"] else None
+        out[key] = c
+    return out
+
+
+def _median(xs: list) -> float | None:
+    v = [x for x in xs if x is not None]
+    return float(np.median(v)) if v else None
+
+
+def effectiveness(run_detection: float | None, gpu_hour_overhead: float | None) -> float | None:
+    """Share of runs undetected per GPU-hour relative to benign training (report/ranking.py's score)."""
+    if run_detection is None or gpu_hour_overhead is None:
+        return None
+    return (1.0 - float(run_detection)) / (1.0 + max(float(gpu_hour_overhead), 0.0))
+
+
+def rank_strategies(doc: dict) -> tuple[list[dict], list[dict]]:
+    """Strategy settings of the last round ordered by effectiveness (computed here from the numbers),
+    and those that cannot be ranked with the reason."""
+    last = doc["rounds"][-1]
+    ranked, unranked = [], []
+    for s in last["strategies"]:
+        score = effectiveness(s["run_detection"], s["gpu_hour_overhead"])
+        row = {"name": s["name"], "setting": s["setting"], "round": last["round"],
+               "run_detection": s["run_detection"], "window_detection": s["window_detection"],
+               "gpu_hour_overhead": s["gpu_hour_overhead"], "score": score}
+        if score is None:
+            why = (f"no GPU-hour overhead: {s.get('cost_note') or 'no cost'}" if s["gpu_hour_overhead"] is None
+                   else "no run detection")
+            unranked.append({**row, "why": why})
+        else:
+            ranked.append(row)
+    ranked.sort(key=lambda r: (-r["score"], r["window_detection"] if r["window_detection"] is not None else 1.0,
+                               r["name"], r["setting"]))
+    return [{"rank": i + 1, **r} for i, r in enumerate(ranked)], unranked
+
+
+def play_round(r: int, names: list[str], factories: dict, benign: list[Run], adv: list[AdvRun],
+               splits: list[tuple[set, set]], cache_dir: Path, step) -> tuple[dict, dict, dict]:
+    """One round for every detector: per (strategy, setting) detection, what each strategy's detector
+    was fitted on, and the benign metrics."""
+    strategies = sorted({a.strategy for a in adv})
+    detection, trained_on, bench = {}, {}, {}
+    for name in names:
+        fs = factories[name]().feature_set
+        benign_train_w = _windows([b for b in benign if b.is_training], fs)
+        fits = 1 if r == 1 else len(strategies)
+        advance = step(f"round {r}, {name}: {fits} fit(s) + {len(splits)} benign splits", fits + len(splits))
+        rows, trained_on[name] = [], {}
+        if r == 1:
+            rows = score_runs(fit(factories[name], benign), adv, cache_dir)
+            trained_on[name] = {s: {"strategies": [], "adversarial_runs": 0, "repeat": {}} for s in strategies}
+            advance()
+            extra_all: list[Run] = []
+        else:
+            for s in strategies:                     # leave one strategy out
+                others = [a for a in adv if a.strategy != s]
+                extra, repeat = hardened(others, r, benign_train_w, fs)
+                assert s not in repeat, "a strategy would be fitted on its own runs"
+                rows += score_runs(fit(factories[name], benign + extra), [a for a in adv if a.strategy == s], cache_dir)
+                trained_on[name][s] = {"strategies": sorted(repeat), "adversarial_runs": len(others), "repeat": repeat}
+                advance()
+            extra_all = hardened(adv, r, benign_train_w, fs)[0]
+        bench[name] = benign_metrics(factories[name], benign, extra_all, splits, advance)
+        by_group: dict[tuple[str, str], list[dict]] = {}
+        for row in rows:
+            by_group.setdefault((row["family"], row["setting"]), []).append(row)
+        detection[name] = {g: {**summarise(rs), "runs": len(rs)} for g, rs in by_group.items()}
+    return detection, trained_on, bench
+
+
+def strategy_entries(adv: list[AdvRun], detection: dict, trained_on: dict, cost: dict, primary: str) -> list[dict]:
+    """The round's rows: the primary detector's detection, every detector's beside it, the cost."""
+    entries = []
+    for g in sorted({(a.strategy, a.setting) for a in adv}):
+        p = detection[primary][g]
+        runs = [a for a in adv if (a.strategy, a.setting) == g]
+        entries.append({"name": g[0], "setting": g[1], "workload": runs[0].run.workload,
+                        "window_detection": p["window_detection"], "run_detection": p["run_detection"],
+                        "median_time_to_alert_s": p["median_time_to_alert_s"], **cost[g],
+                        "effectiveness": effectiveness(p["run_detection"], cost[g]["gpu_hour_overhead"]),
+                        "detector": primary, "alternative_alert_rules": p["alternative_alert_rules"],
+                        "by_detector": {n: d[g] for n, d in detection.items()},
+                        "trained_on": trained_on[primary][g[0]],
+                        "runs": len(runs), "run_ids": [a.run.run_id for a in runs], "example_run_dir": str(runs[0].dir)})
+    return entries
+
+
+def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: int = 3,
+               detectors: list[str] | None = None, primary: str = PRIMARY, n_splits: int = 20, seed: int = 0,
+               rt_trees: int = 400, cache_dir: Path | None = None, command: str = "trainsentry redteam rounds",
+               factories: dict[str, Callable[[], Detector]] | None = None, progress=None) -> dict:
+    """Every round's detection per strategy setting, its benign metrics, and the cost; the JSON document.
+    ``progress(description, total)`` returns the callable that advances one task."""
+    if n_rounds < 1:
+        raise InputError("--rounds must be at least 1")
+    factories = factories or detector_factories(rt_trees)
+    names = detectors or list(factories)
+    unknown = set(names) - set(factories)
+    if unknown:
+        raise InputError(f"unknown detectors {sorted(unknown)}; choose from {list(factories)}")
+    if primary not in names:
+        raise InputError(f"the primary detector {primary!r} is not among those evaluated ({names})")
+    if cache_dir is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            return run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, primary, n_splits, seed, rt_trees,
+                              Path(tmp), command, factories, progress)
+    t0 = time.time()
+    step = progress or (lambda desc, total: (lambda: None))
+    benign_dirs, adversarial_dirs = [Path(d) for d in benign_dirs], [Path(d) for d in adversarial_dirs]
+    n_dirs = sum(len(_runs_under(d)) for d in [*benign_dirs, *adversarial_dirs])
+    data = discover(benign_dirs, adversarial_dirs, cache_dir, step("features (cached per run)", n_dirs))
+    benign, adv = data["benign"], data["adversarial"]
+    splits = config_splits(benign, n_splits, seed)
+    cost = costs(adv, data["cost_baselines"])
+    rounds = []
+    for r in range(1, n_rounds + 1):
+        detection, trained_on, bench = play_round(r, names, factories, benign, adv, splits, cache_dir, step)
+        rounds.append({"round": r, "hardening": hardening(r), "benign": bench,
+                       "strategies": strategy_entries(adv, detection, trained_on, cost, primary)})
+    doc = {"command": command, "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "data": {"benign_dirs": [str(d) for d in benign_dirs], "adversarial_dirs": [str(d) for d in adversarial_dirs],
+                    "benign_runs": len(benign), "benign_configs": len({b.config for b in benign}),
+                    "benign_runs_by_class": dict(Counter(b.cls for b in benign)),
+                    "adversarial_runs": len(adv), "strategies": sorted({a.strategy for a in adv}),
+                    "strategy_settings": len({(a.strategy, a.setting) for a in adv}),
+                    "adversarial_runs_by_strategy": dict(sorted(Counter(a.strategy for a in adv).items())),
+                    "cost_baselines_only": data["baselines_only"], "excluded": data["excluded"]},
+           "protocol": {"detectors": names, "primary_detector": primary,
+                        "alert_rule": {"threshold": RULE.threshold, "k": RULE.k, "n": RULE.n},
+                        "alternative_alert_rules": {k: {"threshold": a.threshold, "k": a.k, "n": a.n}
+                                                    for k, a in ALTERNATIVE_RULES.items()},
+                        "benign_splits": len(splits), "grouping": "labels.config", "seed": seed, "rt_trees": rt_trees,
+                        "strategy_label": "labels.family", "scoring_rounds_2_plus": "leave one strategy out",
+                        "hardening": {str(r): hardening(r) for r in range(1, n_rounds + 1)},
+                        "gpu_hour_overhead": "baseline tokens per GPU-hour / adversary's - 1 (GPU-hours per token "
+                                             "against the DDP baseline it names)",
+                        "effectiveness": EFFECTIVENESS},
+           "rounds": rounds}
+    doc["ranking"], doc["unranked"] = rank_strategies(doc)
+    doc["elapsed_s"] = round(time.time() - t0, 1)
+    return doc
+
+
+def json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.bool_):
+        return bool(o)
+    raise TypeError(f"not JSON serialisable: {type(o)}")
+
+
+# ----- docs/redteam.md and figures: written from the JSON document only
+
+def _f(x, pct: bool = False, digits: int = 1) -> str:
+    if x is None:
+        return "–"
+    return f"{100 * x:.{digits}f} %" if pct else f"{x:.{digits}f}"
+
+
+def render(doc: dict) -> str:
+    """docs/redteam.md from the results document; the ranking is recomputed from its numbers."""
+    d, proto = doc["data"], doc["protocol"]
+    rule, primary = proto["alert_rule"], proto["primary_detector"]
+    alt_names = list(proto["alternative_alert_rules"])
+    lines = ["# Red-team rounds: evasion and its cost", "",
+             f"*Generated by `{doc['command']}` on {doc['generated_at']} from `results/redteam.json`; "
+             "do not edit by hand.*", "",
+             f"Benign data {', '.join(f'`{x}`' for x in d['benign_dirs'])}: {d['benign_runs']} runs of "
+             f"{d['benign_configs']} configurations ({d['benign_runs_by_class']}). Adversarial data "
+             f"{', '.join(f'`{x}`' for x in d['adversarial_dirs'])}: {d['adversarial_runs']} runs of "
+             f"{len(d['strategies'])} strategies in {d['strategy_settings']} settings "
+             f"({d['adversarial_runs_by_strategy']}); {len(d['cost_baselines_only'])} benign runs recorded beside "
+             "them serve as cost baselines only.", "",
+             f"Detection columns are the `{primary}` detector's. A run is detected when P(training) ≥ "
+             f"{rule['threshold']} in {rule['k']} of {rule['n']} consecutive windows over its whole trace; window "
+             "detection is the share of its in-run windows at or above the threshold; time to alert is from the "
+             f"true start (manifest `start`). Columns {', '.join(f'`{a}`' for a in alt_names)} are run detection "
+             "under the looser rules `trainsentry eval` reports.", ""]
+    head = ("| strategy | setting | runs | windows detected | runs detected | " + " | ".join(alt_names)
+            + " | median time to alert (s) | GPU-hour overhead | loss penalty, equal tokens | "
+            "loss penalty, equal GPU-hours | effectiveness |")
+    for rnd in doc["rounds"]:
+        lines += [f"## Round {rnd['round']}", "", f"Monitor: {rnd['hardening']}.", "", head,
+                  "|---|---|---|---|---|" + "---|" * len(alt_names) + "---|---|---|---|---|"]
+        for s in rnd["strategies"]:
+            alts = " | ".join(_f(s["alternative_alert_rules"][a]["run_detection"], True, 0) for a in alt_names)
+            lines.append(f"| {s['name']} | {s['setting']} | {s['runs']} | {_f(s['window_detection'], True)} | "
+                         f"{_f(s['run_detection'], True, 0)} | {alts} | {_f(s['median_time_to_alert_s'])} | "
+                         f"{_f(s['gpu_hour_overhead'], True)} | {_f(s['loss_penalty_equal_tokens'], digits=3)} | "
+                         f"{_f(s['loss_penalty_equal_gpu_hours'], digits=3)} | "
+                         f"{_f(effectiveness(s['run_detection'], s['gpu_hour_overhead']), digits=2)} |")
+        lines += ["", "Runs detected by every detector evaluated (same rule):", "",
+                  "| strategy | setting | " + " | ".join(f"`{n}`" for n in proto["detectors"]) + " |",
+                  "|---|---|" + "---|" * len(proto["detectors"])]
+        for s in rnd["strategies"]:
+            lines.append(f"| {s['name']} | {s['setting']} | " + " | ".join(
+                _f(s["by_detector"][n]["run_detection"], True, 0) for n in proto["detectors"]) + " |")
+        lines += ["", f"Benign runs, re-measured this round ({proto['benign_splits']} configuration-grouped splits, "
+                  "mean over test sides):", "",
+                  "| detector | run accuracy | inference FPR (runs) | other FPR (runs) | training detection | "
+                  + " | ".join(f"inference FPR {a}" for a in alt_names) + " |",
+                  "|---|---|---|---|---|" + "---|" * len(alt_names)]
+        for n, b in rnd["benign"].items():
+            lines.append(f"| `{n}` | {_f(b['run_accuracy'], True)} | {_f(b['inference_fpr'], True)} | "
+                         f"{_f(b['other_fpr'], True)} | {_f(b['training_detection'], True)} | " + " | ".join(
+                             _f(b["alternative_alert_rules"][a]["inference_fpr"], True) for a in alt_names) + " |")
+        lines.append("")
+    ranked, unranked = rank_strategies(doc)
+    lines += ["## Ranking", "", f"Effectiveness = {EFFECTIVENESS}: the share of runs the monitor missed per GPU-hour "
+              "relative to benign training. Computed from the table of the last round.", "",
+              "| rank | strategy | setting | runs detected | windows detected | GPU-hour overhead | effectiveness |",
+              "|---|---|---|---|---|---|---|"]
+    for r in ranked:
+        lines.append(f"| {r['rank']} | {r['name']} | {r['setting']} | {_f(r['run_detection'], True, 0)} | "
+                     f"{_f(r['window_detection'], True)} | {_f(r['gpu_hour_overhead'], True)} | "
+                     f"{_f(r['score'], digits=2)} |")
+    if unranked:
+        lines += ["", "Not ranked: " + "; ".join(f"{r['name']} {r['setting']} ({r['why']})" for r in unranked) + "."]
+    notes = [(s["name"], s["setting"], s["cost_note"]) for s in doc["rounds"][-1]["strategies"] if s.get("cost_note")]
+    if notes:
+        lines += ["", "Cost notes:", ""] + [f"* {n} {st}: {why}" for n, st, why in notes]
+    lines += ["", "## Method", "",
+              "* **Round 1** scores every adversarial run with each detector fitted on the benign runs only, "
+              "through the detector factories and cached window features of `trainsentry eval`, frozen "
+              "(`trainsentry.redteam.evasion.score_evasion`).",
+              "* **Rounds 2 and later**: leave one strategy out. The detector that scores a strategy (`labels.family`) "
+              "was fitted on the benign runs plus the adversarial runs of every other strategy; what each was "
+              "fitted on is in `results/redteam.json` (`trained_on`). Hardening per round: "
+              + "; ".join(f"{k}: {v}" for k, v in proto["hardening"].items()) + ".",
+              "* **Benign metrics** are re-measured every round on configuration-grouped splits of the benign runs "
+              "(`trainsentry.detect.evaluate.config_splits`), the round's adversarial runs added to every fitting side.",
+              "* **Cost** (`trainsentry.redteam.cost`): GPU-hour overhead = " + proto["gpu_hour_overhead"] + "; loss "
+              "penalties at equal tokens and equal GPU-hours against the baseline's smoothed loss curve, without "
+              "extrapolation (null when the baseline run is shorter, or when no baseline run was recorded: see the "
+              "cost notes). Medians over a setting's runs.",
+              "", "Figures: " + ", ".join(f"`{p}`" for p in doc.get("figures", [])) + ".",
+              "", "## Reproduce", "", "```", doc["command"], "```", ""]
+    return "\n".join(lines)
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def figures(doc: dict, out: Path) -> list[Path]:
+    """Detection by round per strategy setting, evasion against cost (last round), benign FPR by round."""
+    plt = _plt()
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    fig, ax = plt.subplots(figsize=(8, 4))
+    series: dict[str, list[tuple[int, float]]] = {}
+    for rnd in doc["rounds"]:
+        for s in rnd["strategies"]:
+            if s["run_detection"] is not None:
+                series.setdefault(f"{s['name']} {s['setting']}", []).append((rnd["round"], 100 * s["run_detection"]))
+    for i, (label, pts) in enumerate(sorted(series.items())):
+        dx = 0.25 * (i / max(1, len(series) - 1) - 0.5)      # spread overlapping series sideways
+        ax.plot([p[0] + dx for p in pts], [p[1] for p in pts], marker="o", lw=1, label=label)
+    ax.set_xticks([r["round"] for r in doc["rounds"]])
+    ax.set(xlabel="round", ylabel="runs detected, %", ylim=(-5, 105),
+           title=f"Detection by round ({doc['protocol']['primary_detector']})")
+    ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1, 0.5))
+    paths.append(_save(plt, fig, out / "redteam_detection_by_round.png"))
+    ranked, _ = rank_strategies(doc)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in ranked:
+        x, y = 100 * r["gpu_hour_overhead"], 100 * (1 - r["run_detection"])
+        ax.scatter(x, y, s=25)
+        ax.annotate(f"{r['name']} {r['setting']}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set(xlabel="GPU-hour overhead against the DDP baseline, %", ylabel="runs undetected in the last round, %",
+           title="Evasion against cost")
+    paths.append(_save(plt, fig, out / "redteam_evasion_cost.png"))
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    dets = doc["protocol"]["detectors"]
+    width = 0.8 / max(1, len(dets))
+    rounds = [r["round"] for r in doc["rounds"]]
+    for i, n in enumerate(dets):
+        vals = [100 * (r["benign"][n]["inference_fpr"] or 0.0) for r in doc["rounds"]]
+        ax.bar(np.arange(len(rounds)) + i * width, vals, width, label=n)
+    ax.set_xticks(np.arange(len(rounds)) + 0.4 - width / 2, [str(r) for r in rounds])
+    ax.set(xlabel="round", ylabel="inference runs alerted, %", title="Benign inference false positives by round")
+    ax.legend(fontsize=7)
+    paths.append(_save(plt, fig, out / "redteam_benign_fpr_by_round.png"))
+    return paths
+
+
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_outputs(doc: dict, out: Path, docs: Path | None, figures_dir: Path | None) -> dict:
+    """results JSON, figures and the generated page (figures first: the JSON and page list them)."""
+    doc["figures"] = [str(p) for p in figures(doc, figures_dir)] if figures_dir is not None else []
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1, default=json_default) + "\n")
+    if docs is not None:
+        docs.parent.mkdir(parents=True, exist_ok=True)
+        docs.write_text(render(doc))
+    return doc

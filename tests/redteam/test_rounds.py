@@ -1,0 +1,241 @@
+"""``trainsentry redteam rounds`` on small traces replayed from the H200 probe (tests/detect/probe_traces).
+
+Benign: DDP training, one-way sends as inference, idle as other. Adversarial (class training, family =
+strategy, workload ``adv.<strategy>.<setting>`` as the registered workloads label themselves):
+``accum`` — plain DDP telemetry (nothing hidden), two settings; ``kvdisguise`` — gradient exchange
+shaped like a one-way prefill → decode hand-off (the send phase); ``diloco`` — DDP bursts with silent
+gaps, naming a baseline that was never recorded (its cost must be null, with the reason).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from detect.probe_traces import GIB, IDLE_MEM_BYTES, phase_bounds, readings
+from trainsentry.cli import app
+from trainsentry.detect.rules import CommRules
+from trainsentry.redteam.rounds import effectiveness, rank_strategies, render, run_rounds
+from trainsentry.traces.io import readings_to_columns, write_trace
+
+REQUIRED = {"name", "setting", "window_detection", "run_detection", "median_time_to_alert_s", "gpu_hour_overhead",
+            "loss_penalty_equal_tokens", "loss_penalty_equal_gpu_hours"}
+MEM = {"ddp": 20 * GIB, "send": 30 * GIB, "idle": IDLE_MEM_BYTES}
+TOKENS_PER_STEP = 1000
+SPANS: dict[str, tuple[float, float, str]] = {}      # run id -> (first, last sample time, strategy or "")
+
+
+def _ground_truth(steps: int, loss_per_token: float, baseline: str | None) -> dict:
+    extra = {"0": {"strategy": "x", "baseline": baseline}} if baseline else {"0": {}}
+    return {"steps": steps, "tokens": steps * TOKENS_PER_STEP, "step_times_s": [0.1] * steps,
+            "loss_curve": [[i, 6.0 - loss_per_token * i * TOKENS_PER_STEP] for i in range(1, steps + 1)],
+            "extra": extra}
+
+
+def _run(root: Path, run_id: str, phases: list[tuple[str, float]], cls: str, family: str, workload: str,
+         t0: float, gt: dict | None = None) -> float:
+    """One labeled trace: idle margins around the phases; the workload spans its first to last non-idle phase."""
+    plan = [("idle", 3.0, MEM["idle"])] + [(p, s, MEM[p]) for p, s in phases] + [("idle", 2.0, MEM["idle"])]
+    every = phase_bounds(plan, t0)
+    busy = [b for b in every if b[0] != "idle"] or every[1:-1]     # an idle run is its own workload
+    manifest = {"run_id": run_id, "node": "node0", "start": busy[0][1], "end": busy[-1][2], "sample_hz": 18.0,
+                "ranks": [0, 1], "labels": {"workload": workload, "class": cls, "family": family,
+                                            "config": {"seconds": sum(s for _, s in phases)}}}
+    if gt:
+        manifest["ground_truth"] = gt
+    write_trace(root / run_id, readings_to_columns("node0", readings(plan, t0)), manifest)
+    end = t0 + sum(s for _, s, _ in plan)
+    SPANS[run_id] = (t0, end, workload.split(".")[1] if workload.startswith("adv.") else "")
+    return end + 30.0
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rt")
+    benign, adv = root / "benign", root / "redteam-r1"
+    t = 1.8e9
+    for s in (36.0, 42.0, 48.0):
+        gt = _ground_truth(400, 2e-6, None) if s == 48.0 else None     # the baseline: 48 s, 400 steps
+        t = _run(benign, f"train.ddp.base-{int(s)}", [("ddp", s)], "training", "ddp",
+                 "train.ddp.base" if s == 48.0 else f"train.ddp.w{int(s)}", t, gt)
+    for s in (36.0, 44.0):
+        t = _run(benign, f"infer.disagg-{int(s)}", [("send", s)], "inference", "disagg", f"infer.disagg.p{int(s)}", t)
+        t = _run(benign, f"other.idle-{int(s)}", [("idle", s)], "other", "idle", f"other.idle.s{int(s)}", t)
+    t = _run(adv, "adv.accum.k8-r0", [("ddp", 40.0)], "training", "accum", "adv.accum.k8", t,
+             _ground_truth(100, 2e-6, "train.ddp.base"))
+    for rep in range(2):
+        t = _run(adv, f"adv.accum.k32-r{rep}", [("ddp", 38.0)], "training", "accum", "adv.accum.k32", t,
+                 _ground_truth(150, 2e-6, "train.ddp.base"))
+    t = _run(adv, "adv.kvdisguise.step-p2k-r0", [("send", 40.0)], "training", "kvdisguise",
+             "adv.kvdisguise.step-p2k", t, _ground_truth(60, 1e-6, "train.ddp.base"))
+    t = _run(adv, "adv.diloco.h50-r0", [("ddp", 4.0), ("idle", 6.0)] * 4 + [("ddp", 4.0)], "training", "diloco",
+             "adv.diloco.h50", t, _ground_truth(100, 2e-6, "train.ddp.w1536-l24"))
+    return {"benign": benign, "adv": adv, "cache": root / "cache", "root": root}
+
+
+@pytest.fixture(scope="module")
+def cli_doc(data):
+    root = data["root"]
+    out, docs, figs = root / "results" / "redteam.json", root / "docs" / "redteam.md", root / "figs"
+    res = CliRunner().invoke(app, ["redteam", "rounds", "--benign", str(data["benign"]),
+                                   "--adversarial", str(data["adv"]),
+                                   "--rounds", "3", "--out", str(out), "--docs", str(docs), "--figures", str(figs),
+                                   "--detector", "fused", "--detector", "comm-rules", "--splits", "2",
+                                   "--cache", str(data["cache"])])
+    assert res.exit_code == 0, res.output
+    return json.loads(out.read_text()), docs.read_text(), figs
+
+
+def _entry(doc, round_no, name, setting):
+    rnd = next(r for r in doc["rounds"] if r["round"] == round_no)
+    return next(s for s in rnd["strategies"] if (s["name"], s["setting"]) == (name, setting))
+
+
+def test_json_has_the_required_shape_and_provenance(cli_doc):
+    doc, _, figs = cli_doc
+    assert [r["round"] for r in doc["rounds"]] == [1, 2, 3]
+    for rnd in doc["rounds"]:
+        assert {(s["name"], s["setting"]) for s in rnd["strategies"]} == {
+            ("accum", "k8"), ("accum", "k32"), ("kvdisguise", "step-p2k"), ("diloco", "h50")}
+        for s in rnd["strategies"]:
+            assert REQUIRED <= set(s)
+        assert set(rnd["benign"]) == {"fused", "comm-rules"}
+        for b in rnd["benign"].values():
+            assert b["splits"] == 2 and {"run_accuracy", "inference_fpr"} <= set(b)
+    assert doc["command"].startswith("trainsentry redteam rounds --benign ")
+    assert doc["data"]["benign_runs"] == 7 and doc["data"]["adversarial_runs"] == 5
+    assert doc["data"]["strategies"] == ["accum", "diloco", "kvdisguise"]
+    assert _entry(doc, 1, "accum", "k32")["runs"] == 2
+    for f in ("redteam_detection_by_round.png", "redteam_evasion_cost.png", "redteam_benign_fpr_by_round.png"):
+        assert (figs / f).stat().st_size > 1000
+
+
+def test_round_one_sees_plain_ddp_and_misses_the_inference_shaped_exchange(cli_doc):
+    doc, _, _ = cli_doc
+    accum = _entry(doc, 1, "accum", "k8")
+    assert accum["run_detection"] == 1.0 and accum["window_detection"] > 0.5
+    assert 0 <= accum["median_time_to_alert_s"] < 40
+    kv = _entry(doc, 1, "kvdisguise", "step-p2k")
+    assert kv["run_detection"] == 0.0 and kv["median_time_to_alert_s"] is None
+    assert _entry(doc, 1, "accum", "k8")["trained_on"]["adversarial_runs"] == 0
+    # fitted on benign only, the delivered detectors keep inference clean on held-out configurations
+    assert doc["rounds"][0]["benign"]["fused"]["inference_fpr"] == 0.0
+
+
+def test_cost_against_the_named_baseline_and_null_with_a_reason(cli_doc):
+    doc, _, _ = cli_doc
+    k8 = _entry(doc, 1, "accum", "k8")
+    # GPU-hours per token against the baseline: (400k tokens / 48 s) / (100k tokens / 40 s) - 1
+    assert k8["gpu_hour_overhead"] == pytest.approx((400 / 48) / (100 / 40) - 1)
+    # same loss per token as the baseline: no penalty at equal tokens
+    assert k8["loss_penalty_equal_tokens"] == pytest.approx(0.0, abs=1e-9)
+    assert k8["loss_penalty_equal_gpu_hours"] > 0           # fewer tokens per GPU-hour: higher loss there
+    kv = _entry(doc, 1, "kvdisguise", "step-p2k")
+    # half the baseline's loss drop per token, 60 steps; both curves are trailing means over 10 steps
+    # (cost.SMOOTH_STEPS), which lag a straight line by 4.5 steps: (60 - 4.5) steps x 1e-3 per step
+    assert kv["loss_penalty_equal_tokens"] == pytest.approx((60 - 4.5) * TOKENS_PER_STEP * (2e-6 - 1e-6), rel=1e-6)
+    diloco = _entry(doc, 3, "diloco", "h50")
+    assert diloco["gpu_hour_overhead"] is None and diloco["loss_penalty_equal_tokens"] is None
+    assert "no baseline run" in diloco["cost_note"] and "train.ddp.w1536-l24" in diloco["cost_note"]
+    assert any(u["name"] == "diloco" for u in doc["unranked"])
+
+
+def test_ranking_is_computed_from_the_numbers(cli_doc):
+    doc, text, _ = cli_doc
+    ranked, _ = rank_strategies(doc)
+    assert [(r["name"], r["setting"]) for r in ranked] == [(r["name"], r["setting"]) for r in doc["ranking"]]
+    scores = [r["score"] for r in ranked]
+    assert scores == sorted(scores, reverse=True)
+    last = doc["rounds"][-1]["strategies"]
+    for r in ranked:
+        s = next(x for x in last if (x["name"], x["setting"]) == (r["name"], r["setting"]))
+        assert r["score"] == pytest.approx(effectiveness(s["run_detection"], s["gpu_hour_overhead"]))
+    assert _ranking_order(text) == [(r["name"], r["setting"]) for r in ranked]
+    # make the last-ranked setting undetected and free: it must move to the top of the page's ranking
+    bottom = ranked[-1]
+    changed = json.loads(json.dumps(doc))
+    s = next(x for x in changed["rounds"][-1]["strategies"]
+             if (x["name"], x["setting"]) == (bottom["name"], bottom["setting"]))
+    s["run_detection"], s["gpu_hour_overhead"] = 0.0, 0.0
+    assert _ranking_order(render(changed))[0] == (bottom["name"], bottom["setting"])
+    assert _ranking_order(render(changed)) != _ranking_order(text)
+
+
+def _ranking_order(text: str) -> list[tuple[str, str]]:
+    part = text.split("## Ranking", 1)[1].split("##", 1)[0]
+    return [(m.group(1), m.group(2)) for m in re.finditer(r"^\| \d+ \| (\S+) \| (\S+) \|", part, re.M)]
+
+
+def test_page_is_generated_with_its_command(cli_doc):
+    doc, text, _ = cli_doc
+    assert text.startswith("# Red-team rounds")
+    assert f"*Generated by `{doc['command']}`" in text
+    for r in (1, 2, 3):
+        assert f"## Round {r}" in text
+    assert "| accum | k8 | 1 | " in text
+
+
+class SpyRules(CommRules):
+    """comm-rules that records the runs it was fitted on and the windows it scored (by time)."""
+    log: list[tuple[frozenset, np.ndarray]] = []
+
+    def fit(self, X, y, groups=None, classes=None):
+        self.fitted_on = frozenset(groups)
+        return super().fit(X, y, groups, classes)
+
+    def predict_proba(self, X):
+        SpyRules.log.append((self.fitted_on, X["t_end"].to_numpy()))
+        return super().predict_proba(X)
+
+
+def _strategies_at(t_end: np.ndarray) -> set[str]:
+    return {s for t in t_end for lo, hi, s in SPANS.values() if lo <= t <= hi and s}
+
+
+def test_hardened_rounds_never_fit_on_the_strategy_they_score(data):
+    SpyRules.log.clear()
+    doc = run_rounds([data["benign"]], [data["adv"]], 3, n_splits=2, cache_dir=data["cache"],
+                     factories={"spy": SpyRules}, primary="spy")
+    fitted_with_adversarial = 0
+    for fitted_on, t_end in SpyRules.log:
+        fit_strategies = {SPANS[i][2] for i in fitted_on} - {""}
+        scored = _strategies_at(t_end)
+        assert not (fit_strategies & scored), (fit_strategies, scored)
+        fitted_with_adversarial += bool(fit_strategies and scored)
+    assert fitted_with_adversarial >= 3 * 2        # rounds 2 and 3 scored each strategy after hardening
+    everything = set(doc["data"]["strategies"])
+    for rnd in doc["rounds"][1:]:
+        for s in rnd["strategies"]:
+            assert s["trained_on"]["strategies"] == sorted(everything - {s["name"]})
+    # round 2 adds the runs once; round 3 repeats each strategy towards the benign training windows:
+    # 126 s of benign DDP against 116 s of accum (once), one 40 s run of kvdisguise or diloco (3 times)
+    for s in doc["rounds"][1]["strategies"]:
+        assert set(s["trained_on"]["repeat"].values()) == {1}
+    repeats = {}
+    for s in doc["rounds"][2]["strategies"]:
+        repeats.update(s["trained_on"]["repeat"])
+    assert repeats == {"accum": 1, "kvdisguise": 3, "diloco": 3}
+
+
+def test_bad_input_exits_2_with_a_message(data, tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(app, ["redteam", "rounds", "--benign", str(data["benign"]), "--adversarial",
+                              str(tmp_path / "redteam-missing"), "--out", str(tmp_path / "r.json")])
+    assert res.exit_code == 2 and "no such directory" in res.output
+    res = runner.invoke(app, ["redteam", "rounds", "--benign", str(data["benign"]), "--adversarial",
+                              str(data["benign"]), "--out", str(tmp_path / "r.json"), "--cache", str(data["cache"])])
+    assert res.exit_code == 2 and "no adversarial runs" in res.output
+    (tmp_path / "empty").mkdir()
+    res = runner.invoke(app, ["redteam", "rounds", "--benign", str(tmp_path / "empty"), "--adversarial",
+                              str(data["adv"]), "--out", str(tmp_path / "r.json"), "--cache", str(data["cache"])])
+    assert res.exit_code == 2 and "no benign runs" in res.output
+    res = runner.invoke(app, ["redteam", "rounds", "--benign", str(data["benign"]), "--adversarial", str(data["adv"]),
+                              "--detector", "nope", "--out", str(tmp_path / "r.json"), "--cache", str(data["cache"])])
+    assert res.exit_code == 2 and "unknown detectors" in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert not (tmp_path / "r.json").exists()
