@@ -26,8 +26,9 @@ TS.badge = (state) => TS.el("span", { class: "state " + (state || "pending"), "d
 TS.rate = function (bps) {
   if (bps === null || bps === undefined || !isFinite(bps)) return "—";
   const units = [["TB/s", 1e12], ["GB/s", 1e9], ["MB/s", 1e6], ["kB/s", 1e3]];
-  for (const [u, f] of units) if (Math.abs(bps) >= f) return (bps / f).toFixed(2) + " " + u;
-  return bps.toFixed(0) + " B/s";
+  // three significant digits, trailing zeros dropped: "100 MB/s", "2.5 GB/s", "0.25 B/s"
+  for (const [u, f] of units) if (Math.abs(bps) >= f) return Number((bps / f).toPrecision(3)) + " " + u;
+  return (bps === 0 ? "0" : String(Number(bps.toPrecision(3)))) + " B/s";
 };
 
 TS.si = function (x, unit) {

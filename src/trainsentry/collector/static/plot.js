@@ -36,9 +36,6 @@ function niceMax(v) {
 //        rightMax, shade: [{start, end}], marks: [{t, label}]}
 Plot.draw = function (canvas, opts) {
   const { ctx, w, h } = setupCanvas(canvas, opts.height || 150);
-  const pad = { l: 64, r: opts.fmtRight ? 52 : 10, t: 8, b: 18 };
-  const pw = w - pad.l - pad.r, ph = h - pad.t - pad.b;
-  const X = (t) => pad.l + ((t - opts.t0) / (opts.t1 - opts.t0)) * pw;
   let leftMax = 0, rightMax = opts.rightMax || 0;
   for (const s of opts.series) for (const v of s.y) if (v !== null && isFinite(v)) {
     if (s.axis === "right") { if (!opts.rightMax) rightMax = Math.max(rightMax, v); } else leftMax = Math.max(leftMax, v);
@@ -46,6 +43,12 @@ Plot.draw = function (canvas, opts) {
   leftMax = niceMax(leftMax); rightMax = niceMax(rightMax);
   ctx.clearRect(0, 0, w, h);
   ctx.font = "11px system-ui, sans-serif";
+  // room for the widest axis label on each side, so none is clipped
+  const widest = (fmt, max) => Math.max(...[0, 1, 2, 3, 4].map((i) => ctx.measureText(fmt(max * i / 4)).width));
+  const pad = { l: Math.max(40, Math.ceil(widest(opts.fmtLeft, leftMax)) + 10),
+                r: opts.fmtRight ? Math.max(30, Math.ceil(widest(opts.fmtRight, rightMax)) + 10) : 10, t: 8, b: 18 };
+  const pw = w - pad.l - pad.r, ph = h - pad.t - pad.b;
+  const X = (t) => pad.l + ((t - opts.t0) / (opts.t1 - opts.t0)) * pw;
   // unmonitored intervals: hatched, full height, under everything else
   ctx.fillStyle = hatch(ctx);
   for (const s of opts.shade || []) {
@@ -60,10 +63,13 @@ Plot.draw = function (canvas, opts) {
     ctx.textAlign = "right"; ctx.fillText(opts.fmtLeft(leftMax * i / 4), pad.l - 4, y + 4);
     if (opts.fmtRight) { ctx.textAlign = "left"; ctx.fillText(opts.fmtRight(rightMax * i / 4), pad.l + pw + 4, y + 4); }
   }
+  // time labels: as many as fit without touching (one per ~110 px), at most 5
   ctx.textAlign = "center";
-  for (let i = 0; i <= 4; i++) {
-    const t = opts.t0 + (i / 4) * (opts.t1 - opts.t0);
-    ctx.fillText(new Date(t * 1000).toLocaleTimeString(), Math.min(Math.max(X(t), pad.l + 24), pad.l + pw - 24), h - 4);
+  const nt = Math.max(1, Math.min(4, Math.floor(pw / 110)));
+  for (let i = 0; i <= nt; i++) {
+    const t = opts.t0 + (i / nt) * (opts.t1 - opts.t0);
+    const label = new Date(t * 1000).toLocaleTimeString(), half = ctx.measureText(label).width / 2;
+    ctx.fillText(label, Math.min(Math.max(X(t), pad.l + half), pad.l + pw - half), h - 4);
   }
   // segment / job boundaries
   for (const m of opts.marks || []) {
