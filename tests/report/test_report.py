@@ -166,3 +166,15 @@ def test_full_build_has_no_missing_blocks_and_traces(tmp_path):
 def test_pdf_printed(tmp_path):
     b = build(RESULTS, DATA, tmp_path, allow_missing=True, pdf=True)
     assert b.pdf_path.read_bytes()[:5] == b"%PDF-" and b.pdf_path.stat().st_size > 50_000
+
+
+def test_ranking_keeps_each_setting_and_uses_the_red_teams_formula():
+    from trainsentry.redteam.rounds import effectiveness
+    from trainsentry.report.ranking import rank
+    s = lambda setting, det, over: {"name": "diloco", "setting": setting, "run_detection": det,  # noqa: E731
+                                    "gpu_hour_overhead": over}
+    doc = {"rounds": [{"round": 1, "strategies": [s("h=50", 1.0, 0.1), s("h=500", 1.0, 0.3)]},
+                      {"round": 2, "strategies": [s("h=50", 0.5, 0.1), s("h=500", 0.0, 0.3), s("h=10", None, 0.0)]}]}
+    ranked = rank(doc)
+    assert [(r["setting"], r["round"]) for r in ranked] == [("h=500", 2), ("h=50", 2)]   # h=10: no detection rate
+    assert ranked[0]["score"] == effectiveness(0.0, 0.3) == 1 / 1.3

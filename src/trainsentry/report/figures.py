@@ -111,7 +111,8 @@ def evasion_cost_figure(ranking: list[dict]) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.8))
     for r in ranking:
         ax.scatter(r["gpu_hour_overhead"], 100 * r["evasion"], s=30)
-        ax.annotate(r["name"], (r["gpu_hour_overhead"], 100 * r["evasion"]), fontsize=7,
+        ax.annotate(r["name"] + (f" {r['setting']}" if r.get("setting") else ""),
+                    (r["gpu_hour_overhead"], 100 * r["evasion"]), fontsize=7,
                     xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("GPU-hour overhead against benign DDP (fraction)")
     ax.set_ylabel("runs undetected in the last round, %")

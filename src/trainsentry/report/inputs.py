@@ -37,7 +37,7 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("flops", "flops.json", "results", "trainsentry flops-eval --data data/h200",
           "every FLOP estimator on the same grouped splits"),
     Input("redteam", "redteam.json", "results",
-          "the red-team rounds of issue 6 (no command in the repository yet)",
+          "trainsentry redteam rounds --benign data/h200 --adversarial data/redteam-r1",
           "red-team rounds: detection and cost per strategy"),
     Input("simulator", "simulator.json", "results", "trainsentry simulate all",
           "the distributed-evasion simulator"),

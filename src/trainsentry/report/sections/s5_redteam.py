@@ -11,12 +11,14 @@ INPUTS = ("redteam", "traces")
 
 
 def _telemetry(ctx, figs, s) -> str:
-    run, base = s.get("example_run"), s.get("baseline_run")
+    # `trainsentry redteam rounds` names the run directories (adversarial runs live in their
+    # campaign's directory, e.g. data/redteam-r1, beside the benign baselines they name)
+    run, base = s.get("example_run_dir"), s.get("baseline_run_dir")
     if not (run and base):
         return ""
-    adv_dir, base_dir = Path(ctx.data) / "h200" / run, Path(ctx.data) / "h200" / base
+    adv_dir, base_dir = Path(run), Path(base)
     if not ((adv_dir / "manifest.json").is_file() and (base_dir / "manifest.json").is_file()):
-        return ctx.missing("traces", f"telemetry of {run}")
+        return ctx.missing("traces", f"telemetry of {adv_dir.name}")
     return figs.embed(F.telemetry_pair_figure(adv_dir, base_dir), f"telemetry_{s['name']}",
                       f"{html.escape(s['name'])}: NVLink bytes and power of one run (left) beside its benign "
                       f"counterpart (right), from the recorded traces.")
@@ -46,7 +48,7 @@ def render(ctx, figs) -> str:
                     continue
                 p = f"rounds/{i}/strategies/{j}"
                 desc = s.get("description", desc)
-                example = s if s.get("example_run") else example
+                example = s if s.get("example_run_dir") else example
                 rows += (f"<tr><td>{ctx.num('redteam', f'rounds/{i}/round', 'int')}</td>"
                          f"<td>{ctx.num('redteam', f'{p}/setting')}</td>"
                          f"<td>{ctx.num('redteam', f'{p}/window_detection', 'pct')}</td>"
