@@ -75,3 +75,19 @@ def test_eval_on_a_subset_of_the_h200_dataset(tmp_path):
     doc = json.loads((tmp_path / "r" / "detector.json").read_text())
     assert doc["dataset"]["runs"] > 0
     assert all(REQUIRED <= set(r) for r in doc["detectors"].values())
+
+
+@pytest.mark.skipif(not any(H200.rglob("manifest.json")) if H200.exists() else True,
+                    reason="the recorded H200 dataset is not in this checkout")
+def test_eval_as_if_nvlink_were_read_once_a_second(tmp_path):
+    """The sampling-rate study: the same runs, NVLink counters thinned to 1 Hz before the features."""
+    args = ["eval", "--data", str(H200), "--subset", "1", "--splits", "2", "--detector", "comm-rules", "--no-lofo",
+            "--out", str(tmp_path / "r"), "--docs", "", "--cache", str(tmp_path / "c")]
+    res = CliRunner().invoke(app, args + ["--counter-period", "nvlink=1"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "r" / "detector.json").read_text())
+    assert doc["protocol"]["counter_periods_s"] == {"nvlink": 1.0}
+    bad = CliRunner().invoke(app, args + ["--counter-period", "nvlink"])
+    assert bad.exit_code == 2 and "GROUP=SECONDS" in bad.output
+    bad = CliRunner().invoke(app, args + ["--counter-period", "pcie=1"])
+    assert bad.exit_code == 2 and "unknown counter groups" in bad.output

@@ -43,3 +43,29 @@ def test_a_wrap_between_sparse_reads_is_still_a_wrap():
     v = np.array([top - 500.0, np.nan, 1500.0])
     rate = counter_rate(t, v, m)
     np.testing.assert_allclose(rate[1:], [2.0, 2.0])        # 2000 mJ over 1 s
+
+
+def test_thin_counters_is_what_a_slower_agent_would_have_recorded():
+    from trainsentry.telemetry.base import Reading
+    from trainsentry.traces.io import columns_to_table, readings_to_columns, thin_counters
+    t0 = 1_800_000_000.0
+    rs = [Reading(f"gpu{g}", "gpu", t0 + 0.1 * i + 0.01 * g,
+                  {"nvlink_tx_kib": 1000 * i * i, "nvlink_rx_kib": 500 * i, "energy_mj": 70_000 * i, "power_mw": 70_000 + i})
+          for g in (0, 1) for i in range(50)]
+    full = columns_to_table(readings_to_columns("n", rs))
+    thin = thin_counters(full, {"nvlink": 1.0})
+    for g in ("gpu0", "gpu1"):
+        rows = [r for r in thin.to_pylist() if r["device"] == g]
+        kept = [r for r in rows if r["nvlink_tx_kib"] is not None]
+        assert len(kept) == 5 and [round(r["t"] - rows[0]["t"], 6) for r in kept] == [0.0, 1.0, 2.0, 3.0, 4.0]
+        assert all(r["energy_mj"] is not None and r["power_mw"] is not None for r in rows)   # untouched
+        # the rates still add up to exactly the bytes between the first and the last read
+        dt = np.diff([r["t"] for r in rows])
+        bps = np.array([r["nvlink_tx_Bps"] if r["nvlink_tx_Bps"] is not None else 0.0 for r in rows[1:]])
+        assert np.sum(bps * dt) == pytest.approx((kept[-1]["nvlink_tx_kib"] - kept[0]["nvlink_tx_kib"]) * 1024)
+        # and differ from the 10 Hz trace's rates inside a second (the square law is smoothed out)
+        assert rows[5]["nvlink_tx_Bps"] != [r for r in full.to_pylist() if r["device"] == g][5]["nvlink_tx_Bps"]
+    with pytest.raises(ValueError, match="unknown counter groups"):
+        thin_counters(full, {"pcie": 1.0})
+    with pytest.raises(ValueError, match="> 0"):
+        thin_counters(full, {"nvlink": 0.0})

@@ -8,6 +8,23 @@ from pathlib import Path
 import typer
 
 
+def _periods(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        group, sep, value = item.partition("=")
+        try:
+            out[group] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ValueError(f"--counter-period wants GROUP=SECONDS (e.g. nvlink=1), got {item!r}")
+    from ..traces.io import COUNTER_GROUPS
+    unknown = set(out) - set(COUNTER_GROUPS)
+    if unknown:
+        raise ValueError(f"unknown counter groups {sorted(unknown)} (known: {', '.join(sorted(COUNTER_GROUPS))})")
+    return out
+
+
 def eval_cmd(
     data: Path = typer.Option(Path("data/h200"), "--data", help="Root holding run directories (manifest.json + samples.parquet)"),
     splits: int = typer.Option(200, "--splits", help="Random 2/3–1/3 splits by configuration"),
@@ -21,6 +38,9 @@ def eval_cmd(
     cache: Path | None = typer.Option(None, "--cache", help="Feature cache directory (default ~/.cache/trainsentry/features)"),
     train_final: str | None = typer.Option(None, "--train-final", help="Instead of evaluating: fit this detector on all data and save it"),
     models: Path = typer.Option(Path("models"), "--models", help="Where --train-final saves the detector"),
+    counter_period: list[str] = typer.Option([], "--counter-period",
+                                             help="GROUP=SECONDS (nvlink, energy, net): evaluate as if the agent "
+                                                  "read those counters only that often (repeatable)"),
 ) -> None:
     """Evaluate comm-rules, comm-ml, fused and rt-baseline on configuration-grouped splits."""
     from rich.console import Console
@@ -36,7 +56,7 @@ def eval_cmd(
             console.print(f"saved {path} (and {path.with_suffix('.json').name} naming the command)")
             return
         doc = run_eval(str(data), out, docs if docs and str(docs) not in ("", ".") else None, splits, subset, detector or None,
-                       rt_trees, seed, not no_lofo, cache_dir, command)
+                       rt_trees, seed, not no_lofo, cache_dir, command, counter_periods=_periods(counter_period))
     except (FileNotFoundError, ValueError) as e:
         console.print(f"[red]eval: {e}[/red]")
         raise typer.Exit(2)

@@ -21,7 +21,7 @@ import pandas as pd
 from ..features import DEFAULT_HZ, DEFAULT_STRIDE_S, DEFAULT_WINDOW_S, FEATURE_VERSION, sliding_windows
 from ..features.rt import RT_STRIDE_S, RT_WINDOW_S, rt_sliding_windows
 from ..lab.summary import config_key
-from ..traces.io import iter_runs, read_trace
+from ..traces.io import iter_runs, read_trace, thin_counters
 
 MIN_IN_RUN_OVERLAP = 0.5
 
@@ -52,33 +52,38 @@ def _mark(df: pd.DataFrame, start: float, end: float) -> pd.DataFrame:
     return df.assign(in_run=(hi - lo) >= MIN_IN_RUN_OVERLAP * width)
 
 
-def _cache_key(run_dir: Path) -> str:
+def _cache_key(run_dir: Path, counter_periods: dict[str, float] | None = None) -> str:
     st = (run_dir / "samples.parquet").stat()
     man = (run_dir / "manifest.json").read_bytes()
     raw = json.dumps([str(run_dir.resolve()), st.st_size, st.st_mtime_ns, hashlib.sha1(man).hexdigest(),
-                      FEATURE_VERSION, DEFAULT_WINDOW_S, DEFAULT_STRIDE_S, DEFAULT_HZ, RT_WINDOW_S, RT_STRIDE_S])
+                      FEATURE_VERSION, DEFAULT_WINDOW_S, DEFAULT_STRIDE_S, DEFAULT_HZ, RT_WINDOW_S, RT_STRIDE_S]
+                     + ([sorted(counter_periods.items())] if counter_periods else []))
     return hashlib.sha1(raw.encode()).hexdigest()[:20]
 
 
-def extract(run_dir: Path) -> dict[str, pd.DataFrame]:
+def extract(run_dir: Path, counter_periods: dict[str, float] | None = None) -> dict[str, pd.DataFrame]:
+    """Window tables of one run; ``counter_periods`` ({"nvlink": 1.0}) first thins the recorded
+    counters to what an agent reading them that rarely would have seen (traces.io.thin_counters)."""
     table, _ = read_trace(run_dir)
+    if counter_periods:
+        table = thin_counters(table, counter_periods)
     return {"trainsentry": pd.DataFrame(sliding_windows(table, DEFAULT_WINDOW_S, DEFAULT_STRIDE_S, DEFAULT_HZ)),
             "rt": pd.DataFrame(rt_sliding_windows(table, RT_WINDOW_S, RT_STRIDE_S))}
 
 
-def load_run(run_dir: Path, cache_dir: Path | None) -> Run:
+def load_run(run_dir: Path, cache_dir: Path | None, counter_periods: dict[str, float] | None = None) -> Run:
     table_free_manifest = json.loads((run_dir / "manifest.json").read_text())
     from ..traces.io import validate_manifest
     validate_manifest(table_free_manifest)
     m = table_free_manifest
     windows = None
     if cache_dir is not None:
-        key = _cache_key(run_dir)
+        key = _cache_key(run_dir, counter_periods)
         paths = {k: cache_dir / f"{key}.{k}.parquet" for k in ("trainsentry", "rt")}
         if all(p.exists() for p in paths.values()):
             windows = {k: pd.read_parquet(p) for k, p in paths.items()}
     if windows is None:
-        windows = extract(run_dir)
+        windows = extract(run_dir, counter_periods)
         if cache_dir is not None:
             cache_dir.mkdir(parents=True, exist_ok=True)
             for k, df in windows.items():
@@ -90,7 +95,7 @@ def load_run(run_dir: Path, cache_dir: Path | None) -> Run:
 
 
 def load_dataset(root: str | Path, cache_dir: Path | None = None, subset: int | None = None,
-                 seed: int = 0, progress=None) -> list[Run]:
+                 seed: int = 0, progress=None, counter_periods: dict[str, float] | None = None) -> list[Run]:
     """All runs below root (or a class-balanced random subset of ``subset`` configurations per class)."""
     dirs = iter_runs(root)
     if not dirs:
@@ -100,7 +105,7 @@ def load_dataset(root: str | Path, cache_dir: Path | None = None, subset: int | 
     runs = []
     for d in dirs:
         try:
-            runs.append(load_run(d, cache_dir))
+            runs.append(load_run(d, cache_dir, counter_periods))
         except (ValueError, KeyError, OSError) as e:
             raise ValueError(f"{d}: {e}") from e
         if progress is not None:

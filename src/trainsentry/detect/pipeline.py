@@ -69,7 +69,8 @@ def segmentation_summary(runs: list[Run]) -> dict:
 
 def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subset: int | None = None,
              detectors: list[str] | None = None, rt_trees: int = 400, seed: int = 0, lofo: bool = True,
-             cache_dir: Path | None = None, command: str = "trainsentry eval", console=None) -> dict:
+             cache_dir: Path | None = None, command: str = "trainsentry eval", console=None,
+             counter_periods: dict[str, float] | None = None) -> dict:
     rule = AlertRule(0.75, 3, 5)
     factories = detector_factories(rt_trees)
     names = detectors or list(factories)
@@ -81,7 +82,8 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
     n_dirs = len(iter_runs(data))
     with _progress() as prog:
         task = prog.add_task("features (cached per run)", total=n_dirs if subset is None else None)
-        runs = load_dataset(data, cache_dir, subset, seed, progress=lambda: prog.advance(task))
+        runs = load_dataset(data, cache_dir, subset, seed, progress=lambda: prog.advance(task),
+                            counter_periods=counter_periods)
     if len({r.is_training for r in runs}) < 2:
         raise ValueError("the dataset needs training and non-training runs")
     splits = config_splits(runs, n_splits, seed)
@@ -96,7 +98,9 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
            "protocol": {"splits": n_splits, "train_fraction_of_configs": 2 / 3, "grouping": "labels.config",
                         "seed": seed, "window_label": "in_run (>= 50 % of the window inside [start, end])",
                         "alert_rule": {"threshold": rule.threshold, "k": rule.k, "n": rule.n},
-                        "rt_trees": rt_trees},
+                        "rt_trees": rt_trees,
+                        # counters thinned to an agent reading them this rarely (s), else as recorded
+                        "counter_periods_s": counter_periods or {}},
            "detectors": results,
            "segmentation": segmentation_summary(runs),
            "elapsed_s": round(time.time() - t0, 1)}

@@ -70,6 +70,43 @@ def add_rates(cols: dict[str, list]) -> None:
         start = end
 
 
+# Counters an agent can read at a rate of their own (what `thin_counters` accepts, by group).
+COUNTER_GROUPS = {"nvlink": ("nvlink_tx_kib", "nvlink_rx_kib"), "energy": ("energy_mj",),
+                  "net": ("net_tx_bytes", "net_rx_bytes")}
+
+
+def thin_counters(table: pa.Table, periods: dict[str, float]) -> pa.Table:
+    """The trace an agent reading each counter group only every ``periods[group]`` seconds would
+    have recorded: per device, the group's counters keep the first reading of every period (from
+    the device's first sample) and are absent elsewhere; the derived rates are recomputed
+    (:func:`add_rates`, which spreads each difference over the samples between two reads). Gauges
+    are untouched. For studies of what detection loses when costly counters are read less often."""
+    unknown = set(periods) - set(COUNTER_GROUPS)
+    if unknown:
+        raise ValueError(f"unknown counter groups {sorted(unknown)}; known: {sorted(COUNTER_GROUPS)}")
+    if any(not p > 0 for p in periods.values()):
+        raise ValueError(f"counter periods must be > 0 s, got {periods}")
+    if table.num_rows == 0 or not periods:
+        return table
+    order = sorted(range(table.num_rows), key=lambda i: (table["device"][i].as_py(), table["t"][i].as_py()))
+    table = table.take(pa.array(order))
+    cols = table.to_pydict()
+    devices, t = cols["device"], cols["t"]
+    for group, period in periods.items():
+        keep = [False] * len(t)
+        last_dev, last_bucket = None, None
+        for i, (d, ti) in enumerate(zip(devices, t)):
+            if d != last_dev:
+                last_dev, t0, last_bucket = d, ti, None
+            bucket = int((ti - t0) // period)
+            if bucket != last_bucket:
+                keep[i], last_bucket = True, bucket
+        for name in COUNTER_GROUPS[group]:
+            cols[name] = [v if k else None for v, k in zip(cols[name], keep)]
+    add_rates(cols)
+    return columns_to_table(cols)
+
+
 def columns_to_table(cols: dict[str, list]) -> pa.Table:
     return pa.Table.from_pydict({f.name: cols.get(f.name, [None] * len(cols["t"])) for f in SCHEMA}, schema=SCHEMA)
 
