@@ -44,3 +44,16 @@ def test_the_cli_starts_with_heavy_packages_blocked(tmp_path):
     script = f"import sys\nfor n in {BLOCKED!r}: sys.modules[n] = None\nimport trainsentry.cli\n"
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env(), timeout=60)
     assert p.returncode == 0, p.stderr[-2000:]
+
+
+def test_nvml_spec_sets_the_read_periods(monkeypatch):
+    import pytest
+    from trainsentry import telemetry
+    from trainsentry.agent import sources
+    seen = {}
+    monkeypatch.setattr(telemetry, "open_sources", lambda specs, **opts: seen.update(specs=specs, opts=opts) or [])
+    sources.open_sources(["nvml:nvlink_period_s=0.5,energy_period_s=5", "net"])
+    assert seen == {"specs": ["nvml", "net"], "opts": {"nvml_nvlink_period_s": 0.5, "nvml_energy_period_s": 5.0}}
+    for bad in ("nvml:nvlink=1", "nvml:nvlink_period_s=x", "nvml:energy_period_s=-1"):
+        with pytest.raises(ValueError, match="KEY=SECONDS"):
+            sources.open_sources([bad])

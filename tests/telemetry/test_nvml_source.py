@@ -306,3 +306,24 @@ def test_read_periods_pass_through_open_sources():
                              nvml_gpm_period_s=0.1, net_rescan_s=1.0, net_sysfs_root="/nonexistent")
     assert (nvml.slow_period_s, nvml.gpm_period_s, net.rescan_s) == (2.0, 0.1, 1.0)
     assert NvmlSource(nvml=FakeNvml(REC), gpm_period_s=0.01).gpm_period_s == 0.1   # never under NVML's 100 ms
+
+
+def test_nvlink_read_less_often_when_asked_and_no_call_when_nothing_is_due():
+    clock = ManualClock()
+    fake = FakeNvml(REC, clock=clock, start=clock() - at("ddp_100M_40steps", 0.2), gpu_count=4)
+    src = NvmlSource(nvml=fake, clock=clock, nvlink_period_s=1.0, energy_period_s=1.0)
+    per_tick, after_first = [], None
+    for _ in range(30):                        # 3 s at 10 Hz
+        readings = src.read()
+        after_first = after_first if after_first is not None else len(calls_named(fake, "nvmlDeviceGetFieldValues"))
+        per_tick.append(sum("nvlink_tx_kib" in r.values for r in readings))
+        assert all("power_mw" in r.values for r in readings)
+        clock.advance(0.1)
+    assert per_tick[0] == 4 and max(per_tick[1:]) <= 1 and sum(per_tick[1:]) == 4 * 2   # staggered, 1 Hz
+    # after the first read: one field call per GPU and second (NVLink and energy fall due together
+    # and share it), none on the other ticks
+    later = calls_named(fake, "nvmlDeviceGetFieldValues")[after_first:]
+    assert len(later) == 4 * 2 and all(set(req) >= {(83, 0)} for _, _, (req,) in later)
+    assert src.nvlink_period_s == 1.0
+    with pytest.raises(ValueError, match="nvlink"):
+        NvmlSource(nvml=FakeNvml(REC), nvlink_period_s=-1)

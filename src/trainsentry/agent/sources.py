@@ -1,9 +1,12 @@
 """``--source`` specs -> source objects via :func:`trainsentry.telemetry.open_sources`.
 
-Specs: ``nvml``, ``net``, ``net+lo`` (also the loopback interface, which ``net`` leaves out),
-``net:SYSFS_ROOT`` (node_exporter's ``--path.sysfs``: a container that
-mounts the host's /sys elsewhere), ``replay:RUN_DIR``. The ``net:ROOT`` form is translated into
-the telemetry package's ``net_sysfs_root`` option; everything else is passed through.
+Specs: ``nvml``, ``nvml:KEY=SECONDS[,KEY=SECONDS]`` (how often the costlier NVML groups are read:
+``nvlink_period_s`` (0: every tick, the default), ``energy_period_s`` (1), ``gpm_period_s`` (1),
+``slow_period_s`` (1); docs/telemetry.md says what each costs), ``net``, ``net+lo`` (also the
+loopback interface, which ``net`` leaves out), ``net:SYSFS_ROOT`` (node_exporter's
+``--path.sysfs``: a container that mounts the host's /sys elsewhere), ``replay:RUN_DIR``. The
+``net:ROOT`` and ``nvml:...`` forms are translated into the telemetry package's options;
+everything else is passed through.
 """
 
 from __future__ import annotations
@@ -11,6 +14,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 DEFAULT_SPECS = ("nvml", "net")
+NVML_PERIODS = ("nvlink_period_s", "energy_period_s", "gpm_period_s", "slow_period_s")
+
+
+def _nvml_periods(arg: str) -> dict[str, float]:
+    out = {}
+    for item in filter(None, arg.split(",")):
+        key, sep, value = item.partition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or key not in NVML_PERIODS or not seconds >= 0:
+            raise ValueError(f"bad NVML option {item!r} in 'nvml:{arg}': use KEY=SECONDS (>= 0) with KEY one of "
+                             f"{', '.join(NVML_PERIODS)}")
+        out[f"nvml_{key}"] = seconds
+    return out
 
 
 def open_sources(specs: Sequence[str], replay_speed: float = 1.0) -> list:
@@ -19,7 +38,10 @@ def open_sources(specs: Sequence[str], replay_speed: float = 1.0) -> list:
     opts: dict = {}
     plain: list[str] = []
     for spec in specs:
-        if spec.startswith("net:"):
+        if spec.startswith("nvml:"):
+            opts.update(_nvml_periods(spec[5:]))
+            plain.append("nvml")
+        elif spec.startswith("net:"):
             opts["net_sysfs_root"] = spec[4:]
             plain.append("net")
         elif spec == "net+lo":

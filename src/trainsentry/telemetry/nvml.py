@@ -118,10 +118,10 @@ class NvmlSource:
     def __init__(self, nvml: Any = None, gpus: Sequence[int] | None = None, gpm: bool = True,
                  pcie_snapshot: bool = False, clock: Callable[[], float] = time.time,
                  slow_period_s: float = SLOW_PERIOD_S, gpm_period_s: float = GPM_PERIOD_S,
-                 energy_period_s: float = ENERGY_PERIOD_S):
-        if not slow_period_s >= 0 or not gpm_period_s >= 0 or not energy_period_s >= 0:
+                 energy_period_s: float = ENERGY_PERIOD_S, nvlink_period_s: float = 0.0):
+        if not min(slow_period_s, gpm_period_s, energy_period_s, nvlink_period_s) >= 0:
             raise ValueError(f"periods must be >= 0 s, got slow {slow_period_s}, gpm {gpm_period_s}, "
-                             f"energy {energy_period_s}")
+                             f"energy {energy_period_s}, nvlink {nvlink_period_s}")
         if nvml is None:
             try:
                 import pynvml as nvml
@@ -132,6 +132,10 @@ class NvmlSource:
         self.pcie_snapshot = pcie_snapshot  # nvmlDeviceGetPcieThroughput: a 20 ms snapshot, off by default
         self.slow_period_s = float(slow_period_s)
         self.energy_period_s = float(energy_period_s)
+        # 0: the NVLink counters on every read (the default); > 0: only that often, staggered like
+        # energy, for nodes where the field call's CPU cost matters more than 10 Hz resolution
+        # (trainsentry eval --counter-period nvlink=S measures what detection loses)
+        self.nvlink_period_s = float(nvlink_period_s)
         self.gpm_period_s = max(float(gpm_period_s), GPM_MIN_INTERVAL_S)
         self._unsupported: set[tuple[int, str]] = set()
         try:
@@ -156,6 +160,7 @@ class NvmlSource:
         self._gpm_enabled = gpm
         self._slow_due: dict[int, float] = {}    # per GPU: when the slow gauges are next read
         self._energy_due: dict[int, float] = {}  # per GPU: when energy is next read
+        self._nvlink_due: dict[int, float] = {}  # per GPU: when NVLink is next read (nvlink_period_s > 0)
         self._uuids: dict[str, str] | None = None
         self._names = [f"gpu{i}" for i in self.indices]
         self._closed = False
@@ -229,7 +234,8 @@ class NvmlSource:
         host_t = self.clock()
         values: dict[str, float | int] = {}
         energy = self._is_due(self._energy_due, k, i, host_t, self.energy_period_s)
-        tx, rx, scalars, field_t = self._fields(i, host_t, with_scalars=energy)
+        nvlink = self.nvlink_period_s <= 0 or self._is_due(self._nvlink_due, k, i, host_t, self.nvlink_period_s)
+        tx, rx, scalars, field_t = self._fields(i, host_t, with_scalars=energy, with_nvlink=nvlink)
         if tx is not MISSING:
             values["nvlink_tx_kib"] = tx
         if rx is not MISSING:
@@ -321,7 +327,8 @@ class NvmlSource:
         self._plans[i] = ((len(self._unsupported), len(self._by_call)), (req, len(scopes), [m for m, _ in asked]))
         return self._plans[i][1]
 
-    def _fields(self, i: int, host_t: float, with_scalars: bool = True) -> tuple[Any, Any, dict[str, Any], float | None]:
+    def _fields(self, i: int, host_t: float, with_scalars: bool = True,
+                with_nvlink: bool = True) -> tuple[Any, Any, dict[str, Any], float | None]:
         """(tx_kib, rx_kib, {metric: value} of SCALAR_FIELDS, NVLink counter time).
 
         NVLink: sums over all links, MISSING if unavailable. A scalar field's metric is its value,
@@ -331,6 +338,8 @@ class NvmlSource:
         req, k, asked = self._field_plan(i)
         if not with_scalars:
             req, asked = req[:2 * k], []
+        if not with_nvlink:
+            req, k = req[2 * k:], 0
         got = self._field_values(i, req) if req else None
         if got is None:
             return MISSING, MISSING, {}, None
