@@ -116,3 +116,12 @@ def test_runs_that_failed_before_are_not_planned_again(tmp_path):
     with (root / "campaign_log.jsonl").open("a") as f:
         f.write(json.dumps({"retry": [first], "note": "cause fixed"}) + "\n")
     assert first in [r["run_id"] for r in plan_runs(c, root, None)]
+
+
+def test_runs_are_ordered_repeat_by_repeat_with_long_runs_last():
+    c = Campaign(name="x", seconds=38, runs=[{"workload": w, "repeats": 2} for w in WORKLOADS]
+                 + [{"workload": WORKLOADS[0], "seconds": 100}])
+    order = c.expand()
+    assert [r["run_id"].rsplit("-r", 1)[1] for r in order] == ["0"] * 4 + ["1"] * 4 + ["0"]
+    assert order[-1]["seconds"] == 100 and {r["workload"] for r in order[:4]} == set(WORKLOADS)
+    assert order == c.expand()                       # seeded: the same order every time

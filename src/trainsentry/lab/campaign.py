@@ -61,7 +61,10 @@ class Campaign:
         return cls(**raw)
 
     def expand(self) -> list[dict]:
-        """Every run of the campaign, in a seeded shuffled order (classes interleave over time)."""
+        """Every run of the campaign in the order it is run: first repeat 0 of every entry, then
+        repeat 1, …, and runs longer than the campaign's ``seconds`` last; a seeded shuffle within
+        each group, so classes interleave over time. A campaign spread over many device calls thus
+        covers every configuration before it repeats one."""
         from ..workloads.base import WORKLOADS
         from ..workloads import registry  # noqa: F401
         items = []
@@ -81,6 +84,8 @@ class Campaign:
                               "seconds": float(entry.get("seconds", self.seconds)), "gap_before_s": self.gap_s,
                               "seed": rep, **({"max_steps": entry["max_steps"]} if "max_steps" in entry else {})})
         random.Random(self.seed).shuffle(items)
+        # stable: the shuffle survives inside each (long?, repeat) group
+        items.sort(key=lambda r: (r["seconds"] > self.seconds, int(r["run_id"].rsplit("-r", 1)[1])))
         return items
 
 
