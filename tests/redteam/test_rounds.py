@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from detect.probe_traces import GIB, IDLE_MEM_BYTES, phase_bounds, readings
 from trainsentry.cli import app
 from trainsentry.detect.rules import CommRules
-from trainsentry.redteam.rounds import effectiveness, rank_strategies, render, run_rounds
+from trainsentry.redteam.page import render
+from trainsentry.redteam.rounds import effectiveness, rank_strategies, run_rounds
 from trainsentry.traces.io import readings_to_columns, write_trace
 
 REQUIRED = {"name", "setting", "window_detection", "run_detection", "median_time_to_alert_s", "gpu_hour_overhead",

@@ -56,7 +56,8 @@ def rounds(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..detect.pipeline import default_cache_dir
-    from .rounds import InputError, rank_strategies, run_rounds, write_outputs
+    from .page import write_outputs
+    from .rounds import InputError, rank_strategies, run_rounds
     console = Console(stderr=True)
     command = _command(benign, adversarial, n_rounds, out, docs, figures, detector, primary, splits, seed, rt_trees)
     for d in [*benign, *adversarial]:
