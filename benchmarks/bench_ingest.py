@@ -238,11 +238,11 @@ def bench_shape(shape: str, steps: int, n_nodes: int, samples_target: int, repea
                      "collector_cpu_us_per_sample": round(col["cpu_us_per_sample"], 2),
                      "raw_sqlite_samples_per_s": round(raw["samples_per_s"]),
                      "ratio": round(col["samples_per_s"] / raw["samples_per_s"], 3),
-                     "collector_seconds": round(col["seconds"], 3), "raw_seconds": round(raw["seconds"], 3)})
+                     "collector_seconds": round(col["seconds"], 3), "raw_seconds": round(raw["seconds"], 3),
+                     "load_1min_after": round(os.getloadavg()[0], 2)})
         print(f"{shape} run {r}: collector {col['samples_per_s']:,.0f} samples/s, raw SQLite "
               f"{raw['samples_per_s']:,.0f} samples/s, ratio {col['samples_per_s'] / raw['samples_per_s']:.2f}, "
-              f"server CPU {col['cpu_us_per_sample']:.2f} us/sample", 
-              flush=True)
+              f"server CPU {col['cpu_us_per_sample']:.2f} us/sample, load {os.getloadavg()[0]:.2f}", flush=True)
     body_bytes = statistics.mean(len(b[0]) for b in per_node["node-0"])
     med = lambda k: statistics.median(x[k] for x in runs)  # noqa: E731
     return {"samples_per_batch": per_batch, "batches_per_node": n_batches, "nodes": n_nodes,
@@ -276,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         # Other processes on the machine compete for the two cores: the load average says how much.
         "load_average_1min": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
-        "server": "trainsentry serve: uvicorn, 1 worker, pinned to CPU 0" if pinned else "trainsentry serve: not pinned",
+        "server": ("trainsentry serve: uvicorn (httptools, uvloop) with the direct ingest path, 1 worker, pinned to CPU 0"
+                   if pinned else "trainsentry serve: not pinned"),
         "client": "this process, pinned to CPU 1" if pinned else "this process, not pinned",
         "sqlite": {"journal_mode": "wal", "synchronous": "normal"},
         "live_verdicts": args.live,

@@ -1,9 +1,12 @@
 """The collector's HTTP API: ``create_app(db_path)`` returns a FastAPI application.
 
-Ingest (``POST /v1/batches``, a plain ASGI handler in front of FastAPI) runs on the event loop
-thread, synchronously, with the one writer connection: SQLite has a single writer anyway, so
-serialising batches there costs nothing and saves a thread hop per request. With ``synchronous=NORMAL`` a commit does not fsync, so the loop
-is not held for disk flushes (see :mod:`trainsentry.collector.schema` for what that means for
+Ingest (``POST /v1/batches``) is answered ahead of FastAPI's routing and middlewares
+(:class:`CollectorApp`), and by the real server mostly before ASGI altogether
+(:func:`trainsentry.collector.server.direct_ingest_protocol`); every path ends in
+:meth:`Collector.handle_batch`. It runs on the event loop thread, synchronously, with the one
+writer connection: SQLite has a single writer anyway, so serialising batches there costs nothing
+and saves a thread hop per request. With ``synchronous=NORMAL`` a commit does not fsync, so the
+loop is not held for disk flushes (see :mod:`trainsentry.collector.schema` for what that means for
 durability). Reads run in FastAPI's thread pool on per-thread read connections, which WAL lets
 proceed while a batch is being written.
 
@@ -40,34 +43,45 @@ def _json(obj, status: int = 200) -> Response:
 
 _NODE_KEY = NODE_HEADER.lower().encode()
 _SIGNATURE_KEY = SIGNATURE_HEADER.lower().encode()
-_INGEST_PATH = "/v1/batches"
+INGEST_PATH = "/v1/batches"
 
 
 async def _send_json(send, obj, status: int = 200) -> None:
-    body = orjson.dumps(obj)
+    await _send_answer(send, status, orjson.dumps(obj))
+
+
+async def _send_answer(send, status: int, body: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 
 
-class _IngestRoute:
-    """ASGI middleware that answers ``POST /v1/batches`` itself and passes everything else on.
+class CollectorApp(FastAPI):
+    """FastAPI, with ``POST /v1/batches`` answered before any middleware.
 
     Ingest is the one hot path: FastAPI's routing, dependency solving and Request/Response objects
-    cost ~0.1-0.2 ms per request, ~1 µs per sample of a 120-sample batch, for nothing ingest uses.
-    Reads keep FastAPI (validation of query parameters, thread pool for blocking SQLite reads).
+    cost ~0.1-0.2 ms per request, ~1 µs per sample of a 120-sample batch, for nothing ingest uses;
+    Starlette's error and body-limit middlewares and the inspector gate cost a few µs more. Reads
+    keep all of it (validation of query parameters, thread pool for blocking SQLite reads, the gate).
+    The real server goes one step further and answers most ingest requests before ASGI
+    (:mod:`trainsentry.collector.server`); both end in :meth:`Collector.handle_batch`.
     """
 
-    def __init__(self, app, collector: "Collector"):
-        self.app = app
-        self.collector = collector
+    collector: "Collector"
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["path"] == _INGEST_PATH:
+        if scope["type"] == "http" and scope["path"] == INGEST_PATH:
             if scope["method"] == "POST":
                 return await self.collector.ingest(scope, receive, send)
             return await _send_json(send, {"error": "method_not_allowed", "detail": "use POST"}, 405)
-        await self.app(scope, receive, send)
+        await super().__call__(scope, receive, send)
+
+
+def ingest_headers(headers: dict[bytes, bytes]) -> tuple[str | None, str | None]:
+    """(node, signature) from lower-case header names to raw values, as sent (None when absent)."""
+    raw_node, raw_sig = headers.get(_NODE_KEY), headers.get(_SIGNATURE_KEY)
+    return (raw_node.decode("latin-1") if raw_node is not None else None,
+            raw_sig.decode("latin-1") if raw_sig is not None else None)
 
 
 class _Readers(threading.local):
@@ -125,20 +139,31 @@ class Collector:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def ingest(self, scope, receive, send) -> None:
-        """``POST /v1/batches`` as a plain ASGI handler (see :class:`_IngestRoute` for why)."""
+        """``POST /v1/batches`` as a plain ASGI handler (see :class:`CollectorApp` for why)."""
         headers = dict(scope["headers"])  # ASGI gives lower-case names
-        raw_node = headers.get(_NODE_KEY)
-        node = raw_node.decode("latin-1") if raw_node is not None else None
-        raw_sig = headers.get(_SIGNATURE_KEY)
+        node, signature = ingest_headers(headers)
+        client = scope.get("client")
+        remote = client[0] if client else None
         try:
             body = await self.read_body(headers, receive)
-            acc = self.store.ingest(node, raw_sig.decode("latin-1") if raw_sig is not None else None, body,
-                                    max_bytes=self.max_batch_bytes)
         except IngestError as e:
-            self.rejected[e.code] += 1
-            client = scope.get("client")
-            self.store.record_rejection(e, node, client[0] if client else None)
-            return await _send_json(send, e.body(), e.status)
+            status, answer = self.refuse(e, node, remote)
+        else:
+            status, answer = self.handle_batch(node, signature, body, remote)
+        await _send_answer(send, status, answer)
+
+    def handle_batch(self, node: str | None, signature: str | None, body: bytes,
+                     remote: str | None) -> tuple[int, bytes]:
+        """Everything ingest decides about one whole body: the HTTP status and JSON answer to send.
+
+        The one place that stores, counts, audits and publishes, whichever HTTP path the body came
+        by (the ASGI route, or the server's direct path in :mod:`trainsentry.collector.server`). The
+        answer says accepted only when ``Store.ingest`` returned, i.e. after COMMIT.
+        """
+        try:
+            acc = self.store.ingest(node, signature, body, max_bytes=self.max_batch_bytes)
+        except IngestError as e:
+            return self.refuse(e, node, remote)
         if acc.duplicate:
             self.duplicates += 1
         else:
@@ -146,7 +171,13 @@ class Collector:
             self.accepted_samples += acc.n_samples
             self.bus.publish(CommittedBatch(acc.node, acc.seq, acc.digest, acc.received_at,
                                             acc.batch.samples, acc.gaps))
-        await _send_json(send, acc.body())
+        return 200, orjson.dumps(acc.body())
+
+    def refuse(self, e: IngestError, node: str | None, remote: str | None) -> tuple[int, bytes]:
+        """Count and audit a refused batch; its status and JSON answer."""
+        self.rejected[e.code] += 1
+        self.store.record_rejection(e, node, remote)
+        return e.status, orjson.dumps(e.body())
 
     def stats(self) -> dict:
         return {"since_start": {"started_at": self.started_at, "accepted_batches": self.accepted_batches,
@@ -171,7 +202,8 @@ def create_app(db_path: str | Path, synchronous: str = "normal", max_batch_bytes
         yield
         col.close()
 
-    app = FastAPI(title="trainsentry collector", version="1", lifespan=lifespan)
+    app = CollectorApp(title="trainsentry collector", version="1", lifespan=lifespan)
+    app.collector = col
     app.state.collector = col
 
     @app.exception_handler(RequestValidationError)
@@ -181,7 +213,6 @@ def create_app(db_path: str | Path, synchronous: str = "normal", max_batch_bytes
         return _json({"error": "bad_query", "detail": problems[:500]}, 400)
     app.state.bus = col.bus
 
-    app.add_middleware(_IngestRoute, collector=col)  # POST /v1/batches
     install_dashboard(app, col)  # inspector gate on every read, /login, /v1/overview, /dashboard
     install_live(app, col)  # live verdicts on the commit bus; /v1/nodes/{node}/verdict(s), /alerts, /v1/jobs
 
