@@ -16,6 +16,7 @@ Live processing subscribes with ``app.state.bus.subscribe(callback)``; see
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections import Counter
@@ -160,10 +161,21 @@ class Collector:
         by (the ASGI route, or the server's direct path in :mod:`trainsentry.collector.server`). The
         answer says accepted only when ``Store.ingest`` returned, i.e. after COMMIT.
         """
+        # No cyclic GC while a batch is ingested: the parsed body is a tree of dicts and lists and
+        # the rows are tuples, so a collection finds nothing, yet every ~700 allocations it walks
+        # the batch's live objects and, a few batches on, the whole heap (~100k objects). That was
+        # ~1.4 µs per sample of 6,000-sample batches (gc callbacks in the server) and ~0.13 µs at
+        # 120 samples. Anything cyclic made meanwhile is collected after, by the usual thresholds.
+        collecting = gc.isenabled()
+        if collecting:
+            gc.disable()
         try:
             acc = self.store.ingest(node, signature, body, max_bytes=self.max_batch_bytes)
         except IngestError as e:
             return self.refuse(e, node, remote)
+        finally:
+            if collecting:
+                gc.enable()
         if acc.duplicate:
             self.duplicates += 1
         else:
