@@ -35,3 +35,28 @@ def test_checkpoint_thread_backfills_the_wal_and_stops_on_close(tmp_path):
     store.close()
     assert not thread.is_alive()
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 250
+
+
+def test_the_wal_stays_bounded_under_continuous_ingest(tmp_path, monkeypatch):
+    """A writer that never pauses: PASSIVE checkpoints cannot catch up, so the thread restarts the
+    WAL once it passes its bound, and the file is cut back (it grew without end before)."""
+    from trainsentry.collector import checkpoint
+    real = checkpoint.Checkpointer.__init__
+    monkeypatch.setattr(checkpoint.Checkpointer, "__init__",
+                        lambda self, *a, **kw: real(self, *a, **{**kw, "min_interval_s": 0.05, "max_wal_pages": 256}))
+    db = tmp_path / "c.db"
+    store = Store(db)
+    key = store.enroll("node-a")
+    prev, biggest, seq = GENESIS_PREV, 0, 0
+    deadline = time.monotonic() + 60
+    while (store._checkpointer.restarts < 3 or seq < 300) and time.monotonic() < deadline:
+        body = encode_batch("node-a", seq, prev, gpu_samples(1000.0 + seq, n=100), 1.0, 1.0)
+        store.ingest("node-a", sign(key, body), body)
+        prev, seq = digest(body), seq + 1
+        biggest = max(biggest, (tmp_path / "c.db-wal").stat().st_size)
+    page = store.conn.execute("PRAGMA page_size").fetchone()[0]
+    assert store._checkpointer.restarts >= 3 and store._checkpointer.errors == 0
+    # bounded: the limit plus what one checkpoint interval lets through, far below 300 batches' WAL
+    assert biggest < 8 * 256 * page, biggest
+    store.close()
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 100 * seq

@@ -209,6 +209,9 @@ class Store:
         if str(path) != ":memory:":
             self.conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpoint thread does it instead
             self._checkpointer = Checkpointer(self.path, synchronous)
+            # when this connection starts the WAL over, the file is cut back to the checkpointer's bound
+            page = self.conn.execute("PRAGMA page_size").fetchone()[0]
+            self.conn.execute(f"PRAGMA journal_size_limit={self._checkpointer.max_wal_pages * page}")
         self._keys: dict[str, tuple[int, bytes]] = {}  # name -> (node_id, key); refreshed on a miss
         self._devices: set[tuple[int, str]] = set()     # (node_id, device) known to be in `devices`
         self._rejection_rows: dict[tuple[str, str], tuple[int, int]] = {}  # (node, code) -> (minute, rows)
