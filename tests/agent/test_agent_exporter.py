@@ -51,3 +51,19 @@ def test_latest_reading_wins_and_agent_stats_are_exposed():
     assert s["DCGM_FI_DEV_GPU_TEMP"].value == 41.0
     assert s["trainsentry_agent_spool_pending_batches"].value == 3
     assert s["trainsentry_agent_batches_acked_total"].value == 9
+
+
+def test_a_metric_read_once_a_second_stays_between_its_reads_and_goes_when_stale():
+    """Energy, clocks and temperature come on one tick in ten: a scrape between two reads still
+    serves their last value; one the GPU stopped giving for max_age_s is dropped."""
+    latest = LatestReadings(max_age_s=30.0)
+    latest.update([Reading("gpu0", "gpu", 1.0, {"power_mw": 600_000, "energy_mj": 5_000, "temp_c": 50.0})])
+    latest.update([Reading("gpu0", "gpu", 1.1, {"power_mw": 610_000})])
+    _, s = scrape(latest)
+    assert s["DCGM_FI_DEV_POWER_USAGE"].value == 610.0                 # the newest
+    assert s["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].value == 5_000    # kept from the tick that had it
+    latest.update([Reading("gpu0", "gpu", 2.0, {"power_mw": 620_000, "energy_mj": 6_000})])
+    latest.update([Reading("gpu0", "gpu", 40.0, {"power_mw": 630_000, "energy_mj": 9_000})])
+    text, s = scrape(latest)
+    assert s["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].value == 9_000
+    assert "DCGM_FI_DEV_GPU_TEMP" not in text                           # last read 39 s ago: stale

@@ -60,3 +60,34 @@ def test_the_wal_stays_bounded_under_continuous_ingest(tmp_path, monkeypatch):
     assert biggest < 8 * 256 * page, biggest
     store.close()
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 100 * seq
+
+
+def test_a_restart_held_up_by_a_reader_gives_up_quickly_and_ingest_goes_on(tmp_path, monkeypatch):
+    """A reader with an old snapshot keeps the WAL from starting over: the RESTART checkpoint waits
+    at most restart_wait_s for it (holding writers off meanwhile), then gives up until later."""
+    from trainsentry.collector import checkpoint
+    real = checkpoint.Checkpointer.__init__
+    monkeypatch.setattr(checkpoint.Checkpointer, "__init__",
+                        lambda self, *a, **kw: real(self, *a, **{**kw, "min_interval_s": 0.05, "max_wal_pages": 64}))
+    db = tmp_path / "c.db"
+    store = Store(db)
+    key = store.enroll("node-a")
+    reader = sqlite3.connect(db, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT COUNT(*) FROM samples").fetchall()     # a snapshot held open
+    prev, slowest, t0 = GENESIS_PREV, 0.0, time.monotonic()
+    for seq in range(120):
+        body = encode_batch("node-a", seq, prev, gpu_samples(1000.0 + seq, n=100), 1.0, 1.0)
+        t = time.monotonic()
+        store.ingest("node-a", sign(key, body), body)
+        slowest = max(slowest, time.monotonic() - t)
+        prev = digest(body)
+    elapsed = time.monotonic() - t0
+    time.sleep(0.3)
+    ck = store._checkpointer
+    assert ck.restarts == 0 and ck.restarts_given_up >= 1      # it could not start the WAL over ...
+    assert slowest < 2.0, slowest                              # ... no commit waited long for it ...
+    assert ck.restarts_given_up <= 1 + elapsed / ck.restart_backoff_s   # ... nor was it tried often
+    reader.execute("COMMIT")
+    reader.close()
+    store.close()

@@ -73,20 +73,34 @@ def gpu_labels(device: str, hostname: str, uuid: str = "") -> dict[str, str]:
 
 
 class LatestReadings:
-    """The newest reading per device, replaced on every tick by the sampler thread."""
+    """The newest value of every metric per device, updated on every tick by the sampler thread.
 
-    def __init__(self) -> None:
+    A reading carries only the metrics read on its tick (energy, clocks, temperature, memory and GPM
+    once a second), so the newest *reading* alone would drop those from most scrapes. Each metric
+    keeps its last value; one not read for ``max_age_s`` is left out (a metric the GPU stopped
+    giving must not be served forever)."""
+
+    def __init__(self, max_age_s: float = 30.0) -> None:
         self._lock = threading.Lock()
-        self._by_device: dict[str, Reading] = {}
+        self.max_age_s = max_age_s
+        self._by_device: dict[str, tuple[Reading, dict[str, tuple[float, float]]]] = {}
 
     def update(self, readings: Iterable[Reading]) -> None:
         with self._lock:
             for r in readings:
-                self._by_device[r.device] = r
+                values = self._by_device.get(r.device, (None, {}))[1]
+                for k, v in r.values.items():
+                    values[k] = (v, r.t)
+                self._by_device[r.device] = (r, values)
 
     def snapshot(self) -> list[Reading]:
         with self._lock:
-            return [self._by_device[d] for d in sorted(self._by_device)]
+            out = []
+            for d in sorted(self._by_device):
+                r, values = self._by_device[d]
+                fresh = {k: v for k, (v, t) in values.items() if r.t - t <= self.max_age_s}
+                out.append(Reading(r.device, r.kind, r.t, fresh))
+            return out
 
 
 class AgentCollector:

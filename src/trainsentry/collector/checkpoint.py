@@ -14,7 +14,9 @@ checkpoint has copied every frame; under continuous ingest a PASSIVE checkpoint 
 batches). When the WAL holds more than ``max_wal_pages`` frames after a PASSIVE checkpoint, the
 thread runs one RESTART checkpoint: it waits for the writer's transaction
 to end, copies the rest, and makes the next commit start the WAL over; the writer waits for it
-(busy_timeout) once per ``max_wal_pages`` of traffic. ``journal_size_limit`` then truncates the
+(busy_timeout) once per ``max_wal_pages`` of traffic. While a reader holds an old snapshot the
+RESTART gives up after ``restart_wait_s`` (0.25 s) and is not tried again for
+``restart_backoff_s`` (5 s), so a long query holds ingest up at most 0.25 s in every 5 s. ``journal_size_limit`` then truncates the
 file back to that size.
 """
 
@@ -32,7 +34,10 @@ class Checkpointer:
                  max_wal_pages: int = 16384):
         self.path = Path(path)
         self.max_wal_pages = max_wal_pages     # 64 MiB at 4 KiB pages
+        self.restart_wait_s = 0.25
+        self.restart_backoff_s = 5.0           # after a RESTART that a reader held up
         self.restarts = 0
+        self.restarts_given_up = 0
         self.synchronous = synchronous
         self.min_interval_s = min_interval_s
         self.checkpoints = 0
@@ -50,6 +55,10 @@ class Checkpointer:
         conn = connect(self.path, self.synchronous)
         page = conn.execute("PRAGMA page_size").fetchone()[0]
         conn.execute(f"PRAGMA journal_size_limit={self.max_wal_pages * page}")
+        # A RESTART checkpoint holds writers off while it waits for readers (a long dashboard query):
+        # give up after this long and back off (restart_backoff_s), so a reader never stalls ingest for long
+        conn.execute(f"PRAGMA busy_timeout={int(self.restart_wait_s * 1000)}")
+        retry_at = 0.0
         try:
             while True:
                 self._wake.wait()
@@ -63,9 +72,11 @@ class Checkpointer:
                     # `log` counts every frame since the WAL last started over: above the bound, the
                     # writer never found the log fully copied at the start of a transaction (it
                     # keeps appending while PASSIVE copies), so make it
-                    if log > self.max_wal_pages:
-                        conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
-                        self.restarts += 1
+                    if log > self.max_wal_pages and time.monotonic() >= retry_at:
+                        busy = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()[0][0]
+                        self.restarts += not busy
+                        self.restarts_given_up += bool(busy)
+                        retry_at = time.monotonic() + self.restart_backoff_s if busy else 0.0
                 except Exception:  # a busy or failing checkpoint is retried on the next poke
                     self.errors += 1
                 time.sleep(self.min_interval_s)
