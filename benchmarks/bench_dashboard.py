@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from trainsentry.collector.auth import enroll_inspector_in  # noqa: E402
-from trainsentry.collector.server import READY_PREFIX  # noqa: E402
+from trainsentry.collector.server import wait_ready  # noqa: E402
 from trainsentry.collector.store import Store  # noqa: E402
 from trainsentry.telemetry.replay import read_trace_readings  # noqa: E402
 from trainsentry.wire.batch import GENESIS_PREV, digest, encode_batch, sign  # noqa: E402
@@ -143,12 +143,8 @@ def start_server(db: Path, ttl_s: float) -> tuple[subprocess.Popen, str, int]:
                TRAINSENTRY_MODELS=str(db.parent / "no-models"))
     proc = subprocess.Popen([sys.executable, "-m", "trainsentry.collector.server", "--db", str(db), "--port", "0"],
                             stdout=subprocess.PIPE, text=True, env=env)
-    line = proc.stdout.readline()
-    if not line.startswith(READY_PREFIX):
-        proc.kill()
-        raise RuntimeError(f"server did not start: {line!r}")
-    host, port = line[len(READY_PREFIX):].strip().removeprefix("http://").rsplit(":", 1)
-    return proc, host, int(port)
+    host, port = wait_ready(proc)
+    return proc, host, port
 
 
 def measure(db: Path, token: str, ttl_s: float, n: int) -> dict:

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from trainsentry.collector.checkpoint import Checkpointer  # noqa: E402
 from trainsentry.collector.schema import open_db  # noqa: E402
-from trainsentry.collector.server import READY_PREFIX  # noqa: E402
+from trainsentry.collector.server import wait_ready  # noqa: E402
 from trainsentry.collector.store import Store, sample_rows  # noqa: E402
 from trainsentry.traces.schema import GPU_METRICS, NET_METRICS  # noqa: E402
 from trainsentry.wire.batch import GENESIS_PREV, NODE_HEADER, SIGNATURE_HEADER, digest, encode_batch, sign  # noqa: E402
@@ -111,12 +111,8 @@ def start_server(db: Path) -> tuple[subprocess.Popen, str, int]:
     code = pin + "from trainsentry.collector.server import main; main(['--db', %r, '--port', '0'])" % str(db)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TRAINSENTRY_LIVE="1" if LIVE["on"] else "0")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
-    line = proc.stdout.readline()
-    if not line.startswith(READY_PREFIX):
-        proc.kill()
-        raise RuntimeError(f"server did not start: {line!r}")
-    host, port = line[len(READY_PREFIX):].strip().removeprefix("http://").rsplit(":", 1)
-    return proc, host, int(port)
+    host, port = wait_ready(proc)
+    return proc, host, port
 
 
 def send_all(host: str, port: int, per_node: dict[str, list]) -> float:

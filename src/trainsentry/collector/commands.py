@@ -46,11 +46,16 @@ def enroll_cmd(
     if key_out is None:
         typer.echo(key)
         return
-    key_out.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(key_out, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(key + "\n")
+    _write_secret(key_out, key)
     print(f"{'rotated' if rotate else 'enrolled'} {node}; key written to {key_out}", file=sys.stderr)
+
+
+def _write_secret(path: Path, secret: str) -> None:
+    """``secret`` in ``path``, created with mode 0600 (never readable by others, not even briefly)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
 
 
 def enroll_inspector_cmd(
@@ -69,10 +74,7 @@ def enroll_inspector_cmd(
     if token_out is None:
         typer.echo(token)
         return
-    token_out.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(token_out, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
+    _write_secret(token_out, token)
     print(f"inspector {name}: token written to {token_out}", file=sys.stderr)
 
 

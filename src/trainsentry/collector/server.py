@@ -21,6 +21,17 @@ from pathlib import Path
 READY_PREFIX = "trainsentry collector listening on "
 
 
+def wait_ready(proc) -> tuple[str, int]:
+    """(host, port) from the first line a collector process started with ``--port 0`` prints;
+    kills it and raises RuntimeError if that line is not the ready line."""
+    line = proc.stdout.readline()
+    if not line.startswith(READY_PREFIX):
+        proc.kill()
+        raise RuntimeError(f"server did not start: {line!r}")
+    host, port = line[len(READY_PREFIX):].strip().removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
+
+
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must say TCP: asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP, and
