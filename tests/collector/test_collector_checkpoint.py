@@ -37,22 +37,33 @@ def test_checkpoint_thread_backfills_the_wal_and_stops_on_close(tmp_path):
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 250
 
 
-def test_the_wal_stays_bounded_under_continuous_ingest(tmp_path, monkeypatch):
-    """A writer that never pauses: PASSIVE checkpoints cannot catch up, so the thread restarts the
-    WAL once it passes its bound, and the file is cut back (it grew without end before)."""
+def _store_checkpointing(db, monkeypatch, max_wal_pages: int):
+    """A Store whose checkpoint thread runs every 50 ms with a WAL bound of ``max_wal_pages``."""
     from trainsentry.collector import checkpoint
     real = checkpoint.Checkpointer.__init__
     monkeypatch.setattr(checkpoint.Checkpointer, "__init__",
-                        lambda self, *a, **kw: real(self, *a, **{**kw, "min_interval_s": 0.05, "max_wal_pages": 256}))
-    db = tmp_path / "c.db"
+                        lambda self, *a, **kw: real(self, *a, **{**kw, "min_interval_s": 0.05,
+                                                                 "max_wal_pages": max_wal_pages}))
     store = Store(db)
-    key = store.enroll("node-a")
+    return store, store.enroll("node-a")
+
+
+def _ingest(store, key, seq: int, prev: str) -> str:
+    """One 100-sample batch of node-a; returns its digest (the next batch's prev)."""
+    body = encode_batch("node-a", seq, prev, gpu_samples(1000.0 + seq, n=100), 1.0, 1.0)
+    store.ingest("node-a", sign(key, body), body)
+    return digest(body)
+
+
+def test_the_wal_stays_bounded_under_continuous_ingest(tmp_path, monkeypatch):
+    """A writer that never pauses: PASSIVE checkpoints cannot catch up, so the thread restarts the
+    WAL once it passes its bound, and the file is cut back (it grew without end before)."""
+    db = tmp_path / "c.db"
+    store, key = _store_checkpointing(db, monkeypatch, max_wal_pages=256)
     prev, biggest, seq = GENESIS_PREV, 0, 0
     deadline = time.monotonic() + 60
     while (store._checkpointer.restarts < 3 or seq < 300) and time.monotonic() < deadline:
-        body = encode_batch("node-a", seq, prev, gpu_samples(1000.0 + seq, n=100), 1.0, 1.0)
-        store.ingest("node-a", sign(key, body), body)
-        prev, seq = digest(body), seq + 1
+        prev, seq = _ingest(store, key, seq, prev), seq + 1
         biggest = max(biggest, (tmp_path / "c.db-wal").stat().st_size)
     page = store.conn.execute("PRAGMA page_size").fetchone()[0]
     assert store._checkpointer.restarts >= 3 and store._checkpointer.errors == 0
@@ -65,23 +76,16 @@ def test_the_wal_stays_bounded_under_continuous_ingest(tmp_path, monkeypatch):
 def test_a_restart_held_up_by_a_reader_gives_up_quickly_and_ingest_goes_on(tmp_path, monkeypatch):
     """A reader with an old snapshot keeps the WAL from starting over: the RESTART checkpoint waits
     at most restart_wait_s for it (holding writers off meanwhile), then gives up until later."""
-    from trainsentry.collector import checkpoint
-    real = checkpoint.Checkpointer.__init__
-    monkeypatch.setattr(checkpoint.Checkpointer, "__init__",
-                        lambda self, *a, **kw: real(self, *a, **{**kw, "min_interval_s": 0.05, "max_wal_pages": 64}))
     db = tmp_path / "c.db"
-    store = Store(db)
-    key = store.enroll("node-a")
+    store, key = _store_checkpointing(db, monkeypatch, max_wal_pages=64)
     reader = sqlite3.connect(db, isolation_level=None)
     reader.execute("BEGIN")
     reader.execute("SELECT COUNT(*) FROM samples").fetchall()     # a snapshot held open
     prev, slowest, t0 = GENESIS_PREV, 0.0, time.monotonic()
     for seq in range(120):
-        body = encode_batch("node-a", seq, prev, gpu_samples(1000.0 + seq, n=100), 1.0, 1.0)
         t = time.monotonic()
-        store.ingest("node-a", sign(key, body), body)
+        prev = _ingest(store, key, seq, prev)
         slowest = max(slowest, time.monotonic() - t)
-        prev = digest(body)
     elapsed = time.monotonic() - t0
     time.sleep(0.3)
     ck = store._checkpointer

@@ -18,10 +18,8 @@ def _periods(items: list[str]) -> dict[str, float]:
             sep = ""
         if not sep:
             raise ValueError(f"--counter-period wants GROUP=SECONDS (e.g. nvlink=1), got {item!r}")
-    from ..traces.io import COUNTER_GROUPS
-    unknown = set(out) - set(COUNTER_GROUPS)
-    if unknown:
-        raise ValueError(f"unknown counter groups {sorted(unknown)} (known: {', '.join(sorted(COUNTER_GROUPS))})")
+    from ..traces.io import check_counter_periods
+    check_counter_periods(out)      # before any run is loaded
     return out
 
 

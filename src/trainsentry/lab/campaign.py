@@ -90,18 +90,10 @@ class Campaign:
 
 
 def failed_before(out_root: Path) -> set[str]:
-    """Runs an earlier call of this campaign attempted and failed (crashed or hung), from its log."""
-    log = out_root / "campaign_log.jsonl"
-    if not log.exists():
-        return set()
-    failed: set[str] = set()
-    for line in log.read_text().splitlines():
-        if line.strip():
-            entry = json.loads(line)
-            failed |= set(entry.get("failed", []))
-            # a line {"retry": [...], "note": why} (the cause was fixed) makes those runs plannable again
-            failed -= set(entry.get("retry", []))
-    return failed
+    """Runs an earlier call of this campaign failed (crashed or hung) and no later log line
+    ``{"retry": [...], "note": why}`` cleared (lab.summary.campaign_failures reads the log)."""
+    from .summary import campaign_failures
+    return {f["run_id"] for f in campaign_failures(out_root) if not f["retry"]}
 
 
 def plan_runs(campaign: Campaign, out_root: Path, budget_s: float | None,
@@ -252,14 +244,8 @@ def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: flo
 
 def hung_run(work: Path, runs: dict[str, dict], now: float) -> str | None:
     """The run that started but has not ended although its deadline is RUN_GRACE_S past, if any."""
-    events = work / "events.jsonl"
-    if not events.exists():
-        return None
     open_runs: dict[str, float] = {}
-    for line in events.read_text().splitlines():
-        if not line.strip():
-            continue
-        e = json.loads(line)
+    for e in _events(work):
         if e.get("phase") == "start":
             open_runs[e["run_id"]] = e["t"]
         else:
@@ -320,8 +306,13 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def _attempted(work: Path) -> int:
+def _events(work: Path) -> list[dict]:
+    """The worker's start/end events so far (workloads.worker writes them)."""
     events = work / "events.jsonl"
     if not events.exists():
-        return 0
-    return len({json.loads(l)["run_id"] for l in events.read_text().splitlines() if l.strip()})
+        return []
+    return [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+
+
+def _attempted(work: Path) -> int:
+    return len({e["run_id"] for e in _events(work)})

@@ -75,17 +75,22 @@ COUNTER_GROUPS = {"nvlink": ("nvlink_tx_kib", "nvlink_rx_kib"), "energy": ("ener
                   "net": ("net_tx_bytes", "net_rx_bytes")}
 
 
+def check_counter_periods(periods: dict[str, float]) -> None:
+    """ValueError naming what is wrong with a {group: seconds} map for :func:`thin_counters`."""
+    unknown = set(periods) - set(COUNTER_GROUPS)
+    if unknown:
+        raise ValueError(f"unknown counter groups {sorted(unknown)}; known: {sorted(COUNTER_GROUPS)}")
+    if any(not p > 0 for p in periods.values()):
+        raise ValueError(f"counter periods must be > 0 s, got {periods}")
+
+
 def thin_counters(table: pa.Table, periods: dict[str, float]) -> pa.Table:
     """The trace an agent reading each counter group only every ``periods[group]`` seconds would
     have recorded: per device, the group's counters keep the first reading of every period (from
     the device's first sample) and are absent elsewhere; the derived rates are recomputed
     (:func:`add_rates`, which spreads each difference over the samples between two reads). Gauges
     are untouched. For studies of what detection loses when costly counters are read less often."""
-    unknown = set(periods) - set(COUNTER_GROUPS)
-    if unknown:
-        raise ValueError(f"unknown counter groups {sorted(unknown)}; known: {sorted(COUNTER_GROUPS)}")
-    if any(not p > 0 for p in periods.values()):
-        raise ValueError(f"counter periods must be > 0 s, got {periods}")
+    check_counter_periods(periods)
     if table.num_rows == 0 or not periods:
         return table
     order = sorted(range(table.num_rows), key=lambda i: (table["device"][i].as_py(), table["t"][i].as_py()))
