@@ -93,7 +93,8 @@ def thin_counters(table: pa.Table, periods: dict[str, float]) -> pa.Table:
     check_counter_periods(periods)
     if table.num_rows == 0 or not periods:
         return table
-    order = sorted(range(table.num_rows), key=lambda i: (table["device"][i].as_py(), table["t"][i].as_py()))
+    dev, t = table["device"].to_pylist(), table["t"].to_pylist()
+    order = sorted(range(table.num_rows), key=lambda i: (dev[i], t[i]))
     table = table.take(pa.array(order))
     cols = table.to_pydict()
     devices, t = cols["device"], cols["t"]
