@@ -4,14 +4,11 @@ files: the run trained (loss falls), and its traffic has the shape the strategy 
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from torchrun_plan import run_plan
 
 from trainsentry.workloads import adversarial
 from trainsentry.workloads.adversarial_sync import powersgd_bytes_per_step
@@ -26,20 +23,8 @@ FALLS = ["adv.diloco.h10", "adv.diloco.h50-int8", "adv.diloco.streaming-h50", "a
 
 
 def _launch(out: Path, nproc: int, names: list[str], steps: int) -> dict[str, dict]:
-    plan = out / "plan.json"
-    plan.write_text(json.dumps({"toy": True, "runs": [{"run_id": n, "workload": n, "max_steps": steps, "seconds": 120}
-                                                      for n in names]}))
-    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           str(HERE / "adv_worker.py"), str(plan), str(out / "out")]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = {}
-    for n in names:
-        path = out / "out" / f"{n}.truth.json"
-        assert path.exists(), f"no truth for {n}: {proc.stderr[-3000:]}"
-        result[n] = json.loads(path.read_text())
-    return result
+    runs = [{"run_id": n, "workload": n, "max_steps": steps, "seconds": 120} for n in names]
+    return run_plan(out, runs, nproc, [str(HERE / "adv_worker.py")], timeout=400)
 
 
 @pytest.fixture(scope="module")

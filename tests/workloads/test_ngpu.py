@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from torchrun_plan import run_plan
 
 from trainsentry.workloads import registry  # noqa: F401  (registers every workload)
 from trainsentry.workloads.base import WORKLOADS
@@ -45,18 +46,7 @@ def truths(tmp_path_factory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("ngpu")
     runs = [{"run_id": rid, "workload": name, "max_steps": steps, "seconds": 90, "overrides": over}
             for rid, (name, steps, over) in RUNS.items()]
-    (out / "plan.json").write_text(json.dumps({"toy": True, "runs": runs}))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}",
-           "-m", "trainsentry.workloads.worker", str(out / "plan.json"), str(out / "out")]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = {}
-    for rid in RUNS:
-        path = out / "out" / f"{rid}.truth.json"
-        assert path.exists(), f"no truth for {rid}: {proc.stderr[-3000:]}"
-        result[rid] = json.loads(path.read_text())
-    return result
+    return run_plan(out, runs, WORLD, ["-m", "trainsentry.workloads.worker"], timeout=240, cwd=ROOT)
 
 
 def gt(t: dict) -> dict:

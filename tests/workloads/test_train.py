@@ -6,14 +6,11 @@ shared); the tests then read the truth files the worker wrote.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from torchrun_plan import run_plan
 import torch
 
 from trainsentry.workloads import train
@@ -44,19 +41,7 @@ def truths(tmp_path_factory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("train_runs")
     runs = [{"run_id": rid, "workload": name, "max_steps": STEPS, "seconds": 120} for rid, name in RUNS.items()]
     runs.append({"run_id": "long", "workload": "train.single.w1024-l16", "max_steps": LONG_STEPS, "seconds": 120})
-    plan = out / "plan.json"
-    plan.write_text(json.dumps({"toy": True, "runs": runs}))
-    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(HERE / "train_worker.py"), str(plan), str(out / "out")]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = {}
-    for rid in [*RUNS, "long"]:
-        path = out / "out" / f"{rid}.truth.json"
-        assert path.exists(), f"no truth for {rid}: {proc.stderr[-3000:]}"
-        result[rid] = json.loads(path.read_text())
-    return result
+    return run_plan(out, runs, 2, [str(HERE / "train_worker.py")], timeout=300)
 
 
 def gt(truth: dict) -> dict:
