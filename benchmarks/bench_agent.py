@@ -104,15 +104,18 @@ class CallTimer:
         return timed
 
 
-def open_sources(real: bool, gpus: int, timer: bool = False) -> tuple[list, CallTimer | None]:
+def open_sources(real: bool, gpus: int, timer: bool = False, nvml: str = "") -> tuple[list, CallTimer | None]:
+    """``nvml``: the agent's read periods as in ``--source nvml:KEY=S,...`` (empty: the defaults)."""
+    from trainsentry.agent.sources import nvml_periods
     from trainsentry.telemetry import open_sources as telemetry_open
+    periods = nvml_periods(nvml)
     if real:
-        return telemetry_open(["nvml", "net"]), None
+        return telemetry_open(["nvml", "net"], **periods), None
     sys.path.insert(0, str(REPO / "tests"))
     from fakes.fake_pynvml import FakeNvml
     fake = FakeNvml(gpu_count=gpus)
     timed = CallTimer(fake) if timer else None
-    return telemetry_open(["nvml", "net"], nvml_module=fake,
+    return telemetry_open(["nvml", "net"], nvml_module=fake, **periods,
                           net_sysfs_root=str(REPO / "tests" / "fixtures" / "sysfs" / "node1")), timed
 
 
@@ -144,12 +147,10 @@ def binding_us_per_gpu_tick(n: int = 20_000) -> float | None:
 
 
 def nvml_rates(sources: list) -> dict:
-    """The NVML source's per-metric read periods, as run (docs/telemetry.md explains them)."""
+    """The NVML source's read periods, as run (0: every tick; docs/telemetry.md explains them)."""
     for s in sources:
         if getattr(s, "name", "") == "nvml":
-            return {"slow_gauges_period_s": s.slow_period_s, "gpm_period_s": s.gpm_period_s,
-                    "every_tick": ["nvlink_tx_kib", "nvlink_rx_kib", "energy_mj", "power_mw", "gpu_util_pct",
-                                   "mem_util_pct"]}
+            return {k: getattr(s, k) for k in ("nvlink_period_s", "energy_period_s", "gpm_period_s", "slow_period_s")}
     return {}
 
 
@@ -187,7 +188,7 @@ def run_agent(args, tmp: Path, parts: Parts | None = None) -> dict:
     node = "bench-node"
     proc, url, key = start_collector(tmp, node)
     sending = proc is not None
-    sources, _ = open_sources(args.real, args.gpus)
+    sources, _ = open_sources(args.real, args.gpus, nvml=args.nvml)
     devices = [dev for s in sources for dev in s.devices()]
     rates = nvml_rates(sources)
     agent = Agent(AgentConfig(collector_url=url or "http://127.0.0.1:9", node=node, key=key or "00" * 32,
@@ -214,7 +215,7 @@ def run_sources(args) -> dict:
     """The same sources read on the same schedule with nothing behind them: what the sources (NVML
     binding or its fake, sysfs reads) cost by themselves, so the agent's own share is visible."""
     from trainsentry.agent.sampler import Sampler
-    sources, timer = open_sources(args.real, args.gpus, timer=True)
+    sources, timer = open_sources(args.real, args.gpus, timer=True, nvml=args.nvml)
     cpu0, wall0 = cpu_seconds(), time.monotonic()
     stats = Sampler(sources, hz=args.hz).run(args.duration)
     wall = time.monotonic() - wall0
@@ -241,6 +242,9 @@ def main() -> None:
     ap.add_argument("--parts", action="store_true",
                     help="one extra agent run with each part timed (thread CPU time; the timing adds a "
                          "little), printed and stored under parts_percent_of_one_core")
+    ap.add_argument("--nvml", default="", metavar="KEY=S,...",
+                    help="NVML read periods as the agent's --source nvml:KEY=S,... (e.g. nvlink_period_s=1,"
+                         "gpm_period_s=0.1); the result is stored under its own key")
     ap.add_argument("--out", type=Path, default=REPO / "results" / "ingest.json")
     args = ap.parse_args()
     if args.duration < 30:
@@ -271,7 +275,7 @@ def main() -> None:
     n_gpus = sum(dev.startswith("gpu") for dev in first["devices"])
     gpu_ticks_per_s = statistics.median(r["ticks_per_s"] for r in source_runs) * max(n_gpus, 1)
     binding_us = None if args.real else binding_us_per_gpu_tick()
-    mode = "real" if args.real else f"fake_{args.gpus}gpu"
+    mode = ("real" if args.real else f"fake_{args.gpus}gpu") + (f"[{args.nvml}]" if args.nvml else "")
     summary = first["summary"]
     entry = {"cpu_seconds_per_second": round(total, 5), "percent_of_one_core": pct(total),
              "target_percent_of_one_core": 1.0, "meets_target": total <= 0.01,

@@ -17,7 +17,7 @@ DEFAULT_SPECS = ("nvml", "net")
 NVML_PERIODS = ("nvlink_period_s", "energy_period_s", "gpm_period_s", "slow_period_s")
 
 
-def _nvml_periods(arg: str) -> dict[str, float]:
+def nvml_periods(arg: str) -> dict[str, float]:
     out = {}
     for item in filter(None, arg.split(",")):
         key, sep, value = item.partition("=")
@@ -39,7 +39,7 @@ def open_sources(specs: Sequence[str], replay_speed: float = 1.0) -> list:
     plain: list[str] = []
     for spec in specs:
         if spec.startswith("nvml:"):
-            opts.update(_nvml_periods(spec[5:]))
+            opts.update(nvml_periods(spec[5:]))
             plain.append("nvml")
         elif spec.startswith("net:"):
             opts["net_sysfs_root"] = spec[4:]
