@@ -70,3 +70,42 @@ def test_run_ends_when_every_source_is_exhausted():
 def test_bad_rates_are_refused(kw):
     with pytest.raises(ValueError):
         Sampler([CounterSource()], **kw)
+
+
+class NanGpmSource(CounterSource):
+    """A GPU whose GPM metric reads NaN now and then, as the H200's did over a too-short interval."""
+
+    def __init__(self):
+        super().__init__(devices=("gpu0",), kind="gpu")
+
+    def read(self):
+        out = super().read()
+        for r in out:
+            r.values["sm_util_pct"] = float("nan") if self.count % 2 else 50.0
+            r.values["power_mw"] = float("inf") if self.count == 3 else 100_000
+        return out
+
+
+def test_non_finite_values_are_dropped_counted_and_the_rest_kept():
+    got = []
+    stats = Sampler([NanGpmSource()], hz=50, batch_s=1, on_batch=lambda r, i: got.extend(r)).run(duration_s=0.2)
+    assert stats.readings == len(got) == 10
+    assert stats.dropped_values == 5 + 1
+    assert [("sm_util_pct" in r.values) for r in got] == [n % 2 == 0 for n in range(1, 11)]
+    assert all(r.values.get("sm_util_pct", 50.0) == 50.0 for r in got)
+    assert sum("power_mw" not in r.values for r in got) == 1
+    assert all("net_rx_bytes" in r.values for r in got)
+
+
+def test_the_agent_seals_batches_through_non_finite_readings(tmp_path):
+    # The spool's canonical JSON refuses NaN: before the sampler dropped them, the agent died on the
+    # first NaN GPM reading (bench_agent on the H200s, 2026-11-30, gpm_period_s=0.1).
+    from trainsentry.agent.node import Agent, AgentConfig
+    agent = Agent(AgentConfig(collector_url="http://127.0.0.1:9", node="n1", key="00" * 32,
+                              spool_path=tmp_path / "spool.db", hz=50, batch_s=0.1, duration_s=0.5, drain_s=0),
+                  [NanGpmSource()])
+    agent.sender.start = lambda: None
+    agent.sender.join = lambda timeout=None: None
+    summary = agent.run()
+    assert summary.batches_sealed >= 4 and summary.dropped_values >= 10
+    assert summary.pending_samples == summary.samples_read

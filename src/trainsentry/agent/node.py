@@ -68,6 +68,7 @@ class AgentSummary:
     missed_ticks: int
     samples_read: int
     read_errors: int
+    dropped_values: int
     batches_sealed: int
     batches_sent: int
     batches_duplicate: int
@@ -114,6 +115,7 @@ class Agent:
                 "trainsentry_agent_ticks_total": s.ticks,
                 "trainsentry_agent_missed_ticks_total": s.missed_ticks,
                 "trainsentry_agent_read_errors_total": s.read_errors,
+                "trainsentry_agent_dropped_values_total": s.dropped_values,
                 "trainsentry_agent_batches_acked_total": t.sent + t.duplicates,
                 "trainsentry_agent_samples_acked_total": t.samples_sent,
                 "trainsentry_agent_batches_declared_lost_total": t.declared_lost,
@@ -163,7 +165,8 @@ class Agent:
         s, t = self.sampler.stats, self.sender.stats
         pending = self.spool.pending_stats()
         summary = AgentSummary(node=cfg.node, ticks=s.ticks, missed_ticks=s.missed_ticks, samples_read=s.readings,
-                               read_errors=s.read_errors, batches_sealed=self._batches_sealed,
+                               read_errors=s.read_errors, dropped_values=s.dropped_values,
+                               batches_sealed=self._batches_sealed,
                                batches_sent=t.sent, batches_duplicate=t.duplicates, samples_sent=t.samples_sent,
                                batches_declared_lost=t.declared_lost, send_failures=t.failures,
                                pending_batches=pending[0], pending_samples=pending[1],

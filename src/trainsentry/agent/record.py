@@ -135,7 +135,7 @@ class Recorder:
              "recorded_by": "trainsentry record"}
         if not partial:
             m.update(ticks=self.stats.ticks, missed_ticks=self.stats.missed_ticks, read_errors=self.stats.read_errors,
-                     samples=len(self.readings))
+                     dropped_values=self.stats.dropped_values, samples=len(self.readings))
         return m
 
     def write(self, out_dir: str | Path | None = None, extra_manifest: dict | None = None) -> Path:

@@ -6,11 +6,16 @@ skipped and counted in ``missed_ticks`` rather than read late in a burst: a burs
 readings a few microseconds apart and make derived rates noisy. Batches close on tick-count
 boundaries (``round(batch_s * hz)`` ticks), so with no missed ticks every batch holds the same
 number of readings per device.
+
+A value that is not a finite number (NaN or infinity: GPM metrics over too short an interval read
+NaN on the H200s) is dropped where it is read, counted in ``dropped_values`` and logged once per
+metric: the wire format and the store hold finite numbers only, and a missing metric is missing.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +38,7 @@ class SamplerStats:
     readings: int = 0
     batches: int = 0
     read_errors: int = 0
+    dropped_values: int = 0   # non-finite values dropped (see the module docstring)
 
 
 class Sampler:
@@ -64,6 +70,7 @@ class Sampler:
         self._stop = threading.Event()
         self._finished: set[int] = set()
         self._error_logged: set[int] = set()
+        self._nonfinite_logged: set[str] = set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -91,7 +98,19 @@ class Sampler:
                 continue
             if getattr(src, "done", False) or getattr(src, "exhausted", False):
                 self._finished.add(i)
+        for r in out:
+            self._drop_nonfinite(r)
         return out
+
+    def _drop_nonfinite(self, r: Reading) -> None:
+        bad = [k for k, v in r.values.items() if isinstance(v, float) and not math.isfinite(v)]
+        for k in bad:
+            if k not in self._nonfinite_logged:
+                log.warning("%s read %s = %r: not a finite number, dropped (logged once per metric)",
+                            r.device, k, r.values[k])
+                self._nonfinite_logged.add(k)
+            del r.values[k]
+        self.stats.dropped_values += len(bad)
 
     def _all_finished(self) -> bool:
         return len(self._finished) == len(self.sources)
