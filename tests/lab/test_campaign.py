@@ -116,6 +116,11 @@ def test_runs_that_failed_before_are_not_planned_again(tmp_path):
     with (root / "campaign_log.jsonl").open("a") as f:
         f.write(json.dumps({"retry": [first], "note": "cause fixed"}) + "\n")
     assert first in [r["run_id"] for r in plan_runs(c, root, None)]
+    from trainsentry.lab.summary import campaign_failures
+    assert [(f["retry"], f["written_later"]) for f in campaign_failures(root)] == [(True, False)]
+    with (root / "campaign_log.jsonl").open("a") as f:
+        f.write(json.dumps({"planned": [first], "written": [first], "failed": []}) + "\n")
+    assert [(f["failures"], f["written_later"]) for f in campaign_failures(root)] == [(1, True)]
 
 
 def test_runs_are_ordered_repeat_by_repeat_with_long_runs_last():

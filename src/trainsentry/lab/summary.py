@@ -64,7 +64,7 @@ def summarize(root: str | Path, with_stats: bool = True) -> dict:
 
 def campaign_failures(root: str | Path) -> list[dict]:
     """Every run a campaign call failed (crashed or hung), from campaign_log.jsonl, with whether a
-    later line cleared it for retry (its cause fixed) and why."""
+    later line cleared it for retry (its cause fixed) and why, and whether a later call wrote it."""
     log = Path(root) / "campaign_log.jsonl"
     if not log.exists():
         return []
@@ -75,10 +75,13 @@ def campaign_failures(root: str | Path) -> list[dict]:
         e = json.loads(line)
         for rid in e.get("failed", []):
             out[rid] = {"run_id": rid, "failures": out.get(rid, {}).get("failures", 0) + 1,
-                        "retry": False, "note": e.get("note", "")}
+                        "retry": False, "written_later": False, "note": e.get("note", "")}
         for rid in e.get("retry", []):
             if rid in out:
                 out[rid].update(retry=True, note=e.get("note", ""))
+        for rid in e.get("written", []):
+            if rid in out:
+                out[rid]["written_later"] = True
     return sorted(out.values(), key=lambda f: f["run_id"])
 
 
@@ -100,7 +103,10 @@ def dataset_markdown(summary: dict, root: str) -> str:
     fails = summary.get("campaign_failures") or []
     if fails:
         lines += ["", "## Runs that failed in a campaign call", "",
-                  "From `campaign_log.jsonl`. *retry*: a later line says the cause was fixed, so the run is "
-                  "planned again.", "", "| run | failures | retry | note |", "|---|---|---|---|"]
-        lines += [f"| {f['run_id']} | {f['failures']} | {'yes' if f['retry'] else 'no'} | {f['note']} |" for f in fails]
+                  "From `campaign_log.jsonl`. *then*: a later call wrote the run, or a later line says the cause "
+                  "was fixed so the run is planned again (retry), or neither.", "",
+                  "| run | failures | then | note |", "|---|---|---|---|"]
+        lines += [f"| {f['run_id']} | {f['failures']} | "
+                  f"{'written' if f.get('written_later') else 'retry' if f['retry'] else 'not planned again'} | {f['note']} |"
+                  for f in fails]
     return "\n".join(lines) + "\n"
