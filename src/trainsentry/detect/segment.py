@@ -27,6 +27,8 @@ from ..features.grid import NodeGrid, to_grids
 UTIL_ACTIVE_PCT = 5.0
 POWER_ACTIVE_MARGIN_W = 40.0
 NVLINK_ACTIVE_BPS = 1e6
+MAX_GAP_S = 600.0       # segments further apart are never one job
+HELD_FRAC = 0.8         # share of its memory above the idle floor a GPU keeps through a pause
 
 
 @dataclass
@@ -117,22 +119,45 @@ def same_signature(a: Segment, b: Segment, power_tol: float = 0.25, nvlink_log_t
     return True
 
 
-def _memory_held(grid: NodeGrid, seg: Segment, i_from: int, i_to: int, held_frac: float) -> bool:
-    """Every GPU of the segment kept ≥ held_frac of its memory above the node's idle floor in the gap."""
+def memory_held(seg: Segment, floor: dict[str, float], gap_min: dict[str, float],
+                held_frac: float = HELD_FRAC) -> bool:
+    """Every GPU of the segment kept ≥ held_frac of its memory above the node's idle floor in the gap.
+
+    ``floor``: each GPU's lowest memory in the node's stream; ``gap_min``: its lowest in the gap (a GPU
+    missing from either has nothing to show, and is not held)."""
     if not seg.mem_bytes:
         return False
     for d, m in seg.mem_bytes.items():
-        series = grid.gpus[d].get("mem_used_bytes")
-        if series is None or not np.isfinite(series).any():
-            return False
-        floor = float(np.nanmin(series))
-        gap = S.finite(series[i_from:i_to])
-        if gap.size == 0 or m - floor <= 0 or (gap.min() - floor) < held_frac * (m - floor):
+        f, g = floor.get(d, math.nan), gap_min.get(d, math.nan)
+        if not (math.isfinite(f) and math.isfinite(g)) or m - f <= 0 or (g - f) < held_frac * (m - f):
             return False
     return True
 
 
-def segment_stream(table: pa.Table, hz: float = 2.0, max_gap_s: float = 600.0, held_frac: float = 0.8,
+def links(prev: Segment, seg: Segment, floor: dict[str, float], gap_min: dict[str, float],
+          max_gap_s: float = MAX_GAP_S, held_frac: float = HELD_FRAC) -> bool:
+    """The job rule: ``seg`` continues the job whose latest segment is ``prev`` when the gap between
+    them is at most ``max_gap_s``, the signature is the same and the GPUs held their memory through it.
+    One rule for offline segmentation (:func:`segment_stream`) and the live collector."""
+    return (seg.start - prev.end <= max_gap_s and same_signature(prev, seg)
+            and memory_held(prev, floor, gap_min, held_frac))
+
+
+def _memory(grid: NodeGrid, i_from: int, i_to: int) -> tuple[dict[str, float], dict[str, float]]:
+    """(lowest memory per GPU over the whole grid, lowest in bins [i_from, i_to)), finite values only."""
+    floor, gap_min = {}, {}
+    for d, series in grid.gpus.items():
+        m = series.get("mem_used_bytes")
+        if m is None or not np.isfinite(m).any():
+            continue
+        floor[d] = float(np.nanmin(m))
+        gap = S.finite(m[i_from:i_to])
+        if gap.size:
+            gap_min[d] = float(gap.min())
+    return floor, gap_min
+
+
+def segment_stream(table: pa.Table, hz: float = 2.0, max_gap_s: float = MAX_GAP_S, held_frac: float = HELD_FRAC,
                    on_s: float = 1.0, off_s: float = 2.0) -> dict[str, dict]:
     """Per node: {"segments": [...], "jobs": [...]} with jobs linking paused segments."""
     out = {}
@@ -148,9 +173,8 @@ def segment_stream(table: pa.Table, hz: float = 2.0, max_gap_s: float = 600.0, h
         for i, seg in enumerate(segs):
             if jobs:
                 prev = segs[jobs[-1].segments[-1]]
-                gap_from, gap_to = spans[jobs[-1].segments[-1]][1], spans[i][0]
-                if (seg.start - prev.end <= max_gap_s and same_signature(prev, seg)
-                        and _memory_held(grid, prev, gap_from, gap_to, held_frac)):
+                floor, gap_min = _memory(grid, spans[jobs[-1].segments[-1]][1], spans[i][0])
+                if links(prev, seg, floor, gap_min, max_gap_s, held_frac):
                     jobs[-1].segments.append(i)
                     jobs[-1].end = seg.end
                     continue
