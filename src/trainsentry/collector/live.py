@@ -6,7 +6,8 @@ per node, the last ``buffer_s`` seconds of samples. Every ``stride_s`` of the no
 
 1. turns the buffer into a trace table with :mod:`trainsentry.traces.io` (rates derived there,
    nowhere else) and finds the active workload segments (:func:`detect.segment.segment_stream`;
-   a node without GPUs: its network traffic, see :func:`node_segments`);
+   a node without GPUs: its network traffic, see :func:`node_segments`), and keeps the node's job
+   across buffers and pauses by the offline job rule (:class:`.nodestate.NodeJob`);
 2. cuts the window with the one feature entry :func:`trainsentry.features.sliding_windows` and
    scores it with the detector (a trained artifact from ``models/``, else untrained comm-rules);
 3. names the state (:func:`classify`), keeps the evidence (``detector.explain`` plus why the state
@@ -21,7 +22,6 @@ the ingest path.
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import math
@@ -39,15 +39,14 @@ import pyarrow as pa
 from ..detect.alert import AlertRule
 from ..detect.base import Detector, load_detector
 from ..detect.rules import CommRules
-from ..detect.segment import _runs_with_hysteresis, segment_stream
+from ..detect.segment import Segment, _runs_with_hysteresis, segment_stream
 from ..features import sliding_windows
 from ..features.comm import ACTIVE_FLOOR_BPS
 from ..features.grid import to_grids
-from ..telemetry.base import Reading
-from ..traces.io import columns_to_table, readings_to_columns
 from . import livejobs, verdicts as V, warm
 from .evidence import worded
 from .hooks import CommittedBatch
+from .nodestate import LOOPBACK_LINK, NodeState
 from .schema import connect
 
 log = logging.getLogger("trainsentry.collector.live")
@@ -55,14 +54,12 @@ log = logging.getLogger("trainsentry.collector.live")
 LIVE_ENV = "TRAINSENTRY_LIVE"                   # "0": do not start the live processor
 MODELS_ENV = "TRAINSENTRY_MODELS"               # where trained detectors are looked for (default ./models)
 LOOPBACK_ENV = "TRAINSENTRY_LIVE_LOOPBACK"      # "1": count the loopback interface as a network link
-LOOPBACK_LINK = "lo-as-link"
 # Trained artifacts the live path can use, best first (rt-baseline reads other features).
 PREFERENCE = ("fused", "comm-ml", "comm-rules")
 # "other" = a large symmetric exchange that is not training: the comm-rules defaults for volume
 # and symmetry (docs/detector.md), so the state rule and the detector speak of the same quantities.
 COLLECTIVE_BPS = 1e8
 COLLECTIVE_SYM = 0.7
-MAX_BUFFER_SAMPLES = 30 * 10 * 256  # bounded however a node stamps its samples
 
 
 @dataclass
@@ -72,7 +69,7 @@ class LiveConfig:
     buffer_s: float = 30.0          # samples kept per node: a window plus room for segmentation
     training_p: float = 0.5         # state "training" at or above this P(training)
     alert: AlertRule = field(default_factory=lambda: AlertRule(0.75, 3, 5))
-    job_start_tol_s: float = 10.0   # segments of one job start within this of each other ...
+    job_start_tol_s: float = 10.0   # the nodes of one job started it within this of each other ...
     job_simult_min: float = 0.5     # ... and their traffic is simultaneous (co-activity or correlation)
     loopback_as_link: bool = False
     models_dir: Path = Path("models")
@@ -113,14 +110,14 @@ def load_live_detector(models_dir: Path) -> tuple[Detector, str | None, str]:
     return det, None, note
 
 
-def node_segments(table: pa.Table, hz: float = 2.0) -> list[tuple[float, float]]:
+def node_segments(table: pa.Table, hz: float = 2.0) -> list[Segment]:
     """Active spans of one node's buffer: segment_stream's rule; a node without GPUs is active
     while its busiest interface moves more than the network's active floor (1 MB/s)."""
     if table.num_rows == 0:
         return []
     seg = next(iter(segment_stream(table, hz).values()), {"segments": []})
     if "gpu" in set(table.column("kind").to_pylist()):
-        return [(s["start"], s["end"]) for s in seg["segments"]]
+        return [Segment(**s) for s in seg["segments"]]
     grid = next(iter(to_grids(table, hz).values()))
     nets = [np.nan_to_num(s["net_tx_Bps"]) + np.nan_to_num(s["net_rx_Bps"])
             for s in grid.nets.values() if "net_tx_Bps" in s and "net_rx_Bps" in s]
@@ -129,7 +126,7 @@ def node_segments(table: pa.Table, hz: float = 2.0) -> list[tuple[float, float]]
     active = np.max(np.vstack(nets), axis=0) > ACTIVE_FLOOR_BPS["net"]
     t0 = grid.t - grid.dt_s
     # the same hysteresis as segment_stream: on after 1 s active, off after 2 s quiet
-    return [(float(t0[a]), float(t0[b]) if b < t0.size else float(grid.t[-1]))
+    return [Segment(float(t0[a]), float(t0[b]) if b < t0.size else float(grid.t[-1]))
             for a, b in _runs_with_hysteresis(active, max(1, round(hz)), max(1, round(2 * hz)))]
 
 
@@ -166,50 +163,6 @@ class _Track:
     """k-of-n alert state of one subject."""
     votes: deque
     open: dict | None = None        # the open alert (has "id" once written)
-
-
-@dataclass
-class NodeState:
-    samples: deque = field(default_factory=lambda: deque(maxlen=MAX_BUFFER_SAMPLES))
-    t_latest: float = -math.inf
-    next_k: int | None = None       # next window ends at next_k * stride_s
-    active_since: float | None = None
-    last_end: float | None = None
-    job: str | None = None
-    gaps: list = field(default_factory=list)
-    table: pa.Table | None = None
-
-    def add(self, samples: list[dict], buffer_s: float) -> None:
-        for s in samples:
-            if s["t"] > self.t_latest:
-                self.t_latest = s["t"]
-        cutoff = self.t_latest - buffer_s
-        # samples older than the window never enter (a node could otherwise stamp them old and grow
-        # the buffer without bound: the trim below only looks at the left end)
-        self.samples.extend(s for s in samples if s["t"] >= cutoff)
-        while self.samples and self.samples[0]["t"] < cutoff:
-            self.samples.popleft()
-
-    def pending_ends(self, cfg: LiveConfig) -> list[float]:
-        if not self.samples:
-            return []
-        if self.next_k is None:
-            t_first = min(s["t"] for s in self.samples)
-            self.next_k = math.ceil((t_first + cfg.window_s) / cfg.stride_s - 1e-9)
-        last_k = math.floor(self.t_latest / cfg.stride_s + 1e-9)
-        if last_k < self.next_k:
-            return []
-        ks = range(max(self.next_k, last_k - cfg.max_catchup + 1), last_k + 1)
-        self.next_k = last_k + 1
-        return [k * cfg.stride_s for k in ks]
-
-    def build_table(self, node: str, loopback_as_link: bool) -> pa.Table:
-        readings = [Reading.from_wire(s) for s in self.samples]
-        if loopback_as_link:
-            # the feature grid ignores `lo` (it never carries traffic between nodes); on a
-            # single-machine run the ranks' traffic is there, so it is counted as a link by name
-            readings = [Reading(LOOPBACK_LINK, r.kind, r.t, r.values) if r.device == "lo" else r for r in readings]
-        return columns_to_table(readings_to_columns(node, readings))
 
 
 class LiveProcessor:
@@ -340,9 +293,10 @@ class LiveProcessor:
     def judge_node(self, node: str, st: NodeState, ends: list[float]) -> list[dict]:
         cfg = self.cfg
         segs = node_segments(st.table)
+        mem = st.memory()
 
-        def active_seg(e: float):
-            return next((s for s in segs if s[0] < e and s[1] > e - cfg.stride_s), None)
+        def active_seg(e: float) -> Segment | None:
+            return next((s for s in segs if s.start < e and s.end > e - cfg.stride_s), None)
         rows = sliding_windows(st.table, cfg.window_s, cfg.stride_s, t0=ends[0] - cfg.window_s, t1=ends[-1])
         extra = [f"{LOOPBACK_LINK}: the loopback interface counts as a network link (single-machine run)"] \
             if cfg.loopback_as_link and LOOPBACK_LINK in set(st.table.column("device").to_pylist()) else []
@@ -350,20 +304,18 @@ class LiveProcessor:
                                    table=st.table)
         for v in verdicts:
             seg = active_seg(v["t_end"])
+            # the job outlives the buffer and its pauses: nodestate.NodeJob keeps it (the offline rule)
+            st.track.see(segs, v["t_end"], mem, st.mem_floor)
             if seg is None:
                 st.active_since, st.job = None, None
-            elif st.active_since is None or seg[0] > st.active_since + cfg.job_start_tol_s:
-                # a segment longer than the buffer starts at the buffer's start: keep the first start
-                st.active_since = seg[0]
-            if seg is not None:
-                since = datetime.datetime.fromtimestamp(st.active_since, datetime.timezone.utc)
-                v["evidence"].insert(1, f"segment active since {since:%Y-%m-%d %H:%M:%S} UTC "
-                                        f"({v['t_end'] - st.active_since:.0f} s before this window's end)")
-                if seg[0] > v["t_start"]:
-                    # a window straddling the start mixes idle and work: its rates and regularity
-                    # are diluted, so the state is said to be provisional rather than hidden
-                    v["evidence"].insert(1, f"provisional: only {v['t_end'] - seg[0]:.1f} s of this "
-                                            f"{cfg.window_s:.0f} s window lie inside the segment")
+                continue
+            st.active_since = st.track.start
+            v["evidence"][1:1] = st.track.evidence(v["t_end"])
+            if seg.start > v["t_start"]:
+                # a window straddling the start mixes idle and work: its rates and regularity
+                # are diluted, so the state is said to be provisional rather than hidden
+                v["evidence"].insert(1, f"provisional: only {v['t_end'] - seg.start:.1f} s of this "
+                                        f"{cfg.window_s:.0f} s window lie inside the segment")
         st.last_end = ends[-1]
         return verdicts
 

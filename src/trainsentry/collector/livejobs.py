@@ -2,8 +2,8 @@
 
 The rule (simple, and all it claims): two active nodes belong to one job when
 
-* their current workload segments started within ``job_start_tol_s`` (10 s) of each other — a
-  distributed launch starts every rank together; and
+* their jobs started within ``job_start_tol_s`` (10 s) of each other — a distributed launch starts
+  every rank together (a node's job: its segments linked across pauses, :mod:`.nodestate`); and
 * their *network* traffic is simultaneous over the latest window: the per-node byte series (all
   interfaces but loopback, TX+RX, on one 10 Hz grid of the same clock span) are active together in
   at least half the bins where either is active, or correlate at 0.5 or more — the co-activity
@@ -16,8 +16,8 @@ inside a node. Two unrelated nodes that each run their own busy 2-GPU job starte
 without traffic on their network they are two jobs.
 
 Jobs are the connected groups of that relation; a node active alone is a job of one node. A job
-is named after its earliest segment start and its first node, so the name stays while the job
-runs. A job of several nodes is judged on the *union* of its nodes' samples (devices renamed
+is named after its nodes' earliest job start and its first node, so the name stays while the job
+runs, pauses included. A job of several nodes is judged on the *union* of its nodes' samples (devices renamed
 ``node/device``), cut by the same :func:`trainsentry.features.window_features`, so collectives that
 span nodes show as simultaneous bursts across all their GPUs; a job of one node takes its node's
 verdict. Node clocks are assumed synchronised (NTP): windows of different nodes are matched by

@@ -1,0 +1,147 @@
+"""What the live processor keeps per node: its sample buffer, its window clock and its job.
+
+The buffer holds the last ``buffer_s`` (30 s) of samples; segmentation runs over it every window.
+A workload outlives the buffer, and a pause can too, so a node's *job* is tracked here beyond it
+(:class:`NodeJob`): the latest segment's first-seen start, its end, its signature and memory, and
+the lowest memory each GPU showed since that segment ended. A segment seen again in a later buffer
+(it overlaps the tracked one) continues it, whatever start the buffer shows; a segment that begins
+after the tracked one ended joins the same job under the offline rule,
+:func:`trainsentry.detect.segment.links` (gap ≤ 10 min, same GPUs and signature, every GPU kept
+≥ 80 % of its memory above its idle floor through the gap), else it starts a new job.
+
+What the live rule sees differs from the offline one in three places, all from the buffer: a
+segment's signature is measured over the longest latest view of it (its last ≤ 30 s) rather than
+over all of it; the resumed segment's signature over what has been seen of it when the job is
+decided (its first seconds: a job name must not change under verdicts already written); and a GPU's
+idle floor is its lowest memory since the processor started (or warmed) rather than over the trace.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+
+from ..detect.segment import MAX_GAP_S, Segment, links
+from ..telemetry.base import Reading
+from ..traces.io import columns_to_table, readings_to_columns
+
+MAX_BUFFER_SAMPLES = 30 * 10 * 256  # bounded however a node stamps its samples
+LOOPBACK_LINK = "lo-as-link"
+# A boundary seen in two buffers can move by a bin of the 2 Hz segmentation grid (it starts at each
+# buffer's first sample); two bins of slack tell "the same segment again" from "a new one" (a new
+# one follows at least 2 s of idle, segment_stream's off time).
+SAME_SEGMENT_TOL_S = 1.0
+
+
+def _utc(t: float) -> str:
+    return f"{datetime.datetime.fromtimestamp(t, datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+
+
+@dataclass
+class NodeJob:
+    """A node's job across segments and pauses (see the module's docstring)."""
+    start: float | None = None          # the job's start: its first segment's
+    seg_start: float | None = None      # the latest segment's start, as first seen
+    seg_end: float | None = None        # ... and its end, as last seen
+    view: Segment | None = None         # its signature: the longest latest view a buffer gave of it
+    gap_min: dict = field(default_factory=dict)  # lowest memory per GPU after seg_end (the pause so far)
+    pauses: int = 0                     # pauses the job was linked across ...
+    last_pause: tuple = ()              # ... and the latest one's (end of segment, start of the next)
+
+    def _fold_gap(self, mem: list[tuple[float, str, float]], t_to: float) -> None:
+        for t, d, b in mem:
+            if self.seg_end <= t < t_to and b < self.gap_min.get(d, math.inf):
+                self.gap_min[d] = b
+
+    def see(self, segs: list[Segment], e: float, mem: list[tuple[float, str, float]], floor: dict) -> None:
+        """Fold the buffer's segments that began before ``e`` into the job. ``mem``: the buffer's
+        (t, GPU, memory bytes) readings; ``floor``: each GPU's lowest memory seen from the node."""
+        for seg in segs:
+            if seg.start >= e:
+                break
+            if self.view is not None and seg.end < self.seg_start - SAME_SEGMENT_TOL_S:
+                continue                                    # an earlier segment, already folded
+            if self.view is not None and seg.start <= self.seg_end + SAME_SEGMENT_TOL_S:
+                if seg.duration_s >= self.view.duration_s - SAME_SEGMENT_TOL_S:
+                    self.view = seg                         # sees as much of it as before, and later
+                if seg.end > self.seg_end:
+                    self.seg_end, self.gap_min = seg.end, {}
+                continue
+            linked = False
+            if self.view is not None:                       # a new segment after a pause: the job rule
+                self._fold_gap(mem, seg.start)
+                linked = links(replace(self.view, end=self.seg_end), seg, floor, self.gap_min)
+            if linked:
+                self.pauses, self.last_pause = self.pauses + 1, (self.seg_end, seg.start)
+            else:
+                self.start, self.pauses = seg.start, 0
+            self.seg_start, self.seg_end, self.view, self.gap_min = seg.start, seg.end, seg, {}
+        if self.view is not None:
+            self._fold_gap(mem, e)
+
+    def evidence(self, e: float) -> list[str]:
+        out = [f"segment active since {_utc(self.seg_start)} ({e - self.seg_start:.0f} s before this window's end)"]
+        if self.pauses:
+            gap = self.last_pause[1] - self.last_pause[0]
+            out.append(f"one job since {_utc(self.start)} across {self.pauses} pause(s), the latest {gap:.0f} s: "
+                       f"resumed within {MAX_GAP_S / 60:.0f} min on the same GPUs with the same power and NVLink "
+                       "signature, memory held through the pause (the offline job rule)")
+        return out
+
+
+@dataclass
+class NodeState:
+    samples: deque = field(default_factory=lambda: deque(maxlen=MAX_BUFFER_SAMPLES))
+    t_latest: float = -math.inf
+    next_k: int | None = None       # next window ends at next_k * stride_s
+    active_since: float | None = None  # the job's start while a segment is active, else None
+    last_end: float | None = None
+    job: str | None = None
+    gaps: list = field(default_factory=list)
+    table: pa.Table | None = None
+    track: NodeJob = field(default_factory=NodeJob)
+    mem_floor: dict = field(default_factory=dict)   # lowest memory each GPU reported (the idle floor)
+
+    def add(self, samples: list[dict], buffer_s: float) -> None:
+        for s in samples:
+            if s["t"] > self.t_latest:
+                self.t_latest = s["t"]
+            b = s["m"].get("mem_used_bytes") if s["kind"] == "gpu" else None
+            if b is not None and b < self.mem_floor.get(s["dev"], math.inf):
+                self.mem_floor[s["dev"]] = b
+        cutoff = self.t_latest - buffer_s
+        # samples older than the window never enter (a node could otherwise stamp them old and grow
+        # the buffer without bound: the trim below only looks at the left end)
+        self.samples.extend(s for s in samples if s["t"] >= cutoff)
+        while self.samples and self.samples[0]["t"] < cutoff:
+            self.samples.popleft()
+
+    def memory(self) -> list[tuple[float, str, float]]:
+        """(t, GPU, memory bytes) of the buffer's GPU readings."""
+        return [(s["t"], s["dev"], s["m"]["mem_used_bytes"]) for s in self.samples
+                if s["kind"] == "gpu" and s["m"].get("mem_used_bytes") is not None]
+
+    def pending_ends(self, cfg) -> list[float]:
+        if not self.samples:
+            return []
+        if self.next_k is None:
+            t_first = min(s["t"] for s in self.samples)
+            self.next_k = math.ceil((t_first + cfg.window_s) / cfg.stride_s - 1e-9)
+        last_k = math.floor(self.t_latest / cfg.stride_s + 1e-9)
+        if last_k < self.next_k:
+            return []
+        ks = range(max(self.next_k, last_k - cfg.max_catchup + 1), last_k + 1)
+        self.next_k = last_k + 1
+        return [k * cfg.stride_s for k in ks]
+
+    def build_table(self, node: str, loopback_as_link: bool) -> pa.Table:
+        readings = [Reading.from_wire(s) for s in self.samples]
+        if loopback_as_link:
+            # the feature grid ignores `lo` (it never carries traffic between nodes); on a
+            # single-machine run the ranks' traffic is there, so it is counted as a link by name
+            readings = [Reading(LOOPBACK_LINK, r.kind, r.t, r.values) if r.device == "lo" else r for r in readings]
+        return columns_to_table(readings_to_columns(node, readings))
