@@ -50,10 +50,12 @@ def test_campaign_records_labeled_runs_and_resumes(tmp_path):
 
 def test_budget_keeps_only_runs_that_fit(tmp_path):
     c = Campaign.load(_campaign(tmp_path))
-    assert plan_runs(c, tmp_path / "none", budget_s=10.0) == []   # not even the start-up fits
+    from trainsentry.lab.campaign import PER_RUN_OVERHEAD_S, STARTUP_S
+    assert plan_runs(c, tmp_path / "none", budget_s=STARTUP_S - 1) == []   # not even the start-up fits
     all_runs = plan_runs(c, tmp_path / "none", budget_s=None)
     assert len(all_runs) == len(WORKLOADS)
-    assert 0 < len(plan_runs(c, tmp_path / "none", budget_s=70.0)) < len(WORKLOADS)
+    per_run = 2.5 + 1.0 + PER_RUN_OVERHEAD_S
+    assert len(plan_runs(c, tmp_path / "none", budget_s=STARTUP_S + 2.5 * per_run)) == 2
 
 
 def test_unknown_keys_and_workloads_are_refused(tmp_path):

@@ -28,8 +28,11 @@ import yaml
 
 from ..traces.io import readings_to_columns, write_trace
 
-STARTUP_S = 45.0            # torchrun + NCCL + corpus + first model build, paid once per launch
-PER_RUN_OVERHEAD_S = 8.0    # model build, FLOP counting step, result gathering, teardown
+# Measured on the H200s (2026-11-30, third session, campaign_log.jsonl elapsed_s): 10 runs of 38 s
+# with 5 s gaps took 452 s, 6 took 276 s, the six red-team runs (390 s + 6 x 8 s gaps) 457 s, i.e.
+# ~15-20 s per launch and ~1 s per run beyond seconds + gap. The planner keeps a margin over that.
+STARTUP_S = 25.0            # torchrun + NCCL + corpus + first model build, paid once per launch
+PER_RUN_OVERHEAD_S = 3.0    # model build, FLOP counting step, result gathering, teardown
 COLLECTIVE_TIMEOUT_S = 120  # a rank stuck this long in a collective ends the launch
 RUN_GRACE_S = 75.0          # a run still going this long after its deadline has hung: the launch is
                             # ended (Python stacks of every rank dumped to the log first), relaunched
