@@ -1,11 +1,13 @@
 """Loading the calibration set: only training runs with ground truth; bad runs listed, never lost silently."""
 
+import copy
 import json
 import shutil
 
+import numpy as np
 import pytest
 
-from trainsentry.flops.dataset import load_runs
+from trainsentry.flops.dataset import counted_attention_flops, load_runs
 from trainsentry.traces.io import iter_runs
 
 
@@ -39,3 +41,42 @@ def test_only_training_runs_with_truth_enter_and_bad_ones_are_listed(synth_root,
 def test_empty_root_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="no training runs"):
         load_runs(tmp_path)
+
+
+# train.ddp.seq16k-base-r1 of data/h200 as recorded: 76 % of its FlopCounterMode count is causal attention
+SEQ16K = {"ground_truth": {"flops": 4.346664958348493e16, "tokens": 11665408, "extra": {"0": {
+    "analytic_flops_per_token": 3323461632,
+    "model": {"causal": True, "d_model": 1024, "n_heads": 16, "n_layers": 12, "seq_len": 16384}}}}}
+
+
+def test_counted_attention_is_read_from_the_manifest_and_checked():
+    att = counted_attention_flops(SEQ16K)
+    assert att == 14 * 12 * 16384 * 1024 * 11665408
+    assert att / SEQ16K["ground_truth"]["flops"] == pytest.approx(0.756, abs=1e-3)
+    m = copy.deepcopy(SEQ16K)
+    m["ground_truth"]["extra"]["0"]["model"]["causal"] = False
+    assert counted_attention_flops(m) == 0.0  # an encoder: nothing to discount
+    m = copy.deepcopy(SEQ16K)
+    m["ground_truth"]["flops"] *= 1.05  # a count this reading does not explain
+    with pytest.raises(ValueError, match="analytic"):
+        counted_attention_flops(m)
+    with pytest.raises(ValueError, match="model shape"):
+        counted_attention_flops({"ground_truth": {"flops": 1e15}})
+
+
+def test_causal_half_truth_leaves_out_runs_it_cannot_read(synth_root, tmp_path):
+    root = tmp_path / "half"
+    shutil.copytree(synth_root, root)
+    first = iter_runs(root)[0]
+    m = json.loads((first / "manifest.json").read_text())
+    del m["ground_truth"]["tokens"]
+    (first / "manifest.json").write_text(json.dumps(m))
+    runs = load_runs(root)
+    half = runs.causal_half()
+    assert len(half) == len(runs) - 1 and first.name not in half.run_ids
+    assert any(s["run"] == first.name and "causal attention FLOPs unknown" in s["reason"] for s in half.skipped)
+    i = runs.run_ids.index(half.run_ids[0])
+    assert half.flops[0] == pytest.approx(runs.flops[i] - 0.5 * runs.attention_flops[i])
+    assert np.all(half.flops < runs.flops[[runs.run_ids.index(r) for r in half.run_ids]])
+    recorded = json.loads((root / runs.run_ids[i] / "manifest.json").read_text())["ground_truth"]["flops"]
+    assert runs.flops[i] == recorded  # the recorded truth is untouched

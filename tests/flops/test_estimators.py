@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from trainsentry.flops.dataset import load_runs
-from trainsentry.flops.estimators import ESTIMATORS, from_dict, make
+from trainsentry.flops.estimators import ENERGY_UNCONSTRAINED, ESTIMATORS, FitFailure, from_dict, make
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +72,54 @@ def test_held_out_errors_set_the_saved_interval(runs):
     again = from_dict(json.loads(json.dumps(est.to_dict())))
     assert again.interval_source == "held-out"
     np.testing.assert_allclose(again.predict_interval(runs.X)[0], lo)
+
+
+def _capped_runs(n=12, seed=0, energy_per_tflop=0.0, noise_J=1500.0):
+    """Runs of one length at the power limit: net energy ≈ constant whatever the FLOPs (the H200 campaign)."""
+    rng = np.random.default_rng(seed)
+    flops = np.geomspace(1.6e16, 4.4e16, n)
+    tb = 160e12 - 2.4e-3 * flops  # the joules not spent on FLOPs go to memory traffic
+    t = np.full(n, 38.3)
+    e = 41_000.0 + energy_per_tflop * (flops / 1e12 - 30_000.0) + noise_J * rng.standard_normal(n)
+    X = {"net_energy_J": e, "duration_s": t, "dram_bytes": tb, "nvlink_bytes": np.full(n, 1e12),
+         "mean_power_W": (e + 490.0 * t) / t, "gpus": np.full(n, 2.0), "energy_J": e + 490.0 * t,
+         "tensor_cycles_s": flops / 1.0e15}
+    return X, flops
+
+
+def test_power_only_refuses_when_energy_does_not_follow_flops():
+    X, y = _capped_runs()
+    with pytest.raises(FitFailure) as err:
+        make("power_only").fit(X, y)
+    assert err.value.reason == ENERGY_UNCONSTRAINED
+    msg = str(err.value)
+    assert "12/12 calibration runs average ≥ 90% of the 700 W power limit" in msg
+    assert "energy measures time, not work" in msg
+    # what is built on it fails with it, naming the part
+    with pytest.raises(FitFailure) as err:
+        make("residual_mlp").fit(X, y)
+    assert err.value.reason == f"base power_only: {ENERGY_UNCONSTRAINED}"
+
+
+def test_energy_per_tflop_must_stand_above_its_noise():
+    # a weak true slope lost in 1.5 kJ of noise: refused; the same slope with little noise: fitted
+    X, y = _capped_runs(energy_per_tflop=0.05)
+    with pytest.raises(FitFailure, match="standard errors above 0"):
+        make("power_only").fit(X, y)
+    X, y = _capped_runs(energy_per_tflop=0.05, noise_J=10.0)
+    assert make("power_only").fit(X, y).coef["E_per_TFLOP_J"] == pytest.approx(0.05, rel=0.1)
+    # an exact fit (no residual at all) has a zero standard error and is kept
+    est = make("power_only").fit({**X, "net_energy_J": y / 1e12 * 0.4}, y)
+    assert est.coef["E_per_TFLOP_J"] == pytest.approx(0.4)
+
+
+def test_three_input_and_fusion_still_calibrate_at_the_power_limit():
+    # at the limit the joules split between FLOPs and memory traffic; the three-input model separates them
+    X, y = _capped_runs(noise_J=100.0)
+    rng = np.random.default_rng(1)
+    X["dram_bytes"] = rng.uniform(60e12, 160e12, y.size)  # memory traffic set by the model shape, not the FLOPs
+    X["net_energy_J"] = 0.44 * y / 1e12 + 120.0 * X["dram_bytes"] / 1e12 + 50.0 * rng.standard_normal(y.size)
+    three = make("three_input").fit(X, y)
+    assert three.coef["E_per_TFLOP_J"] == pytest.approx(0.44, rel=0.05)
+    fused = make("fusion").fit(X, y)
+    assert np.median(np.abs(fused.predict(X) / y - 1)) < 0.02

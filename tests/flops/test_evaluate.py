@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from trainsentry.cli import app
-from trainsentry.flops.evaluate import grouped_splits
+from trainsentry.flops.dataset import load_runs
+from trainsentry.flops.estimators import Estimator, FitFailure
+from trainsentry.flops.evaluate import best_estimator, grouped_splits, quantile_with_failures, run_protocol
 from trainsentry.flops.live import estimate_so_far, load_model
 from trainsentry.traces.io import iter_runs, read_trace
 
@@ -53,14 +55,21 @@ def test_eval_and_estimate_commands_end_to_end(synth_root, tmp_path):
     assert set(res["estimators"]) == {"three_input", "power_only", "mlp", "residual_mlp", "tensor", "fusion"}
     for v in res["estimators"].values():
         assert 0 <= v["median_abs_pct_error"] <= v["p90_abs_pct_error"]
+        assert v["splits_attempted"] == 6 and v["splits_failed"] == 0 and v["failures"] == []
+    assert res["protocol"]["common_splits"] == 6
+    half = res["with_causal_half"]  # the same splits against FLOPs with causal attention counted as half
+    assert half["runs"] == 12 and set(half["estimators"]) == set(res["estimators"])
+    assert res["tensor_rate_check"]["causal_half"]["rate_flops_per_busy_s"] < \
+        res["tensor_rate_check"]["counted"]["rate_flops_per_busy_s"]
     assert res["protocol"]["configurations"] == 6 and res["protocol"]["splits"] == 6
     seg = res["with_segmentation"]  # the same protocol over the detector's segmentation
     assert seg["runs"] == 12 and set(seg["estimators"]) == set(res["estimators"])
     assert seg["start_shift_s_max_abs"] < 2.0 and seg["end_shift_s_max_abs"] < 2.0
     assert (out / "fig" / "flops_est_vs_true.png").stat().st_size > 1000
-    assert (out / "fig" / "flops_errors.png").exists()
+    assert (out / "fig" / "flops_errors.png").exists() and (out / "fig" / "flops_tensor_rate.png").exists()
     doc = (out / "flops.md").read_text()
     assert f"{res['estimators'][res['best']]['median_abs_pct_error']:.1f} %" in doc and "15.1 %" in doc
+    assert "No estimator failed a split." in doc and "12 training runs over 6 configurations" in doc
     saved = json.loads((out / "models" / "flops.json").read_text())
     assert saved["estimator"]["name"] == res["best"] and "flops-eval" in saved["provenance"]["command"]
 
@@ -92,3 +101,60 @@ def test_commands_fail_clearly_on_bad_input(tmp_path):
                             str(tmp_path / "r.json")])
     assert r.exit_code == 2 and "training runs with FLOP ground truth" in " ".join(r.output.split())
     assert not (tmp_path / "r.json").exists()
+
+
+def test_quantile_with_failures_counts_them_as_unbounded():
+    a = np.array([3.0, 1.0, 2.0])
+    for q in (0.1, 0.5, 0.9):
+        assert quantile_with_failures(a, 0, q) == pytest.approx(float(np.quantile(a, q)))
+    assert quantile_with_failures(a, 1, 0.5) == pytest.approx(2.5)  # [1, 2, 3, ∞]
+    assert quantile_with_failures(a, 1, 0.9) is None
+    assert quantile_with_failures(a, 3, 0.5) is None
+    assert quantile_with_failures(np.zeros(0), 0, 0.5) is None
+
+
+def _flaky_make(monkeypatch, victim: str):
+    """``victim`` cannot be calibrated on odd splits (``make`` gets the split index as its seed)."""
+    import trainsentry.flops.evaluate as ev
+    real = ev.make
+
+    def make(name, seed=0):
+        if name == victim and seed % 2:
+            class Refuses(Estimator):
+                def fit(self, X, y):
+                    raise FitFailure("test: cannot calibrate", f"odd split {seed}")
+            return Refuses()
+        return real(name, seed=seed)
+    monkeypatch.setattr(ev, "make", make)
+
+
+def test_failed_splits_are_recorded_and_count_against_the_estimator(synth_root, monkeypatch):
+    runs = load_runs(synth_root)
+    _flaky_make(monkeypatch, "power_only")
+    res = run_protocol(runs, ("tensor", "power_only"), n_splits=6)
+    po, te = res["estimators"]["power_only"], res["estimators"]["tensor"]
+    assert (po["splits_attempted"], po["splits_failed"], te["splits_failed"]) == (6, 3, 0)
+    assert po["failures"] == [{"reason": "test: cannot calibrate", "splits": 3, "first_split": 1,
+                               "example": "odd split 1"}]
+    assert res["protocol"]["common_splits"] == 3
+    # 4 held-out runs per split: common pools 3 splits for both, own pools 6 for tensor and 3 for power_only
+    assert te["own"]["predictions"] == 24 and te["common"]["predictions"] == 12
+    assert po["own"]["predictions"] == po["common"]["predictions"] == 12 and po["failed_predictions"] == 12
+    # half its predictions are unbounded misses: no bounded median, and it cannot be the best
+    assert po["median_abs_pct_error"] is None and po["own"]["median_abs_pct_error"] is not None
+    assert te["median_abs_pct_error"] == te["own"]["median_abs_pct_error"]
+    assert best_estimator(res) == "tensor"
+
+
+def test_failures_and_reasons_reach_the_results_and_the_docs(synth_root, tmp_path, monkeypatch):
+    _flaky_make(monkeypatch, "power_only")
+    r = CliRunner().invoke(app, ["flops-eval", "--data", str(synth_root), "--splits", "4", "--no-segmentation",
+                                 "--results", str(tmp_path / "flops.json"), "--figures", str(tmp_path / "fig"),
+                                 "--docs", str(tmp_path / "flops.md"), "--models", str(tmp_path / "models")])
+    assert r.exit_code == 0, r.output
+    res = json.loads((tmp_path / "flops.json").read_text())
+    po = res["estimators"]["power_only"]
+    assert po["splits_failed"] == 2 and po["failures"][0]["reason"] == "test: cannot calibrate"
+    doc = (tmp_path / "flops.md").read_text()
+    assert "| (b) power-only linear | 2 / 4 | unbounded |" in doc
+    assert "failed 2 of 4 splits" in doc and "*test: cannot calibrate*" in doc and "odd split 1" in doc

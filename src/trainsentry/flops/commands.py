@@ -57,21 +57,25 @@ def flops_eval_cmd(data: Path = typer.Option(Path("data/h200"), help="dataset ro
                    docs: Path = typer.Option(Path("docs/flops.md")),
                    models: Path = typer.Option(Path("models")),
                    segmentation: bool = typer.Option(True, help="also score every estimator with the detector's "
-                                                                "segmentation in place of the true intervals")) -> None:
+                                                                "segmentation in place of the true intervals"),
+                   causal_half: bool = typer.Option(True, help="also score every estimator against FLOPs with causal "
+                                                               "attention counted as half (from each manifest's model "
+                                                               "shape; the recorded FLOPs are not changed)")) -> None:
     """Run every FLOP estimator on the same grouped splits; write results, figures, docs and models."""
     from .report import regenerate
     command = "trainsentry flops-eval " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "flops-eval" \
         else f"trainsentry flops-eval --data {data} --splits {splits} --seed {seed}"
     try:
         res = regenerate(data, splits, seed, results, figures, docs, models, command.strip(),
-                         with_segmentation=segmentation, progress=console.print)
+                         with_segmentation=segmentation, with_causal_half=causal_half, progress=console.print)
     except (ValueError, FileNotFoundError) as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2)
     for name, e in res["estimators"].items():
         m, p90 = e.get("median_abs_pct_error"), e.get("p90_abs_pct_error")
-        console.print(f"{name:14s} median |err| {'—' if m is None else f'{m:6.2f} %'}"
-                      f"   p90 {'—' if p90 is None else f'{p90:6.2f} %'}")
+        console.print(f"{name:14s} median |err| {'unbounded' if m is None else f'{m:6.2f} %'}"
+                      f"   p90 {'unbounded' if p90 is None else f'{p90:6.2f} %'}"
+                      f"   failed {e['splits_failed']}/{e['splits_attempted']} splits")
     console.print(f"best: {res['best']}; wrote {results}, {figures}/flops_*.png, {docs}, {models}/flops*.json")
 
 

@@ -6,10 +6,17 @@ manifest (``interval="manifest"``: the lab's truth) or the job the detector's se
 (:func:`trainsentry.detect.segment.segment_stream`) finds overlapping it most
 (``interval="segment"``: what a monitor that knows nothing about the run would integrate over). A run that cannot be
 read is listed in ``skipped`` with the reason, never silently dropped.
+
+Ground-truth convention. The recorded FLOPs are FlopCounterMode's, which counts causal attention
+in full: every QKᵀ and AV product over the whole s × s score matrix, although a causal flash kernel
+skips the masked half. :meth:`RunSet.causal_half` re-expresses the truth with causal attention
+counted as half (the convention of most MFU accounting), from the model shape and token count each
+manifest records; the recorded data are not changed.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +25,15 @@ import numpy as np
 from ..lab.summary import config_key
 from ..traces.io import iter_runs, read_trace
 from .features import interval_features, stack
+
+# FlopCounterMode's attention formulas (torch.utils.flop_counter.sdpa_flop_count and
+# sdpa_backward_flop_count) count, per token and layer at context s and width d (heads × head dim):
+# forward QKᵀ and AV, 2 × 2·s·d; backward the recomputed QKᵀ, dP, dV, dQ and dK, 5 × 2·s·d.
+SDPA_TRAINING_FLOPS_PER_TOKEN = 14  # × n_layers × seq_len × d_model
+# The workloads' analytic count (ModelConfig.flops_per_token) has 3 × 2 × 2·s·d per token and layer
+# for attention; the recorded count must exceed it by exactly the recompute, 2·s·d, for the reading
+# above to hold (checked per run, to this relative tolerance).
+ATTENTION_CHECK_RTOL = 0.01
 
 # Runs whose energy samples cover less than this fraction of [start, end] are left out (a recorder
 # gap would make the energy integral an undercount, not a measurement).
@@ -40,6 +56,26 @@ def segmented_interval(table) -> tuple[float, float] | None:
     return best
 
 
+def counted_attention_flops(manifest: dict) -> float:
+    """The attention FLOPs inside a training run's recorded (FlopCounterMode) count, all of it causal.
+
+    0 for a non-causal model (nothing to discount). Raises ValueError when the manifest lacks the
+    model shape, token count or analytic count, or when the recorded count is not the analytic one
+    plus the attention recompute (a layout this reading does not cover)."""
+    g = manifest.get("ground_truth") or {}
+    extra = (g.get("extra") or {}).get("0") or {}
+    model, tokens, analytic = extra.get("model"), g.get("tokens"), extra.get("analytic_flops_per_token")
+    if not model or not tokens or not analytic:
+        raise ValueError("the manifest lacks the model shape, token count or analytic FLOPs per token")
+    if not model.get("causal", True):
+        return 0.0
+    lsd = float(model["n_layers"]) * float(model["seq_len"]) * float(model["d_model"])
+    recorded, expected = float(g["flops"]), float(tokens) * (float(analytic) + 2.0 * lsd)
+    if abs(recorded - expected) > ATTENTION_CHECK_RTOL * recorded:
+        raise ValueError(f"recorded FLOPs {recorded:.4g} ≠ tokens × (analytic + attention recompute) {expected:.4g}")
+    return SDPA_TRAINING_FLOPS_PER_TOKEN * lsd * float(tokens)
+
+
 @dataclass
 class RunSet:
     X: dict[str, np.ndarray]
@@ -52,6 +88,9 @@ class RunSet:
     skipped: list[dict] = field(default_factory=list)
     # seconds the integrated interval's start/end lie after the true ones (0 for interval="manifest")
     shifts_s: list[tuple[float, float]] = field(default_factory=list)
+    # causal attention FLOPs inside ``flops`` (NaN where the manifest cannot say; why in attention_notes)
+    attention_flops: np.ndarray | None = None
+    attention_notes: dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.run_ids)
@@ -59,8 +98,25 @@ class RunSet:
     def subset(self, idx: np.ndarray) -> "RunSet":
         idx = np.asarray(idx, dtype=int)
         pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
+        att = None if self.attention_flops is None else self.attention_flops[idx]
         return RunSet({k: v[idx] for k, v in self.X.items()}, self.flops[idx], pick(self.run_ids),
-                      pick(self.configs), pick(self.workloads), pick(self.families), pick(self.features))
+                      pick(self.configs), pick(self.workloads), pick(self.families), pick(self.features),
+                      attention_flops=att)
+
+    def causal_half(self) -> "RunSet":
+        """The runs whose manifests give their attention FLOPs, with causal attention counted as half.
+
+        Runs whose attention cannot be read from the manifest are listed in ``skipped``."""
+        att = np.full(len(self), np.nan) if self.attention_flops is None else self.attention_flops
+        known = np.flatnonzero(np.isfinite(att))
+        out = self.subset(known)
+        out.flops = self.flops[known] - 0.5 * att[known]
+        out.shifts_s = [self.shifts_s[i] for i in known] if self.shifts_s else []
+        out.skipped = list(self.skipped) + [
+            {"run": self.run_ids[i], "reason": "causal attention FLOPs unknown: "
+             + self.attention_notes.get(self.run_ids[i], "no attention count")}
+            for i in range(len(self)) if not np.isfinite(att[i])]
+        return out
 
 
 # Red-team workloads (registered as ``adv.*``) are training too, but the protocol calibrates and scores
@@ -74,6 +130,7 @@ def load_runs(root: str | Path, classes: tuple[str, ...] = ("training",),
     if interval not in ("manifest", "segment"):
         raise ValueError(f"interval must be 'manifest' or 'segment', not {interval!r}")
     rows, flops, ids, cfgs, wls, fams, skipped, shifts = [], [], [], [], [], [], [], []
+    attention, notes = [], {}
     for d in iter_runs(root):
         try:
             table, m = read_trace(d)
@@ -110,7 +167,13 @@ def load_runs(root: str | Path, classes: tuple[str, ...] = ("training",),
         cfgs.append(config_key(m))
         wls.append(labels["workload"])
         fams.append(labels["family"])
+        try:
+            attention.append(counted_attention_flops(m))
+        except (ValueError, KeyError, TypeError) as e:
+            attention.append(math.nan)
+            notes[m["run_id"]] = str(e)
     if not rows:
         raise ValueError(f"{root}: no training runs with FLOP ground truth" +
                          (f" ({len(skipped)} skipped: {skipped[0]['reason']})" if skipped else ""))
-    return RunSet(stack(rows), np.asarray(flops), ids, cfgs, wls, fams, rows, skipped, shifts)
+    return RunSet(stack(rows), np.asarray(flops), ids, cfgs, wls, fams, rows, skipped, shifts,
+                  np.asarray(attention, dtype=np.float64), notes)

@@ -16,6 +16,12 @@ weighted by 1/E_net² so every run counts by its relative error (FLOPs span orde
 and constrained to non-negative constants: a negative energy per byte or overhead power has no
 physical reading, and with collinear inputs (bytes and seconds both grow with FLOPs) unconstrained
 fits swing to large opposite-signed constants that do not transfer to held-out configurations.
+
+An energy model is only as good as its energy per TFLOP, the constant it divides by. When the
+calibration runs do not show energy rising with FLOPs (runs of one length that all sit at the
+power limit spend the same joules whatever they compute), that constant is zero or lost in the
+noise and the inverted model is meaningless. The fit then refuses with :class:`FitFailure`, naming
+the reason and the numbers behind it, instead of returning a model that divides by almost nothing.
 """
 
 from __future__ import annotations
@@ -24,10 +30,32 @@ import math
 
 import numpy as np
 
+from .features import H200_POWER_LIMIT_W
+
 # A prediction is never below this (1 GFLOP): the log-space errors and intervals stay finite when a
 # linear model's inversion goes to zero or below for a tiny run.
 FLOPS_FLOOR = 1e9
 LEVEL = 0.9
+# An energy model's energy per TFLOP must lie at least this many standard errors above zero (its
+# 95 % interval excludes zero): below that the calibration runs do not show energy growing with FLOPs.
+MIN_SLOPE_T = 2.0
+# A run "sits at the power limit" when its mean board power per GPU is at least this fraction of it.
+CAPPED_FRACTION = 0.9
+
+
+class FitFailure(ValueError):
+    """An estimator that cannot be calibrated on these runs.
+
+    ``reason`` is short and fixed per cause (the evaluation groups failed splits by it); the message
+    adds the numbers of this calibration set."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self.reason, self.detail = reason, detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+    def within(self, part: str) -> "FitFailure":
+        """The same failure, raised by an estimator built on ``part``."""
+        return FitFailure(f"{part}: {self.reason}", self.detail)
 
 
 def _floor(x: np.ndarray) -> np.ndarray:
@@ -46,7 +74,7 @@ class Estimator:
     def fit(self, X: dict[str, np.ndarray], y: np.ndarray) -> "Estimator":
         y = np.asarray(y, dtype=np.float64)
         if y.size == 0 or not np.all(y > 0):
-            raise ValueError(f"{self.name}: need positive ground-truth FLOPs to fit")
+            raise FitFailure("no positive ground-truth FLOPs to calibrate on")
         self._fit(X, y)
         self._fit_interval(X, y)
         return self
@@ -116,6 +144,60 @@ def _wls_nonneg(A: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray:
     return coef / scale
 
 
+def _first_coef_se(A: np.ndarray, b: np.ndarray, w: np.ndarray, coef: np.ndarray) -> float:
+    """Standard error of ``coef[0]`` of the weighted fit, over the columns the fit kept (> 0).
+
+    Infinite when the kept columns are collinear or there are no more runs than constants."""
+    keep = [0] + [j for j in range(1, A.shape[1]) if coef[j] > 0]
+    sw = np.sqrt(w)
+    Aw = A[:, keep] * sw[:, None]
+    n, p = Aw.shape
+    scale = np.maximum(np.abs(Aw).max(axis=0), 1e-30)
+    As = Aw / scale
+    if n <= p or np.linalg.matrix_rank(As) < p:
+        return math.inf
+    resid = (b - A @ coef) * sw
+    s2 = float(resid @ resid) / (n - p)
+    return math.sqrt(s2 * float(np.linalg.inv(As.T @ As)[0, 0])) / scale[0]
+
+
+def energy_diagnostics(X: dict[str, np.ndarray], y: np.ndarray) -> dict:
+    """What the runs' energy can say about their FLOPs: power per GPU against the limit, spreads, correlation.
+
+    ``flops_per_net_joule`` spread is what a single measured efficiency (FLOPs = η × net energy)
+    would have to absorb."""
+    e, t = _col(X, "net_energy_J"), _col(X, "duration_s")
+    y = np.asarray(y, dtype=np.float64)
+    per_gpu = _col(X, "mean_power_W") / np.maximum(_col(X, "gpus"), 1.0)
+    capped = per_gpu >= CAPPED_FRACTION * H200_POWER_LIMIT_W
+    eff = y / np.maximum(e, 1.0)
+    return {"runs": int(y.size), "power_limit_W_per_gpu": H200_POWER_LIMIT_W, "capped_fraction": CAPPED_FRACTION,
+            "runs_at_power_limit": int(capped.sum()),
+            "mean_power_W_per_gpu_min": float(per_gpu.min()), "mean_power_W_per_gpu_max": float(per_gpu.max()),
+            "duration_s_min": float(t.min()), "duration_s_max": float(t.max()),
+            "net_energy_J_min": float(e.min()), "net_energy_J_max": float(e.max()),
+            "flops_min": float(y.min()), "flops_max": float(y.max()),
+            "flops_per_net_joule_max_over_min": float(eff.max() / eff.min()),
+            "corr_net_energy_flops": float(np.corrcoef(e, y)[0, 1]) if y.size > 2 else None}
+
+
+def _energy_note(X, y) -> str:
+    if not all(k in X for k in ("mean_power_W", "gpus", "duration_s")):
+        return ""
+    d = energy_diagnostics(X, y)
+    note = (f"; {d['runs_at_power_limit']}/{d['runs']} calibration runs average ≥ {CAPPED_FRACTION:.0%} of the"
+            f" {d['power_limit_W_per_gpu']:.0f} W power limit per GPU, durations {d['duration_s_min']:.0f}–"
+            f"{d['duration_s_max']:.0f} s, net energy {d['net_energy_J_min'] / 1e3:.0f}–"
+            f"{d['net_energy_J_max'] / 1e3:.0f} kJ"
+            f" while FLOPs span ×{d['flops_max'] / d['flops_min']:.2f}")
+    if 2 * d["runs_at_power_limit"] > d["runs"]:
+        note += " (at the power limit energy measures time, not work)"
+    return note
+
+
+ENERGY_UNCONSTRAINED = "energy does not constrain FLOPs on these calibration runs"
+
+
 class EnergyModel(Estimator):
     """(a) the seed study's 3-input model; with ``terms=("t",)`` it is (b), power only.
 
@@ -143,8 +225,10 @@ class EnergyModel(Estimator):
         A = np.column_stack([y / 1e12] + [self._term(X, k) for k in self.terms])
         w = 1.0 / np.maximum(np.abs(e), 1.0) ** 2
         coef = _wls_nonneg(A, e, w)
-        if not coef[0] > 0:
-            raise ValueError(f"{self.name}: fitted energy per TFLOP is {coef[0]:.3g} J, not positive")
+        se = _first_coef_se(A, e, w, coef)
+        if not (coef[0] > 0 and coef[0] >= MIN_SLOPE_T * se):
+            raise FitFailure(ENERGY_UNCONSTRAINED, f"E_per_TFLOP = {coef[0]:.3g} ± {se:.2g} J (needs ≥ {MIN_SLOPE_T:g}"
+                             f" standard errors above 0) over {y.size} runs" + _energy_note(X, y))
         self.coef = {"E_per_TFLOP_J": float(coef[0]),
                      **{{"tb": "E_per_TB_J", "nvl_tb": "E_per_NVL_TB_J", "t": "P_overhead_W"}[k]: float(c)
                         for k, c in zip(self.terms, coef[1:])}}
@@ -185,7 +269,7 @@ class TensorActivity(Estimator):
         a = _col(X, self.feature)
         ok = a > 0
         if not ok.any():
-            raise ValueError(f"{self.name}: no calibration run shows tensor activity ({self.feature})")
+            raise FitFailure("no calibration run shows tensor activity", self.feature)
         self.rate_flops_per_s = float(np.exp(np.mean(np.log(y[ok] / a[ok]))))
 
     def _predict(self, X) -> np.ndarray:
@@ -206,21 +290,28 @@ class Fusion(Estimator):
     The two see different things: tensor activity counts busy tensor-pipe cycles (blind to how full
     each cycle is), energy counts joules (blind to what they bought). Where one is off for a
     workload the other pulls the estimate back; the weights come from calibration residuals.
+
+    The energy side is the three-input model, not power alone: on runs at the power limit the
+    joules are fixed by time, and what they say about FLOPs is only in how they split between
+    compute and memory traffic, which the three-input model separates and power alone cannot.
     """
 
     name = "fusion"
-    description = "exp(w·log ŷ_tensor + (1−w)·log ŷ_power_only), w = inverse residual variance"
+    description = "exp(w·log ŷ_tensor + (1−w)·log ŷ_three_input), w = inverse residual variance"
 
     def __init__(self) -> None:
         super().__init__()
-        self.parts = [TensorActivity(), EnergyModel(("t",), name="power_only")]
+        self.parts = [TensorActivity(), EnergyModel(("tb", "nvl_tb", "t"), name="three_input")]
         self.inputs = tuple(dict.fromkeys(i for p in self.parts for i in p.inputs))
         self.weights: list[float] = []
 
     def _fit(self, X, y) -> None:
         var = []
         for p in self.parts:
-            p.fit(X, y)
+            try:
+                p.fit(X, y)
+            except FitFailure as e:
+                raise e.within(p.name) from e
             r = np.log(y) - np.log(p.predict(X))
             var.append(max(float(np.mean(r ** 2)), 1e-6))
         inv = np.asarray([1.0 / v for v in var])

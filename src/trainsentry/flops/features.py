@@ -29,6 +29,9 @@ HBM_BANDWIDTH_BPS = 4.8e12
 # SM clock the H200s ran at under load in the probe (and their maximum boost clock): tensor
 # activity is scaled by sm_clock / this so a throttled GPU is not credited with full-rate cycles.
 SM_CLOCK_MAX_MHZ = 1980.0
+# H200 SXM datasheet maximum board power (TDP), the lent H200s' power limit (they forbid changing
+# it; traces do not record the enforced limit). Only used to say how many runs sit at the limit.
+H200_POWER_LIMIT_W = 700.0
 # Board power of one H200 holding a CUDA context with no kernels running (h200-probe samples.csv,
 # 2026-11-30, both GPUs 122.3 W ± 0.1 W between the all-reduce phase and the DDP phase).
 IDLE_W_CONTEXT_DEFAULT = 122.3

@@ -6,6 +6,9 @@ network (L-BFGS: the calibration sets are tens of runs, where it converges far b
 the weights are stored as JSON lists and the forward pass below uses them directly, so a saved
 model predicts without pickle or scikit-learn.
 
+Fits run with BLAS on one thread: the matrices are tens of rows by 32 columns, where threads only
+add synchronisation; on a loaded two-core machine a multi-threaded fit took 15× longer.
+
 The L2 penalties are fixed in advance, not tuned on the evaluation: 0.1 for the direct MLP, 1.0
 for the residual one (a correction should shrink to zero when the calibration set cannot support
 it).
@@ -17,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from .estimators import EnergyModel, Estimator, _col
+from .estimators import EnergyModel, Estimator, FitFailure, _col
 
 LOG_FEATURES = ("log_net_energy", "log_duration", "log_dram_gb", "log_nvlink_gb", "log_mean_power",
                 "log_net_power", "log_dram_gbps", "log_nvlink_gbps", "net_energy_fraction")
@@ -47,12 +50,13 @@ class _Net:
     def fit(self, F: np.ndarray, target: np.ndarray) -> None:
         from sklearn.exceptions import ConvergenceWarning
         from sklearn.neural_network import MLPRegressor
+        from threadpoolctl import threadpool_limits
         self.x_mean, self.x_sd = F.mean(axis=0), F.std(axis=0)
         self.x_sd = np.where(self.x_sd > 1e-12, self.x_sd, 1.0)
         self.y_mean, self.y_sd = float(target.mean()), float(target.std()) or 1.0
         net = MLPRegressor(hidden_layer_sizes=self.hidden, activation="relu", solver="lbfgs", alpha=self.alpha,
                            max_iter=3000, random_state=self.seed)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), threadpool_limits(limits=1, user_api="blas"):
             warnings.simplefilter("ignore", ConvergenceWarning)
             net.fit((F - self.x_mean) / self.x_sd, (target - self.y_mean) / self.y_sd)
         self.coefs = [np.asarray(c) for c in net.coefs_]
@@ -119,7 +123,10 @@ class ResidualMLP(Estimator):
         self.net = _Net(alpha=alpha, seed=seed)
 
     def _fit(self, X, y) -> None:
-        self.base.fit(X, y)
+        try:
+            self.base.fit(X, y)
+        except FitFailure as e:
+            raise e.within(f"base {self.base.name}") from e
         self.net.fit(log_features(X), np.log(y) - np.log(self.base.predict(X)))
 
     def _predict(self, X) -> np.ndarray:

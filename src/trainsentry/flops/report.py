@@ -1,34 +1,33 @@
 """One command's worth of outputs: results/flops.json, results/figures/flops_*.png, docs/flops.md, models/.
 
 Everything written here comes from :func:`regenerate` running the protocol on a dataset; the doc's
-numbers are read from the result dict, never typed in.
+numbers are read from the result dict (markdown.py), never typed in.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from .dataset import load_runs
-from .estimators import ESTIMATORS, make
+from .estimators import ESTIMATORS, energy_diagnostics, make
 from .evaluate import best_estimator, run_protocol
+from .features import SM_CLOCK_MAX_MHZ
 from .live import provenance, save_model
+from .markdown import LABELS, SEED_STUDY_MEDIAN_PCT, TARGET_PCT, markdown
 
-# The seed study's medians on 2 × V100 (anchors.md §3), for the comparison column only.
-SEED_STUDY_MEDIAN_PCT = {"three_input": 15.1, "power_only": 12.9, "mlp": 10.4, "residual_mlp": 10.4}
-H200_DENSE_BF16_FLOPS = 989e12  # datasheet, per GPU, without sparsity
-TARGET_PCT = 5.0
-LABELS = {"three_input": "(a) 3-input energy", "power_only": "(b) power-only linear", "mlp": "(c) MLP, log features",
-          "residual_mlp": "(d) residual MLP on (b)", "tensor": "(e) tensor activity", "fusion": "(e) tensor + energy fusion"}
+# Datasheet dense BF16 peak per GPU: 132 SMs × 4 tensor cores × 1024 FLOP per clock at 1830 MHz.
+H200_DENSE_BF16_FLOPS = 989.4e12
+DATASHEET_CLOCK_MHZ = 1830.0
+PEAK_AT_FEATURE_CLOCK = H200_DENSE_BF16_FLOPS * SM_CLOCK_MAX_MHZ / DATASHEET_CLOCK_MHZ
 
 
 def regenerate(data: str | Path, n_splits: int = 200, seed: int = 0, results: str | Path = "results/flops.json",
                figures: str | Path = "results/figures", docs: str | Path = "docs/flops.md",
                models: str | Path = "models", command: str = "", with_segmentation: bool = True,
-               progress=print) -> dict:
+               with_causal_half: bool = True, progress=print) -> dict:
     runs = load_runs(data)
     progress(f"{len(runs)} training runs, {len(set(runs.configs))} configurations from {data}"
              + (f"; {len(runs.skipped)} skipped" if runs.skipped else ""))
@@ -37,51 +36,94 @@ def regenerate(data: str | Path, n_splits: int = 200, seed: int = 0, results: st
     best = best_estimator(result)
     result.update({"best": best, "data": str(data), "command": command, "skipped": runs.skipped,
                    "target_median_abs_pct_error": TARGET_PCT, "seed_study_median_abs_pct_error": SEED_STUDY_MEDIAN_PCT,
-                   "families": sorted(set(runs.families))})
+                   "families": sorted(set(runs.families)), "truth": "FlopCounterMode as recorded (causal attention in full)",
+                   "energy_diagnostics": energy_diagnostics(runs.X, runs.flops),
+                   "tensor_rate_check": tensor_rate_check(runs)})
     if with_segmentation:
-        result["with_segmentation"] = segmentation_pass(data, n_splits, seed, progress)
+        progress("the same splits over the detector's segmentation")
+        result["with_segmentation"] = secondary_pass(lambda: load_runs(data, interval="segment"), n_splits, seed, progress)
+    if with_causal_half:
+        progress("the same splits with causal attention counted as half")
+        result["with_causal_half"] = secondary_pass(runs.causal_half, n_splits, seed, progress)
     # calibrate every estimator on all runs and save it; models/flops.json is the best one
     prov = provenance(command, str(data), len(runs), len(set(runs.configs)))
-    full = {}
+    full, not_calibrated = {}, {}
     models = Path(models)
     for name in ESTIMATORS:
         try:
             full[name] = make(name, seed=seed).fit(runs.X, runs.flops)
         except ValueError as e:
             progress(f"{name}: cannot calibrate on all runs: {e}")
+            not_calibrated[name] = str(e)
             continue
         if name in held_out:  # live intervals from errors on unseen configurations, not in-sample ones
             full[name].set_interval_from_errors(held_out[name])
         save_model(full[name], models / f"flops_{name}.json", prov)
     if best in full:
         save_model(full[best], models / "flops.json", {**prov, "chosen_as": "lowest held-out median error"})
-    result["calibrated_on_all_runs"] = {n: e.to_dict()["params"] for n, e in full.items() if n not in ("mlp", "residual_mlp")}
-    if "tensor" in full:
-        result["tensor_rate_flops_per_busy_gpu_s"] = full["tensor"].rate_flops_per_s
+    result["calibrated_on_all_runs"] = {n: e.to_dict()["params"] for n, e in full.items()
+                                        if n not in ("mlp", "residual_mlp")}
+    result["not_calibrated_on_all_runs"] = not_calibrated
     Path(results).parent.mkdir(parents=True, exist_ok=True)
     Path(results).write_text(json.dumps(result, indent=1, default=float) + "\n")
     figs = write_figures(result, Path(figures))
     Path(docs).parent.mkdir(parents=True, exist_ok=True)
-    Path(docs).write_text(markdown(result, figs, Path(docs)))
+    Path(docs).write_text(markdown(result, figs))
     return result
 
 
-def segmentation_pass(data, n_splits: int, seed: int, progress) -> dict:
-    """The same protocol with each run's interval found by the detector's segmentation, not the lab's truth."""
+def secondary_pass(load, n_splits: int, seed: int, progress) -> dict:
+    """The same protocol on another view of the runs (``load()`` gives the RunSet): errors and failures only."""
     try:
-        seg = load_runs(data, interval="segment")
-        res = run_protocol(seg, ESTIMATORS, n_splits=n_splits, seed=seed)
+        alt = load()
+        res = run_protocol(alt, ESTIMATORS, n_splits=n_splits, seed=seed)
     except ValueError as e:
-        progress(f"segmentation pass: {e}")
+        progress(f"  not evaluated: {e}")
         return {"error": str(e)}
     res.pop("_held_out_pct_errors")
-    shifts = np.asarray(seg.shifts_s)
-    return {"runs": len(seg), "configurations": len(set(seg.configs)), "skipped": seg.skipped,
-            "start_shift_s_median": float(np.median(shifts[:, 0])), "end_shift_s_median": float(np.median(shifts[:, 1])),
-            "start_shift_s_max_abs": float(np.max(np.abs(shifts[:, 0]))),
-            "end_shift_s_max_abs": float(np.max(np.abs(shifts[:, 1]))),
-            "estimators": {n: {k: v.get(k) for k in ("median_abs_pct_error", "p90_abs_pct_error", "failed_splits")}
-                           for n, v in res["estimators"].items()}}
+    out = {"runs": len(alt), "configurations": len(set(alt.configs)), "skipped": alt.skipped,
+           "common_splits": res["protocol"]["common_splits"],
+           "estimators": {n: {"median_abs_pct_error": v["median_abs_pct_error"],
+                              "p90_abs_pct_error": v["p90_abs_pct_error"], "splits_failed": v["splits_failed"],
+                              "failures": [{k: f[k] for k in ("reason", "splits")} for f in v["failures"]],
+                              "common_median_abs_pct_error": (v["common"] or {}).get("median_abs_pct_error")}
+                          for n, v in res["estimators"].items()}}
+    if alt.shifts_s and any(a or b for a, b in alt.shifts_s):
+        shifts = np.asarray(alt.shifts_s)
+        out.update({"start_shift_s_median": float(np.median(shifts[:, 0])),
+                    "end_shift_s_median": float(np.median(shifts[:, 1])),
+                    "start_shift_s_max_abs": float(np.max(np.abs(shifts[:, 0]))),
+                    "end_shift_s_max_abs": float(np.max(np.abs(shifts[:, 1])))})
+    return out
+
+
+def tensor_rate_check(runs) -> dict:
+    """FLOPs per tensor-busy GPU-second per run, under both truth conventions, against the tensor cores' peak.
+
+    The feature counts busy seconds at the SM clock the trace reports, scaled to SM_CLOCK_MAX_MHZ,
+    so the comparable peak is the one at that clock, not the datasheet's (quoted at 1830 MHz)."""
+    busy = runs.X["tensor_cycles_s"]
+    ok = busy > 0
+    att = runs.attention_flops if runs.attention_flops is not None else np.full(len(runs), np.nan)
+    half = runs.flops - 0.5 * att
+    gmean = lambda v: float(np.exp(np.mean(np.log(v))))  # noqa: E731  the tensor estimator's own fit
+    clock = runs.X["tensor_cycles_s"][ok] / runs.X["tensor_active_s"][ok] * SM_CLOCK_MAX_MHZ
+    out = {"datasheet_peak_flops": H200_DENSE_BF16_FLOPS, "datasheet_clock_mhz": DATASHEET_CLOCK_MHZ,
+           "feature_clock_mhz": SM_CLOCK_MAX_MHZ, "peak_at_feature_clock_flops": PEAK_AT_FEATURE_CLOCK,
+           "busy_weighted_sm_clock_mhz_median": float(np.median(clock)),
+           "per_run": [{"run_id": runs.run_ids[i],
+                        "attention_share": float(att[i] / runs.flops[i]) if np.isfinite(att[i]) else None,
+                        "counted_flops_per_busy_s": float(runs.flops[i] / busy[i]),
+                        "causal_half_flops_per_busy_s": float(half[i] / busy[i]) if np.isfinite(half[i]) else None}
+                       for i in np.flatnonzero(ok)]}
+    for key, y in (("counted", runs.flops), ("causal_half", half)):
+        keep = ok & np.isfinite(y)
+        if keep.any():
+            r = y[keep] / busy[keep]
+            out[key] = {"rate_flops_per_busy_s": gmean(r), "runs": int(keep.sum()), "min": float(r.min()),
+                        "max": float(r.max()), "of_datasheet_peak": gmean(r) / H200_DENSE_BF16_FLOPS,
+                        "of_peak_at_feature_clock": gmean(r) / PEAK_AT_FEATURE_CLOCK}
+    return out
 
 
 def write_figures(result: dict, out: Path) -> list[Path]:
@@ -89,143 +131,73 @@ def write_figures(result: dict, out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     out.mkdir(parents=True, exist_ok=True)
-    names = [n for n in ESTIMATORS if result["estimators"][n].get("median_abs_pct_error") is not None]
+
+    def save(fig, name: str) -> Path:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        return out / name
+
+    figs = [save(_est_vs_true(plt, result), "flops_est_vs_true.png"), save(_errors(plt, result), "flops_errors.png")]
+    trc = result.get("tensor_rate_check", {})
+    if any(r["attention_share"] is not None for r in trc.get("per_run", [])):
+        figs.append(save(_tensor_rate(plt, trc), "flops_tensor_rate.png"))
+    return figs
+
+
+def _est_vs_true(plt, result: dict):
     rows = result["per_run"]
     fig, axes = plt.subplots(2, 3, figsize=(12, 8), sharex=True, sharey=True)
     y = np.asarray([r["true_flops"] for r in rows])
     lim = (y.min() / 2, y.max() * 2)
     for ax, name in zip(axes.flat, ESTIMATORS):
+        e = result["estimators"][name]
         pred = np.asarray([np.nan if r.get(name) is None else r[name] for r in rows])
         ax.loglog(lim, lim, color="0.6", lw=1)
         ax.scatter(y, pred, s=12, alpha=0.7)
-        m = result["estimators"][name].get("median_abs_pct_error")
-        ax.set_title(f"{LABELS[name]}\nmedian |err| {m:.1f} %" if m is not None else LABELS[name], fontsize=9)
+        m = e.get("median_abs_pct_error")
+        title = LABELS[name] + (f"\nmedian |err| {m:.1f} %" if m is not None else "\nmedian unbounded")
+        if e["splits_failed"]:
+            title += f", failed {e['splits_failed']}/{e['splits_attempted']} splits"
+        ax.set_title(title, fontsize=9)
         ax.set_xlim(lim)
         ax.set_ylim(lim)
     for ax in axes[-1]:
         ax.set_xlabel("true FLOPs (FlopCounterMode)")
     for ax in axes[:, 0]:
         ax.set_ylabel("estimated FLOPs (held out)")
-    fig.suptitle("Estimated vs true FLOPs per training run (geometric mean over splits where held out)", fontsize=10)
-    fig.tight_layout()
-    p1 = out / "flops_est_vs_true.png"
-    fig.savefig(p1, dpi=110)
-    plt.close(fig)
+    fig.suptitle("Estimated vs true FLOPs per training run (geometric mean over the splits it was held out and scored)",
+                 fontsize=10)
+    return fig
+
+
+def _errors(plt, result: dict):
+    rows = result["per_run"]
+    names = [n for n in ESTIMATORS if any(r.get(n) is not None for r in rows)]
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    data = [np.abs([100 * (r[n] - r["true_flops"]) / r["true_flops"] for r in rows if r.get(n) is not None]) for n in names]
-    ax.boxplot(data, whis=(5, 95), showfliers=True)
+    ax.boxplot([np.abs([100 * (r[n] - r["true_flops"]) / r["true_flops"] for r in rows if r.get(n) is not None])
+                for n in names], whis=(5, 95), showfliers=True)
     ax.set_xticks(range(1, len(names) + 1), [LABELS[n] for n in names], rotation=20, fontsize=8)
     ax.set_yscale("symlog", linthresh=1)
     ax.axhline(TARGET_PCT, color="tab:red", lw=1, ls="--", label=f"target {TARGET_PCT:.0f} %")
     ax.set_ylabel("|error| % per run (held-out mean estimate)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    p2 = out / "flops_errors.png"
-    fig.savefig(p2, dpi=110)
-    plt.close(fig)
-    return [p1, p2]
+    return fig
 
 
-def _fmt(x, spec=".1f", suffix=" %") -> str:
-    return "—" if x is None else f"{x:{spec}}{suffix}"
-
-
-def markdown(result: dict, figs: list[Path], doc_path: Path) -> str:
-    pr, est = result["protocol"], result["estimators"]
-    best = result["best"]
-    bm = est[best]["median_abs_pct_error"]
-    met = bm <= TARGET_PCT
-    rel = lambda p: Path("..") / p if not p.is_absolute() else p  # noqa: E731  docs/ → results/
-    lines = [
-        "# Training-FLOP estimation from outside telemetry", "",
-        f"Generated by `{result['command'] or 'trainsentry flops-eval'}` from `{result['data']}`; do not edit by hand.", "",
-        "## What is estimated, from what",
-        "Each training run's FLOPs (ground truth: PyTorch FlopCounterMode per rank per step × steps, summed over",
-        "ranks) are estimated from what a monitor outside the job sees on the node, integrated over the job's",
-        "interval and summed over GPUs: energy above the idle baseline (NVML energy counter; baseline from the",
-        "idle seconds before the job), duration, HBM bytes (GPM DRAM-bandwidth utilisation × 4.8 TB/s, the H200",
-        "datasheet figure), NVLink payload bytes (NVML all-link DATA counters) and tensor-pipe activity (GPM",
-        "any-tensor utilisation weighted by SM clock / 1980 MHz).", "",
-        "## Protocol",
-        f"{pr['splits']} random splits of the {pr['configurations']} training configurations ({pr['runs']} runs,"
-        f" families: {', '.join(result['families'])}): {pr['cal_fraction']:.0%} of configurations calibrate, the"
-        " rest are scored; every repeat of a configuration stays on one side. Errors are pooled over all held-out"
-        " predictions of all splits. All estimators see the same splits.", "",
-        "| estimator | median abs. error | p90 abs. error | median signed | split medians p25–p75 |"
-        f" {pr['interval_level']:.0%} interval coverage | with detector segmentation | seed study (2 × V100) |",
-        "|---|---|---|---|---|---|---|---|"]
-    seg = result.get("with_segmentation") or {}
-    for name in ESTIMATORS:
-        e = est[name]
-        if e.get("median_abs_pct_error") is None:
-            lines.append(f"| {LABELS[name]} | failed on all {e['failed_splits']} splits | | | | | | |")
-            continue
-        seed = SEED_STUDY_MEDIAN_PCT.get(name)
-        lines.append(f"| {LABELS[name]}{' **(best)**' if name == best else ''} | {_fmt(e['median_abs_pct_error'])} |"
-                     f" {_fmt(e['p90_abs_pct_error'])} | {_fmt(e['median_signed_pct_error'], '+.1f')} |"
-                     f" {e['split_median_p25']:.1f}–{e['split_median_p75']:.1f} % | {e['interval_coverage']:.0%} |"
-                     f" {_fmt(seg.get('estimators', {}).get(name, {}).get('median_abs_pct_error'))} | {_fmt(seed)} |")
-    if seg.get("estimators"):
-        lines += ["", f"*With detector segmentation*: the same protocol, each run integrated over the job that"
-                  f" `trainsentry.detect.segment` finds in its trace instead of the lab's true interval ({seg['runs']}"
-                  f" runs, {len(seg['skipped'])} without a job found; median start shift {seg['start_shift_s_median']:+.1f} s,"
-                  f" end shift {seg['end_shift_s_median']:+.1f} s; largest {seg['start_shift_s_max_abs']:.1f} s /"
-                  f" {seg['end_shift_s_max_abs']:.1f} s)."]
-    elif seg.get("error"):
-        lines += ["", f"*With detector segmentation*: not evaluated ({seg['error']})."]
-    lines += ["", *(f"![{p.stem}]({rel(p)})" for p in figs), "",
-              "## Against the seed study",
-              f"The seed FLOP-estimation study (2 × V100 with NVLink, system-level signals only; see"
-              " `/work/shared/reference/anchors.md` §3) reached median absolute errors of 15.1 % with its"
-              " 3-input energy model, 12.9 % with power alone and 10.4 % with its MLPs, over 88 configurations"
-              " and 10 trials each. Here, on the H200 dataset above, the best estimator is"
-              f" **{LABELS[best]}** at **{bm:.1f} %** median absolute error on held-out configurations, which"
-              f" {'meets' if met else 'does not meet'} the {TARGET_PCT:.0f} % target."
-              + (f" With only {pr['configurations']} training configurations (the seed study had 88), each split"
-                 f" scores about {pr['configurations'] - round(pr['cal_fraction'] * pr['configurations'])} of them:"
-                 " read these medians as rough, not as a ranking." if pr["configurations"] < 20 else "")]
-    if "tensor_rate_flops_per_busy_gpu_s" in result:
-        r = result["tensor_rate_flops_per_busy_gpu_s"]
-        lines += ["", f"Calibrated on all runs, one tensor-busy GPU-second stood for {r / 1e12:.0f} TFLOP"
-                  f" ({r / H200_DENSE_BF16_FLOPS:.0%} of the H200's 989 TFLOP/s dense BF16 datasheet peak): the"
-                  " \"measured peak rate\" of estimator (e)."]
-    cal = result.get("calibrated_on_all_runs", {})
-    for name in ("three_input", "power_only"):
-        if name in cal:
-            lines += ["", f"{LABELS[name]} constants (all runs): " +
-                      ", ".join(f"{k} = {v:.4g}" for k, v in cal[name]["coef"].items())]
-    fams = sorted({f for n in ESTIMATORS for f in est[n].get("by_family", {})})
-    if fams:
-        lines += ["", "## Per family (median absolute error over held-out predictions; signed median in brackets)", "",
-                  "| family | " + " | ".join(LABELS[n] for n in ESTIMATORS) + " |", "|---|" + "---|" * len(ESTIMATORS)]
-        for f in fams:
-            cells = []
-            for n in ESTIMATORS:
-                b = est[n].get("by_family", {}).get(f)
-                cells.append("—" if b is None else f"{b['median_abs_pct_error']:.1f} % ({b['median_signed_pct_error']:+.1f})")
-            lines.append(f"| {f} | " + " | ".join(cells) + " |")
-    lines += ["", "## Per configuration (held-out estimates, geometric mean over splits and repeats)", "",
-              "| configuration | runs | true FLOPs | " + " | ".join(LABELS[n] for n in ESTIMATORS) + " |",
-              "|---|---|---|" + "---|" * len(ESTIMATORS)]
-    by_cfg = defaultdict(list)
-    for r in result["per_run"]:
-        by_cfg[r["config"]].append(r)
-    for cfg, rs in sorted(by_cfg.items()):
-        truth = float(np.mean([r["true_flops"] for r in rs]))
-        cells = []
-        for n in ESTIMATORS:
-            errs = [100 * (r[n] - r["true_flops"]) / r["true_flops"] for r in rs if r.get(n) is not None]
-            cells.append(f"{np.median(errs):+.1f} %" if errs else "—")
-        short = cfg if len(cfg) < 70 else cfg[:67] + "…"
-        lines.append(f"| `{short}` | {len(rs)} | {truth:.3e} | " + " | ".join(cells) + " |")
-    lines += ["", "## Caveats",
-              "- The interval of each run is the lab's true workload interval; live, the collector uses the",
-              "  detector's segmentation, whose errors add to these.",
-              "- In the protocol, intervals come from calibration residuals (in-sample); the coverage column is how"
-              " often they held on held-out configurations. The saved models (`models/flops_*.json`) carry the"
-              " quantiles of the held-out errors instead, for the live interval.",
-              "- Power capping and clock throttling could not be exercised: the lent H200s forbid changing them.",
-              "- Red-team workloads (`adv.*`) are left out of calibration and scoring: they are meant to face the"
-              " frozen estimator (`models/flops.json`), as in the seed study.",
-              f"- Runs skipped while loading: {len(result.get('skipped', []))}."]
-    return "\n".join(lines) + "\n"
+def _tensor_rate(plt, trc: dict):
+    pts = [r for r in trc["per_run"] if r["attention_share"] is not None]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    share = [100 * r["attention_share"] for r in pts]
+    ax.scatter(share, [r["counted_flops_per_busy_s"] / 1e12 for r in pts],
+               label="FLOPs as recorded (causal attention in full)")
+    ax.scatter(share, [r["causal_half_flops_per_busy_s"] / 1e12 for r in pts], marker="s",
+               label="causal attention counted as half")
+    ax.axhline(trc["datasheet_peak_flops"] / 1e12, color="tab:red", ls="--", lw=1,
+               label=f"datasheet dense BF16 peak ({trc['datasheet_clock_mhz']:.0f} MHz)")
+    ax.axhline(trc["peak_at_feature_clock_flops"] / 1e12, color="tab:purple", ls=":", lw=1,
+               label=f"the same tensor cores at {trc['feature_clock_mhz']:.0f} MHz")
+    ax.set_xlabel("causal attention share of the recorded FLOPs (%)")
+    ax.set_ylabel("TFLOP per tensor-busy GPU-second")
+    ax.legend(fontsize=7)
+    return fig
