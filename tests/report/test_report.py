@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import pytest
 from trainsentry.report.build import build, find_chromium
 from trainsentry.report.context import TERMS, lookup
 from trainsentry.report.inputs import INPUTS, MissingInputs
+from trainsentry.report.location import DRAFT_MARK, report_location
 from trainsentry.report.published import PUBLISHED
 from trainsentry.report.sections import SECTIONS
 
@@ -51,15 +53,23 @@ class TextScan(HTMLParser):
             self.free.append(data)
 
 
+CONFIGS = ROOT / "configs"
+
+
 @pytest.fixture(scope="module")
 def draft(tmp_path_factory):
-    return build(RESULTS, DATA, tmp_path_factory.mktemp("draft"), allow_missing=True, pdf=False)
+    return build(RESULTS, DATA, tmp_path_factory.mktemp("draft"), allow_missing=True, pdf=False, configs=CONFIGS)
+
+
+def _sections(text: str) -> dict[str, str]:
+    """Section anchor -> its HTML, heading included."""
+    return dict(re.findall(r'<section id="([^"]+)">(.*?)</section>', text, re.S))
 
 
 def test_every_section_heading_present(draft):
     text = draft.html_path.read_text()
     for i, s in enumerate(SECTIONS, 1):
-        assert f'<span class="secno">{i}.</span> {s.TITLE}</h2>' in text
+        assert re.search(rf'<span class="secno">{i}.</span> {re.escape(s.TITLE)}(<span[^>]*>[^<]*</span>)?</h2>', text)
 
 
 def test_available_figures_embedded(draft):
@@ -81,6 +91,36 @@ def test_missing_inputs_named_with_their_commands(draft):
     assert not draft.missing or "This is a draft" in text
 
 
+def _missing_in(html_text: str) -> set[str]:
+    return set(re.findall(r'<div class="missing">.*?<code>([^<]+)</code> is missing', html_text, re.S))
+
+
+def test_draft_marks_each_incomplete_section_and_names_its_command(tmp_path):
+    """Every section that shows a missing input is tagged at its heading and in the contents, and the
+    banner at the top names it with the file and the command; complete sections are not tagged."""
+    res = tmp_path / "results"
+    shutil.copytree(RESULTS, res)
+    (res / "gpu_check.json").unlink()  # section 2 (and 8) then wait for it too
+    for f in ("detector.json", "flops.json", "redteam.json"):
+        (res / f).unlink(missing_ok=True)
+    b = build(res, DATA, tmp_path / "out", allow_missing=True, pdf=False, configs=CONFIGS)
+    text = b.html_path.read_text()
+    banner = text[text.index("<div class='draft'>"):text.index("<nav>")]
+    nav = text[text.index("<nav>"):text.index("</nav>")]
+    secs = _sections(text)
+    waiting = {a for a, body in secs.items() if 'class="missing"' in body}
+    assert {"s2_monitor", "s3_benign", "s4_flops", "s5_redteam", "s6_ranking", "s8_recommendations"} <= waiting
+    for anchor, body in secs.items():
+        head = body[:body.index("</h2>")]
+        assert ("drafttag" in head) == (anchor in waiting), anchor
+        assert (f'href="#{anchor}"' in banner) == (anchor in waiting), anchor
+        li = re.search(rf'<li><a href="#{anchor}">.*?</li>', nav).group(0)
+        assert ("drafttag" in li) == (anchor in waiting), anchor
+        for path in _missing_in(body):
+            cmd = next(i.command for i in INPUTS.values() if path.startswith(str(res / i.rel_path)))
+            assert path in banner and html.escape(cmd) in banner
+
+
 def test_strict_build_fails_naming_every_missing_file(tmp_path):
     res = tmp_path / "results"
     shutil.copytree(RESULTS, res)
@@ -90,10 +130,24 @@ def test_strict_build_fails_naming_every_missing_file(tmp_path):
     msg = str(e.value)
     assert "gpu_check.json" in msg and INPUTS["gpu_check"].command in msg
     assert "nodata/h200" in msg and INPUTS["traces"].command in msg
+    assert "nodata/redteam-r1" in msg and INPUTS["redteam_traces"].command in msg
     assert not (tmp_path / "out" / "report.html").exists()
 
 
-def _check_numbers(built, results: Path):
+def test_an_entry_of_a_shared_file_is_an_input(tmp_path):
+    """The real-node agent measurement is results/ingest.json → agent/real: without that entry the
+    strict build names the entry and its command, though ingest.json is there."""
+    res = tmp_path / "results"
+    shutil.copytree(RESULTS, res)
+    doc = json.loads((res / "ingest.json").read_text())
+    del doc["agent"]["real"]
+    (res / "ingest.json").write_text(json.dumps(doc))
+    with pytest.raises(MissingInputs) as e:
+        build(res, DATA, tmp_path / "out", allow_missing=False, pdf=False)
+    assert "ingest.json → agent/real" in str(e.value) and INPUTS["agent_real"].command in str(e.value)
+
+
+def _check_numbers(built, results: Path, data: Path = DATA, configs: Path = CONFIGS):
     scan = TextScan()
     scan.feed(built.html_path.read_text())
     free = re.sub(r"\s+", " ", "".join(scan.free))
@@ -106,6 +160,11 @@ def _check_numbers(built, results: Path):
                 assert PUBLISHED[src.split(":", 1)[1]].value == inj.value
                 continue
             f, path = src.split("#", 1)
+            if src.startswith(("data:", "config:")):  # recorded runs' manifests, a campaign file
+                assert inj.kind == "derived", src
+                root = data if src.startswith("data:") else configs
+                assert list(root.glob(f.split(":", 1)[1])) or inj.value == 0, src  # 0: none recorded
+                continue
             v = lookup(json.loads((results / f).read_text()), path)
             if inj.kind == "result":
                 assert v == inj.value, src
@@ -114,6 +173,43 @@ def _check_numbers(built, results: Path):
 def test_every_number_traces_to_results(draft):
     assert draft.ctx.injected
     _check_numbers(draft, RESULTS)
+
+
+def _texts(built) -> str:
+    scan = TextScan()
+    scan.feed(built.html_path.read_text())
+    return re.sub(r"\s+", " ", "".join(scan.free))
+
+
+def test_run_lengths_come_from_the_manifests(draft):
+    """Limitations states how long runs ran, computed from manifest start and end, not typed."""
+    lengths = [m["end"] - m["start"] for m in map(lambda p: json.loads(p.read_text()),
+                                                   (DATA / "h200").glob("*/manifest.json"))]
+    med = sorted(lengths)[len(lengths) // 2]
+    inj = [i for i in draft.ctx.injected if "data:h200/*/manifest.json#end-start" in i.sources]
+    assert inj and any(abs(i.value - med) < 1.0 for i in inj)
+    assert {round(min(lengths)), round(max(lengths))} <= {round(i.value) for i in inj}
+    assert "minutes" not in draft.html_path.read_text()
+
+
+def test_real_node_overhead_is_the_current_ingest_entry(draft):
+    """Section 2 reads the real-node agent cost from results/ingest.json → agent/real only."""
+    real = json.loads((RESULTS / "ingest.json").read_text())["agent"]["real"]
+    inj = {s: i.value for i in draft.ctx.injected for s in i.sources}
+    assert inj["ingest.json#agent/real/percent_of_one_core"] == real["percent_of_one_core"]
+    assert inj["ingest.json#agent/real/nvml_read_periods/energy_period_s"] == real["nvml_read_periods"]["energy_period_s"]
+    assert not any("agent_real_h200" in s for s in inj)
+
+
+def test_redteam_intro_without_results_claims_nothing_about_rounds(draft):
+    sec = _sections(draft.html_path.read_text())["s5_redteam"]
+    if (RESULTS / "redteam.json").is_file():
+        pytest.skip("results/redteam.json exists")
+    assert "tuned" not in sec and "refitted" not in sec and "adapt" not in sec
+    adv = [p for p in (DATA / "redteam-r1").glob("adv.*/manifest.json")]
+    for p in adv:  # every recorded adversarial run is listed, and has its strategy's subsection
+        m = json.loads(p.read_text())
+        assert m["run_id"] in sec and f"<h3>{m['labels']['family']}</h3>" in sec
 
 
 def test_number_check_catches_a_typed_number(draft, tmp_path):
@@ -133,31 +229,55 @@ def _full_results(tmp_path: Path) -> Path:
                "window_auc": 0.8, "lofo_min_family_detection": 0.6,
                "per_family": {"ddp": {"class": "training", "test_instances": 4, "alerted_frac": 0.75}}}
            for i, k in enumerate(("comm-rules", "comm-ml", "fused", "rt-baseline"))}
-    (res / "detector.json").write_text(json.dumps({"detectors": det}))
+    (res / "detector.json").write_text(json.dumps({"detectors": det, "protocol": {
+        "alert_rule": {"threshold": 0.75, "k": 3, "n": 5}}}))
     (res / "dataset.json").write_text(json.dumps({"runs": 3, "by_class": {"training": 2, "inference": 1},
                                                   "configs_by_class": {"training": 2, "inference": 1},
                                                   "families_by_class": {"training": ["ddp"], "inference": ["serve"]}}))
     (res / "flops.json").write_text(json.dumps({"estimators": {
         "three_input": {"median_abs_pct_error": 12.0, "p90_abs_pct_error": 30.0},
-        "tensor": {"median_abs_pct_error": 8.0, "p90_abs_pct_error": 20.0}}}))
+        "tensor": {"median_abs_pct_error": 8.0, "p90_abs_pct_error": 20.0}},
+        "protocol": {"splits": 200, "cal_fraction": 2 / 3, "configurations": 30, "runs": 34}}))
     strat = lambda n, d: {"name": n, "setting": "h=50", "window_detection": d, "run_detection": d,  # noqa: E731
                           "median_time_to_alert_s": 60.0, "gpu_hour_overhead": 0.2,
-                          "loss_penalty_equal_tokens": 0.01, "loss_penalty_equal_gpu_hours": 0.05}
-    (res / "redteam.json").write_text(json.dumps({"rounds": [
-        {"round": 1, "strategies": [strat("diloco", 0.2), strat("dilute", 0.9)]},
-        {"round": 2, "strategies": [strat("diloco", 0.4), strat("dilute", 1.0)]}]}))
+                          "loss_penalty_equal_tokens": 0.01, "loss_penalty_equal_gpu_hours": 0.05,
+                          "run_ids": [f"adv.{n}.h50-base-r0"]}
+    (res / "redteam.json").write_text(json.dumps({
+        "protocol": {"primary_detector": "fused", "scoring_rounds_2_plus": "leave one strategy out",
+                     "gpu_hour_overhead": "baseline tokens per GPU-hour / adversary's - 1"},
+        "rounds": [{"round": 1, "hardening": HARDENING[1], "strategies": [strat("diloco", 0.2), strat("dilute", 0.9)]},
+                   {"round": 2, "hardening": HARDENING[2], "strategies": [strat("diloco", 0.4), strat("dilute", 1.0)]}]}))
     return res
+
+
+HARDENING = {1: "as delivered: fitted on the benign runs only",
+             2: "adds the recorded adversarial runs of every other strategy to the fitting data"}
+
+
+def test_redteam_rounds_told_as_the_results_record_them(tmp_path):
+    """Section 5 says how each round hardened the detectors from results/redteam.json, and says the
+    strategies did not adapt only when every round scored the same runs."""
+    res = _full_results(tmp_path)
+    b = build(res, DATA, tmp_path / "out", allow_missing=False, pdf=False, configs=CONFIGS)
+    sec = _sections(b.html_path.read_text())["s5_redteam"]
+    for h in HARDENING.values():
+        assert html.escape(h) in sec
+    assert "leave one strategy out" in sec and "did not adapt" in sec and "tuned" not in sec
+    doc = json.loads((res / "redteam.json").read_text())
+    doc["rounds"][1]["strategies"][0]["run_ids"] = ["adv.diloco.h50-base-r1"]  # a new recording in round 2
+    (res / "redteam.json").write_text(json.dumps(doc))
+    b = build(res, DATA, tmp_path / "out2", allow_missing=False, pdf=False, configs=CONFIGS)
+    assert "did not adapt" not in _sections(b.html_path.read_text())["s5_redteam"]
 
 
 def test_full_build_has_no_missing_blocks_and_traces(tmp_path):
     res = _full_results(tmp_path)
-    data = tmp_path / "data"
-    shutil.copytree(ROOT / "data" / "gpu_check", data / "h200")  # any recorded run
-    b = build(res, data, tmp_path / "out", allow_missing=False, pdf=False)
+    b = build(res, DATA, tmp_path / "out", allow_missing=False, pdf=False, configs=CONFIGS)
     text = b.html_path.read_text()
     assert not b.missing and 'class="missing"' not in text
+    assert "class='drafttag'" not in text and "This is a draft" not in text and DRAFT_MARK not in text
     names = {n for n, _ in b.figures.items}
-    assert {"detection_by_round", "evasion_cost"} <= names
+    assert {"detection_by_round", "evasion_cost", "telemetry_diloco"} <= names
     assert "<b>diloco</b>" in text  # ranked first: detected less at the same cost
     _check_numbers(b, res)
 
@@ -178,3 +298,27 @@ def test_ranking_keeps_each_setting_and_uses_the_red_teams_formula():
     ranked = rank(doc)
     assert [(r["setting"], r["round"]) for r in ranked] == [("h=500", 2), ("h=50", 2)]   # h=10: no detection rate
     assert ranked[0]["score"] == effectiveness(0.0, 0.3) == 1 / 1.3
+
+
+def test_campaign_progress_counts_planned_and_recorded_runs(tmp_path):
+    from trainsentry.report.sections.s9_limitations import campaign_progress
+    (tmp_path / "configs" / "campaigns").mkdir(parents=True)
+    (tmp_path / "configs" / "campaigns" / "c.yaml").write_text(
+        "name: c\nruns:\n- {workload: a, repeats: 3}\n- {workload: b}\n")
+    (tmp_path / "configs" / "campaigns" / "c-slice.yaml").write_text("name: c\nruns:\n- {workload: a}\n")
+    (tmp_path / "data" / "c" / "a-base-r0").mkdir(parents=True)
+    (tmp_path / "data" / "c" / "a-base-r0" / "manifest.json").write_text("{}")
+    [c] = campaign_progress(tmp_path / "configs", tmp_path / "data")
+    assert (c["name"], c["file"].name, c["planned"], c["recorded"]) == ("c", "c.yaml", 4, 1)
+
+
+def test_report_location_says_where_or_how(draft, tmp_path):
+    """What `trainsentry demo` prints at its end: the files and whether they are a draft, or the command."""
+    assert "not built yet" in report_location(tmp_path) and "trainsentry report" in report_location(tmp_path)
+    line = report_location(draft.html_path.parent)
+    assert str(draft.html_path) in line and "report.pdf" not in line  # built without the PDF
+    assert ("a draft" in line) == bool(draft.missing)
+    (tmp_path / "report.html").write_text("<html>complete</html>")
+    (tmp_path / "report.pdf").write_bytes(b"%PDF-")
+    line = report_location(tmp_path)
+    assert "a draft" not in line and str(tmp_path / "report.pdf") in line

@@ -11,9 +11,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .context import Ctx, Figures
+from .context import Ctx, Figures, missing_html
 from .inputs import INPUTS, MissingInputs, input_path, is_present
-from .page import page
+from .location import DRAFT_MARK
+from .page import Part, page
 from .published import CITATIONS
 from .sections import SECTIONS
 
@@ -42,20 +43,40 @@ def check_inputs(results: Path, data: Path) -> list:
             if not is_present(INPUTS[k], results, data)]
 
 
-def render_html(results: Path, data: Path, allow_missing: bool) -> tuple[str, Ctx, Figures, list]:
+def render_html(results: Path, data: Path, allow_missing: bool,
+                configs: Path = Path("configs")) -> tuple[str, Ctx, Figures, list]:
     missing = check_inputs(results, data)
     if missing and not allow_missing:
         raise MissingInputs(missing)
-    ctx, figs = Ctx(results, data, allow_missing), Figures()
-    parts = [(s.__name__.rsplit(".", 1)[-1], s.TITLE, s.render(ctx, figs)) for s in SECTIONS]
-    status = ("Draft: some inputs are not measured yet (see Limitations)." if missing
-              else "Built from the committed results and data.")
+    ctx, figs = Ctx(results, data, allow_missing, configs), Figures()
+    parts = []
+    for s in SECTIONS:
+        start = len(ctx.missing_log)
+        body = s.render(ctx, figs)
+        waits = list(dict.fromkeys(ctx.missing_log[start:]))  # the inputs this section shows as missing
+        parts.append(Part(s.__name__.rsplit(".", 1)[-1], s.TITLE, body, waits))
+    status = ("<b>Draft</b>: the sections marked below wait for inputs that are not measured yet."
+              if missing else "Built from the committed results and data.")
     sub = (f"Built by <code>trainsentry report</code> from <code>{html.escape(str(results))}</code> and "
            f"<code>{html.escape(str(data))}</code>. {status} Every number in the text is read from a results "
-           f"file at build time; hover over a number to see where it comes from.")
+           f"file or a recorded run at build time; hover over a number to see where it comes from.")
     refs = "".join(f"<li><span class='cite'>{html.escape(c.short)}: {html.escape(c.full)}</span></li>"
                    for c in CITATIONS.values())
-    return page(TITLE, sub, parts, refs), ctx, figs, missing
+    return page(TITLE, sub, parts, refs, draft_banner(parts, results, data)), ctx, figs, missing
+
+
+def draft_banner(parts: list[Part], results: Path, data: Path) -> str:
+    """At the top of a draft: every incomplete section, each input it waits for and the command."""
+    items = ""
+    for i, p in enumerate(parts, 1):
+        if p.waits:
+            needs = "; ".join(missing_html(inp, results, data) for inp in p.waits)
+            items += (f'<li><a href="#{p.anchor}"><span class="secno">{i}.</span> {html.escape(p.title)}</a>: '
+                      f"{needs}.</li>")
+    if not items:
+        return ""
+    return (f"{DRAFT_MARK}<b>This is a draft.</b> These sections are incomplete: where a number would "
+            f"be, they say what is missing and which command produces it.<ul>{items}</ul></div>")
 
 
 def find_chromium() -> str | None:
@@ -82,8 +103,8 @@ def print_pdf(html_path: Path, pdf_path: Path, timeout_s: float = 120) -> Path:
 
 
 def build(results: Path = Path("results"), data: Path = Path("data"), out: Path = Path("report"),
-          allow_missing: bool = False, pdf: bool = True) -> Built:
-    text, ctx, figs, missing = render_html(Path(results), Path(data), allow_missing)
+          allow_missing: bool = False, pdf: bool = True, configs: Path = Path("configs")) -> Built:
+    text, ctx, figs, missing = render_html(Path(results), Path(data), allow_missing, Path(configs))
     out.mkdir(parents=True, exist_ok=True)
     html_path = out / "report.html"
     tmp = html_path.with_suffix(".html.tmp")  # write then rename: a failed build keeps the old report

@@ -8,6 +8,8 @@ import typer
 def report_cmd(results: Path = typer.Option(Path("results"), "--results", help="results root (JSON + figures/)"),
                data: Path = typer.Option(Path("data"), "--data", help="data root (recorded traces)"),
                out: Path = typer.Option(Path("report"), "--out", help="where report.html and report.pdf go"),
+               configs: Path = typer.Option(Path("configs"), "--configs",
+                                            help="campaign files (how much of each campaign is recorded)"),
                allow_missing: bool = typer.Option(False, "--allow-missing",
                                                   help="build a draft: sections without inputs say what to run"),
                no_pdf: bool = typer.Option(False, "--no-pdf", help="write the HTML only")) -> None:
@@ -18,7 +20,7 @@ def report_cmd(results: Path = typer.Option(Path("results"), "--results", help="
     from .inputs import MissingInputs
     console = Console(stderr=True)
     try:
-        b = build(results, data, out, allow_missing, pdf=not no_pdf)
+        b = build(results, data, out, allow_missing, pdf=not no_pdf, configs=configs)
     except MissingInputs as e:
         console.print(f"[red]report: {e}[/red]")
         raise typer.Exit(2)

@@ -1,9 +1,10 @@
 """What a section renders with: loaded inputs, and helpers that put numbers into text.
 
 Every number in the report's prose goes through ``num`` (a value read from a results file, with
-the key path it came from), ``derived`` (a value computed here from such values, naming them) or
-``pub`` (a published figure from ``published.py``). Each call records what it injected, and wraps
-the text in a span, so a test can check that no digit reaches the page any other way.
+the key path it came from), ``derived`` (a value computed here from such values, naming them: a
+results key, the recorded runs' manifests, or a campaign file) or ``pub`` (a published figure from
+``published.py``). Each call records what it injected, and wraps the text in a span, so a test can
+check that no digit reaches the page any other way.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .inputs import INPUTS, Input, input_path, is_present
+from .inputs import INPUTS, Input, input_path, is_present, where
 from .published import PUBLISHED
 
 # Names that contain digits but are not measurements (hardware, methods, file names). A test checks
@@ -39,8 +40,9 @@ class Ctx:
     results: Path
     data: Path
     allow_missing: bool
+    configs: Path = Path("configs")
     injected: list[Injected] = field(default_factory=list)
-    missing_used: list[Input] = field(default_factory=list)
+    missing_log: list[Input] = field(default_factory=list)  # every missing block, in page order
     _cache: dict = field(default_factory=dict)
 
     # ----- inputs
@@ -54,27 +56,42 @@ class Ctx:
                 if inp.root == "results" and self.has(key) else None
         return self._cache[key]
 
+    def runs(self, key: str) -> list[tuple[Path, dict]]:
+        """(run directory, manifest) of every recorded run under a data input, sorted by directory."""
+        if key not in self._cache:
+            from ..traces.io import iter_runs, read_manifest
+            root = input_path(INPUTS[key], self.results, self.data)
+            self._cache[key] = [(d, read_manifest(d)) for d in iter_runs(root)] if self.has(key) else []
+        return self._cache[key]
+
     def missing(self, key: str, what: str = "") -> str:
         """The block that stands where numbers would be: names the command, never a placeholder value."""
         inp = INPUTS[key]
-        if inp not in self.missing_used:
-            self.missing_used.append(inp)
-        path = input_path(inp, self.results, self.data)
+        self.missing_log.append(inp)
         lead = f"{html.escape(what)}: " if what else ""
-        return (f'<div class="missing">{lead}not yet measured: <code>{html.escape(str(path))}</code> is '
-                f'missing; run <code>{html.escape(inp.command)}</code>.</div>')
+        return f'<div class="missing">{lead}not yet measured: {missing_html(inp, self.results, self.data)}.</div>'
 
     # ----- numbers
     def num(self, key: str, path: str, fmt: str = "g3", unit: str = "") -> str:
         """A value read from input ``key`` at slash-separated ``path`` (e.g. ``detectors/fused/run_accuracy``)."""
         value = lookup(self.load(key), path)
-        return self._span(value, fmt, unit, "result", [f"{INPUTS[key].rel_path}#{path}"])
+        return self._span(value, fmt, unit, "result", [source(key, path)])
 
     def value(self, key: str, path: str):
         return lookup(self.load(key), path)
 
-    def derived(self, value, fmt: str, sources: list[tuple[str, str]], unit: str = "") -> str:
-        return self._span(value, fmt, unit, "derived", [f"{INPUTS[k].rel_path}#{p}" for k, p in sources])
+    def derived(self, value, fmt: str, sources: list, unit: str = "") -> str:
+        """A value computed here. Each source is (input key, path): a key path in a results file, or for
+        a data input what was read from every run's manifest (``"end-start"``); or a string already
+        formatted, such as ``config:campaigns/h200.yaml#runs`` (under the configs root)."""
+        return self._span(value, fmt, unit, "derived", [s if isinstance(s, str) else source(*s) for s in sources])
+
+    def spread(self, values: list, fmt: str, sources: list, unit: str = "") -> str:
+        """One value, or "lowest to highest" when they differ once formatted; each traced like ``derived``."""
+        lo, hi = min(values), max(values)
+        if fmt_value(lo, fmt) == fmt_value(hi, fmt):
+            return self.derived(lo, fmt, sources, unit)
+        return f"{self.derived(lo, fmt, sources)} to {self.derived(hi, fmt, sources, unit)}"
 
     def pub(self, key: str, fmt: str = "g3", unit: str = "") -> str:
         return self._span(PUBLISHED[key].value, fmt, unit, "published", [f"published:{key}"])
@@ -97,6 +114,20 @@ class Ctx:
         from .published import CITATIONS
         c = CITATIONS[key]
         return f'<span class="cite">[{html.escape(c.short)}]</span>'
+
+
+def source(key: str, path: str) -> str:
+    """How a number's origin is written: ``detector.json#detectors/fused/run_accuracy`` for a results
+    file, ``data:h200/*/manifest.json#end-start`` for the recorded runs' manifests."""
+    inp = INPUTS[key]
+    return f"data:{inp.rel_path}/*/manifest.json#{path}" if inp.root == "data" else f"{inp.rel_path}#{path}"
+
+
+def missing_html(inp: Input, results: Path, data: Path) -> str:
+    """"<file> is missing; run <command>": the one wording of a missing input, wherever it shows."""
+    path = where(inp, input_path(inp, results, data))
+    return (f"<code>{html.escape(path)}</code> is missing ({html.escape(inp.what)}); "
+            f"run <code>{html.escape(inp.command)}</code>")
 
 
 def lookup(doc, path: str):

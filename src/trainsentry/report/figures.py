@@ -7,6 +7,7 @@ red-team run beside its benign counterpart, detection by round and the evasion-c
 
 from __future__ import annotations
 
+import functools
 import io
 from pathlib import Path
 
@@ -70,8 +71,10 @@ def _gpu_series(run_dir: Path):
     return m, g
 
 
+@functools.lru_cache(maxsize=32)
 def telemetry_pair_figure(adv_dir: Path, base_dir: Path) -> bytes:
-    """NVLink bytes/s and power of one red-team run (left) and its benign counterpart (right)."""
+    """NVLink bytes/s and power of one red-team run (left) and its benign counterpart (right); drawn
+    once per pair in a process (recorded runs do not change)."""
     plt = _plt()
     fig, axes = plt.subplots(2, 2, figsize=(9, 4.2), sharex="col", sharey="row")
     for col, d in enumerate((adv_dir, base_dir)):

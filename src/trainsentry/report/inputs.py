@@ -6,6 +6,7 @@ missing file fails the build once, with every missing input and its command list
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ class Input:
     root: str       # "results" | "data"
     command: str    # what produces it
     what: str       # one line for the missing-input message
+    entry: str = ""  # a slash path inside the file when the input is one entry of a shared file
 
 
 INPUTS: dict[str, Input] = {i.key: i for i in (
@@ -26,9 +28,9 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("ingest", "ingest.json", "results",
           "python benchmarks/bench_agent.py --duration 30 --repeats 3 --parts and python benchmarks/bench_ingest.py",
           "agent overhead and collector ingest"),
-    Input("agent_real", "agent_real_h200.json", "results",
-          "python3 benchmarks/bench_agent.py --real --duration 30 (on a GPU machine)",
-          "agent overhead on a real H200 node"),
+    Input("agent_real", "ingest.json", "results",
+          "python3 benchmarks/bench_agent.py --real --duration 20 (on a GPU machine; it writes agent.real)",
+          "agent overhead on a real GPU node", entry="agent/real"),
     Input("dataset", "dataset.json", "results",
           "trainsentry lab summary --data data/h200 --json results/dataset.json",
           "the benign dataset card"),
@@ -42,7 +44,9 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("simulator", "simulator.json", "results", "trainsentry simulate all",
           "the distributed-evasion simulator"),
     Input("traces", "h200", "data", "trainsentry lab run configs/campaigns/h200.yaml --data data",
-          "recorded lab traces (benign and red-team runs)"),
+          "recorded benign lab runs"),
+    Input("redteam_traces", "redteam-r1", "data", "trainsentry lab run configs/campaigns/redteam-r1.yaml --data data",
+          "recorded red-team runs and their benign baselines"),
 )}
 
 
@@ -53,7 +57,7 @@ class MissingInputs(Exception):
         self.missing = missing
         lines = ["the report needs inputs that are not there:"]
         for inp, path in missing:
-            lines.append(f"  - {path} ({inp.what}): run `{inp.command}`")
+            lines.append(f"  - {where(inp, path)} ({inp.what}): run `{inp.command}`")
         lines.append("or build a draft with `trainsentry report --allow-missing`.")
         super().__init__("\n".join(lines))
 
@@ -62,8 +66,20 @@ def input_path(inp: Input, results: Path, data: Path) -> Path:
     return (results if inp.root == "results" else data) / inp.rel_path
 
 
+def where(inp: Input, path: Path) -> str:
+    """The file, and the entry inside it when the input is one entry of a shared file."""
+    return f"{path} → {inp.entry}" if inp.entry else str(path)
+
+
 def is_present(inp: Input, results: Path, data: Path) -> bool:
     p = input_path(inp, results, data)
     if inp.root == "data":  # a data root counts once it holds at least one recorded run
         return p.is_dir() and any(p.glob("*/manifest.json"))
-    return p.is_file()
+    if not p.is_file():
+        return False
+    cur = json.loads(p.read_text()) if inp.entry else None
+    for part in inp.entry.split("/") if inp.entry else ():
+        if not isinstance(cur, dict) or part not in cur:
+            return False
+        cur = cur[part]
+    return True

@@ -1,9 +1,12 @@
 """2. The monitor: agent and signals, signed transport, collector, segmentation, detectors."""
 
+import html
+
 from .. import figures as F
+from ..context import TERMS
 
 TITLE = "The monitor"
-INPUTS = ("gpu_check", "ingest", "agent_real")
+INPUTS = ("gpu_check", "ingest", "agent_real", "traces")
 
 
 def _counter_check(ctx, figs) -> str:
@@ -11,15 +14,47 @@ def _counter_check(ctx, figs) -> str:
         return ctx.missing("gpu_check", "NVLink counter accuracy")
     gc = ctx.load("gpu_check")
     quiet = ctx.num("gpu_check", "send_quiet_direction_max_bytes", "bytes")
+    gpus = ctx.derived(len({r["gpu"] for r in gc["rows"]}), "int", [("gpu_check", "rows")])
+    tells = ("so the counters tell sending from receiving, which is what separates pipeline inference from "
+             "training" if gc.get("send_direction_visible") else
+             "which the check does not count as telling sending from receiving")
     return f"""
-<p><b>Are the NVLink counters right?</b> On two {ctx.term('H200')} GPUs we handed NCCL a known number of
+<p><b>Are the NVLink counters right?</b> On {gpus} {ctx.term('H200')} GPUs we handed NCCL a known number of
 bytes (all-reduce and one-way send phases of {ctx.num('gpu_check', 'bytes_per_op', 'bytes')} per operation)
 and compared them with the NVLink DATA counters the agent reads. The largest relative error over every GPU,
 direction and phase was {ctx.num('gpu_check', 'max_abs_rel_error', 'pctg')}. In the one-way phase the
-quiet direction saw at most {quiet}, so the counters tell sending from receiving, which is what separates
-pipeline inference from training. Machine: {ctx.num('gpu_check', 'machine')}.</p>
+quiet direction saw at most {quiet}, {tells}. Machine: {ctx.num('gpu_check', 'machine')}.</p>
 {figs.embed(F.gpu_check_figure(gc), "gpu_check", "Bytes handed to NCCL against the NVLink counters, per GPU, "
             "direction and phase (results/gpu_check.json).")}"""
+
+
+def _gpus(devices: list) -> int:
+    return sum(1 for d in devices if str(d).startswith("gpu"))
+
+
+def _target(ctx, key: str, entry: str) -> str:
+    """"(target 1 %, met)" from the benchmark's own verdict."""
+    met = "met" if ctx.value(key, f"{entry}/meets_target") else "not met"
+    return f"target {ctx.num(key, f'{entry}/target_percent_of_one_core', 'g2', '%')}, {met}"
+
+
+def _real_node(ctx) -> str:
+    """The agent on a real GPU node: results/ingest.json → agent/real, the one current measurement."""
+    if not ctx.has("agent_real"):
+        return ctx.missing("agent_real", "the agent on a real GPU node")
+    r = "agent/real"
+    real = ctx.value("agent_real", r)
+    energy = (f", reading the energy counter every {ctx.num('agent_real', f'{r}/nvml_read_periods/energy_period_s', 'g2', 's')}"
+              if (real.get("nvml_read_periods") or {}).get("energy_period_s") else "")
+    day = ctx.derived(str(real["date"])[:10], "str", [("agent_real", f"{r}/date")])
+    return (f"<p>On a real node with {ctx.derived(_gpus(real['devices']), 'int', [('agent_real', f'{r}/devices')])} "
+            f"GPUs (measured {day}), the agent sampled at {ctx.num('agent_real', f'{r}/hz', 'g3', 'Hz')}{energy} and "
+            f"used {ctx.num('agent_real', f'{r}/percent_of_one_core', 'f1', '% of one core')} "
+            f"({_target(ctx, 'agent_real', r)}). Reading the sources alone took "
+            f"{ctx.num('agent_real', f'{r}/sources_only_percent_of_one_core', 'f1', '%')} and the agent's own "
+            f"machinery {ctx.num('agent_real', f'{r}/agent_machinery_percent_of_one_core', 'f2', '%')}"
+            + (": on that machine nearly all of the cost is the driver answering the reads, not the agent's own work"
+               if real["sources_only_percent_of_one_core"] >= 0.9 * real["percent_of_one_core"] else "") + ".</p>")
 
 
 def _overhead(ctx, figs) -> str:
@@ -27,25 +62,63 @@ def _overhead(ctx, figs) -> str:
         return ctx.missing("ingest", "agent overhead and collector ingest")
     a = "agent/fake_8gpu"
     parts = ctx.value("ingest", f"{a}/parts_percent_of_one_core")
-    real = ""
-    if ctx.has("agent_real"):
-        real = (f" On a real {ctx.term('H200')} node the agent used "
-                f"{ctx.num('agent_real', 'agent/real/percent_of_one_core', 'f1', '% of one core')}"
-                f" while a training launch was starting on the same machine; that measurement is noisy "
-                f"(its notes say so) and is reported, not relied on.")
+    gpus = ctx.derived(_gpus(ctx.value("ingest", f"{a}/devices")), "int", [("ingest", f"{a}/devices")])
     sh = "collector/shapes/realistic"
     return f"""
-<p><b>What the agent costs.</b> Sampling a fake eight-GPU node with network and InfiniBand interfaces at
-{ctx.num('ingest', f'{a}/hz', 'g3', 'Hz')}, the agent used {ctx.num('ingest', f'{a}/percent_of_one_core', 'f2', '% of one core')}
-(target {ctx.num('ingest', f'{a}/target_percent_of_one_core', 'g2', '%')}), of which the agent's own machinery,
-without the recorded driver calls, was {ctx.num('ingest', f'{a}/agent_machinery_percent_of_one_core', 'f2', '%')}.
-{real}</p>
-{figs.embed(F.agent_parts_figure(parts), "agent_parts", "Where the agent's CPU time goes, percent of one core "
-            "per part (results/ingest.json).")}
+<p><b>What the agent costs.</b> Sampling a simulated node of {gpus} GPUs with network and InfiniBand interfaces
+at {ctx.num('ingest', f'{a}/hz', 'g3', 'Hz')}, the agent used {ctx.num('ingest', f'{a}/percent_of_one_core', 'f2', '% of one core')}
+({_target(ctx, 'ingest', a)}), of which the agent's own machinery (everything but reading the sources) was
+{ctx.num('ingest', f'{a}/agent_machinery_percent_of_one_core', 'f2', '%')}.</p>
+{figs.embed(F.agent_parts_figure(parts), "agent_parts", "Where the agent's CPU time goes on the simulated node, "
+            "percent of one core per part (results/ingest.json).")}
+{_real_node(ctx)}
 <p><b>What the collector takes.</b> One collector process ingested
 {ctx.num('ingest', f'{sh}/collector_samples_per_s', 'int', 'samples/s')} from
 {ctx.num('ingest', f'{sh}/nodes', 'int')} simulated nodes sending realistic batches, at
 {ctx.num('ingest', f'{sh}/collector_cpu_us_per_sample', 'f1', 'µs')} of CPU per sample.</p>"""
+
+
+# What each detector is, for the names `trainsentry eval` evaluates (a name not here is listed bare).
+DETECTORS = {"comm-rules": "thresholds on communication shape",
+             "comm-ml": "a learned model on communication features",
+             "fused": "communication plus activity"}
+
+
+def _detectors(ctx) -> str:
+    """The detectors as evaluated (results/detector.json), else as the evaluation would run them."""
+    if ctx.has("detector"):
+        names = list(ctx.value("detector", "detectors"))
+    else:
+        from ...detect.evaluate import detector_factories
+        names = list(detector_factories())
+    out = []
+    for n in names:
+        if n == "rt-baseline":
+            out.append(f"{ctx.term(n)} (our reproduction of the classifier of {ctx.cite('rt')}, on the same splits)")
+        else:
+            out.append(f"{ctx.term(n) if n in TERMS else html.escape(n)}"
+                       + (f" ({DETECTORS[n]})" if n in DETECTORS else ""))
+    return ", ".join(out)
+
+
+def _alert_rule(ctx) -> str:
+    if not ctx.has("detector"):
+        return "A run alerts when enough of its recent windows look like training."
+    p = "protocol/alert_rule"
+    return (f"A run alerts when at least {ctx.num('detector', f'{p}/k', 'int')} of "
+            f"{ctx.num('detector', f'{p}/n', 'int')} consecutive windows give training a probability of "
+            f"{ctx.num('detector', f'{p}/threshold', 'g2')} or more.")
+
+
+def _rates(ctx) -> str:
+    """The sampling rate of the recorded runs, from their manifests."""
+    hz = sorted({m["sample_hz"] for _, m in ctx.runs("traces")})
+    if not hz:
+        return ""
+    src = [("traces", "sample_hz")]
+    rate = (ctx.derived(hz[0], "g3", src, "Hz") if len(hz) == 1 else
+            f"{ctx.derived(hz[0], 'g3', src)} to {ctx.derived(hz[-1], 'g3', src, 'Hz')}")
+    return f" The recorded runs in this report were sampled at {rate}."
 
 
 def render(ctx, figs) -> str:
@@ -56,7 +129,7 @@ received (cumulative counters summed over all links), the energy counter, board 
 memory use and clocks, and, where the driver offers them, the per-second tensor-pipe and SM activity
 metrics. It reads each network and InfiniBand interface's byte counters from the kernel. Counters are kept
 raw with their own timestamps; rates are computed later in one place, so counter wraps and driver resets
-are handled once.</p>
+are handled once.{_rates(ctx)}</p>
 <p><b>Signed transport.</b> The agent groups readings into batches, signs each batch with a per-node key
 ({t('HMAC-SHA256')}) and chains it to the previous one by hash, so the collector can reject altered,
 replayed, reordered or dropped batches. Batches wait in an on-disk spool until the collector acknowledges
@@ -66,10 +139,7 @@ verdicts live over the same windowed features used offline, so the evaluated det
 one. A dashboard shows each node's state over time, the evidence behind it, alerts and jobs.</p>
 <p><b>Segmentation and detectors.</b> A trace is cut into sliding windows; features describe the
 communication shape (volume, symmetry of sent and received bytes, periodicity, burstiness) and
-activity. Four detectors share one interface: {t('comm-rules')} (thresholds on communication shape),
-{t('comm-ml')} (a learned model on communication features), {t('fused')} (communication plus activity) and
-{t('rt-baseline')}, our reproduction of the classifier of {ctx.cite('rt')} on the same splits. A run
-alerts when enough consecutive windows look like training.</p>
+activity. The detectors share one interface: {_detectors(ctx)}. {_alert_rule(ctx)}</p>
 {_counter_check(ctx, figs)}
 {_overhead(ctx, figs)}
 """

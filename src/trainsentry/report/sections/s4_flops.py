@@ -19,6 +19,12 @@ def render(ctx, figs) -> str:
     if not ctx.has("flops"):
         return intro + ctx.missing("flops", "FLOP estimator errors")
     est = ctx.value("flops", "estimators")
+    proto = ctx.load("flops").get("protocol") or {}
+    if {"splits", "configurations", "runs", "cal_fraction"} <= set(proto):
+        intro += (f"<p>The splits: {ctx.num('flops', 'protocol/splits', 'int')} random divisions of the "
+                  f"{ctx.num('flops', 'protocol/configurations', 'int')} configurations "
+                  f"({ctx.num('flops', 'protocol/runs', 'int')} runs), calibrating on "
+                  f"{ctx.num('flops', 'protocol/cal_fraction', 'pct')} of them and evaluating on the rest.</p>")
     rows = ""
     for name in est:
         seed = ctx.pub(SEED[name], "pctv") if name in SEED else "—"

@@ -12,8 +12,8 @@ def render(ctx, figs) -> str:
     intro = (f"<p>Our experiments ran inside one node. To ask what an adversary could do across many nodes, we "
              f"reimplemented the efficiency and cost model of {ctx.cite('rahman-dist')}: low-communication "
              f"training over wide-area links, with compression, hierarchical and pipelined layouts, priced in "
-             f"hardware and time. The model reproduces the paper's headline table and then tells us, for each "
-             f"cheapest configuration, which traffic each monitoring layer would see.</p>")
+             f"hardware and time. We check it against the paper's headline table, then ask, for each cheapest "
+             f"configuration, which traffic each monitoring layer would see.</p>")
     if not ctx.has("simulator"):
         return intro + ctx.missing("simulator", "the simulator's results")
     rows = ""
@@ -31,7 +31,12 @@ def render(ctx, figs) -> str:
                  f"<td>{ctx.num('simulator', f'{p}/params', 'sci')}</td><td>{ctx.num('simulator', f'{p}/wan/pattern')}</td>"
                  f"<td>{ctx.num('simulator', f'{p}/wan/mean_bytes_per_s', 'bytes')}/s</td>"
                  f"<td>{html.escape(t['evasive_strategy'])}</td><td>{html.escape(', '.join(t['seen_by']))}</td></tr>")
-    out = [intro, "<table><tr><th>target (FLOP)</th><th>node type</th><th>nodes</th><th>published cost</th>"
+    errs = [h["max_relative_error"] for h in ctx.value("simulator", "headline")]
+    worst = max(range(len(errs)), key=errs.__getitem__)
+    check = (f"<p>Over the {ctx.derived(len(errs), 'int', [('simulator', 'headline')])} rows of the headline table, "
+             f"the largest relative error of our model against the published figures is "
+             f"{ctx.num('simulator', f'headline/{worst}/max_relative_error', 'pct2')}.</p>") if errs else ""
+    out = [intro, check, "<table><tr><th>target (FLOP)</th><th>node type</th><th>nodes</th><th>published cost</th>"
            f"<th>our model's cost</th><th>largest relative error</th></tr>{rows}</table>",
            "<h3>What each layer would see</h3><p>For the cheapest configuration at each target, the wide-area "
            "traffic pattern, the most evasive way to lay the model out inside a node, and the layers of our "

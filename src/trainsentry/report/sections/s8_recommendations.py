@@ -10,7 +10,7 @@ INPUTS = ("gpu_check", "detector", "redteam", "simulator")
 def render(ctx, figs) -> str:
     c, t = ctx.cite, ctx.term
     items = []
-    if ctx.has("gpu_check") and ctx.value("gpu_check", "within_1pct"):
+    if ctx.has("gpu_check") and ctx.value("gpu_check", "within_1pct") and ctx.value("gpu_check", "send_direction_visible"):
         items.append(f"<li><b>Read interconnect counters, not only activity.</b> The NVLink counters matched "
                      f"the bytes handed to NCCL within {ctx.num('gpu_check', 'max_abs_rel_error', 'pctg')} and "
                      f"told the sending direction from the receiving one, so a regime can rely on them as a "
@@ -18,7 +18,8 @@ def render(ctx, figs) -> str:
     else:
         items.append("<li><b>Interconnect counters.</b> Whether they can be relied on depends on the counter "
                      "check. " + (ctx.missing("gpu_check") if not ctx.has("gpu_check") else
-                                  "The check did not find them within a percent; treat them as supporting evidence only.")
+                                  "The check did not find them within a percent, or could not tell the sending "
+                                  "direction; treat them as supporting evidence only.")
                      + "</li>")
     if ctx.has("detector"):
         dets = ctx.value("detector", "detectors")
@@ -57,7 +58,7 @@ def render(ctx, figs) -> str:
                  f"counters themselves are read by software the operator controls. Attested monitor code, a "
                  f"tamper-resistant read path and wall-power metering, as {c('rt')} also recommend, are what "
                  f"makes the signals trustworthy; no detector can make up for forged inputs.</li>")
-    items.append("<li><b>Several independent layers.</b> No single signal is hard to shape; the cost of evasion "
-                 f"rises when NVLink, network, energy and {t('NVML')} activity must all be shaped at once, as the "
-                 f"{c('seed')} concluded for FLOP accounting.</li>")
+    items.append("<li><b>Several independent layers.</b> Judge NVLink, network, energy and "
+                 f"{t('NVML')} activity together, so that an evasion has to shape all of them at once; the "
+                 f"{c('seed')} drew the same conclusion for FLOP accounting.</li>")
     return "<ol class='recs'>" + "\n".join(items) + "</ol>"

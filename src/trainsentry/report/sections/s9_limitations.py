@@ -1,33 +1,100 @@
-"""9. Limitations: what was not run and why; the missing inputs are computed, not typed."""
+"""9. Limitations: what was not run and why. The missing inputs, the machines, run lengths and how
+much of each campaign is recorded are computed from the inputs, the run manifests and the campaign
+files, not typed."""
 
 import html
+import statistics
+from pathlib import Path
 
-from ..inputs import INPUTS as ALL_INPUTS, input_path, is_present
+import yaml
+
+from ..context import missing_html
+from ..inputs import INPUTS as ALL_INPUTS, is_present
 
 TITLE = "Limitations"
-INPUTS: tuple[str, ...] = ()
+INPUTS: tuple[str, ...] = ("traces", "redteam_traces")
+RUN_INPUTS = ("traces", "redteam_traces")
+
+
+def _all_runs(ctx) -> list[tuple[str, Path, dict]]:
+    return [(k, d, m) for k in RUN_INPUTS for d, m in ctx.runs(k)]
+
+
+def _machines(ctx) -> str:
+    runs = _all_runs(ctx)
+    if not runs:
+        return ""
+    nodes = sorted({m["node"] for _, _, m in runs})
+    gpus = [sum(1 for x in m.get("devices", []) if str(x).startswith("gpu")) for _, _, m in runs]
+    ranks = [len(m["labels"]["ranks"]) for _, _, m in runs if m["labels"].get("ranks")]
+    src = lambda what: [(k, what) for k in RUN_INPUTS]  # noqa: E731
+    node_list = ", ".join(ctx.derived(n, "str", src("node")) for n in nodes)
+    used = f"; the workloads ran on {ctx.spread(ranks, 'int', src('labels/ranks'))} of those GPUs" if ranks else ""
+    return (f"<li><b>One node per run.</b> Every recorded run ran inside a single node (recorded on {node_list}, "
+            f"with {ctx.spread(gpus, 'int', src('devices'), 'GPUs')}){used}. Multi-node training and the "
+            f"network-only traffic it produces were studied with the simulator, not measured.</li>")
+
+
+def _lengths(ctx) -> str:
+    parts = []
+    benign = [m["end"] - m["start"] for _, m in ctx.runs("traces")]
+    if benign:
+        src = [("traces", "end-start")]
+        parts.append(f"benign runs ran their workload for a median of "
+                     f"{ctx.derived(statistics.median(benign), 'f0', src, 's')} (from {ctx.spread(benign, 'f0', src, 's')})")
+    rt = [m["end"] - m["start"] for _, m in ctx.runs("redteam_traces")]
+    if rt:
+        parts.append(f"red-team runs and their baselines for {ctx.spread(rt, 'f0', [('redteam_traces', 'end-start')], 's')}")
+    if not parts:
+        return ""
+    return (f"<li><b>Short runs.</b> By the manifests, {' and '.join(parts)}, not the days or weeks of a real "
+            f"training job; slow drifts and rare events of long jobs are not represented.</li>")
+
+
+def campaign_progress(configs: Path, data: Path) -> list[dict]:
+    """Per campaign name: its largest campaign file, the runs that file plans (entries × repeats) and the
+    runs recorded under data/<name>."""
+    best: dict[str, dict] = {}
+    for f in sorted(configs.glob("campaigns/*.yaml")) if configs.is_dir() else []:
+        raw = yaml.safe_load(f.read_text())
+        if not isinstance(raw, dict) or "name" not in raw or not isinstance(raw.get("runs"), list):
+            continue
+        planned = sum(int(r.get("repeats", 1)) for r in raw["runs"])
+        if planned > best.get(raw["name"], {}).get("planned", -1):
+            best[raw["name"]] = {"name": raw["name"], "file": f, "planned": planned,
+                                 "recorded": len(list((data / raw["name"]).glob("*/manifest.json")))}
+    return [best[k] for k in sorted(best)]
+
+
+def _campaigns(ctx) -> str:
+    rows = [c for c in campaign_progress(ctx.configs, ctx.data) if c["recorded"] < c["planned"]]
+    if not rows:
+        return ""
+    items = ""
+    for c in rows:
+        recorded = ctx.derived(c["recorded"], "int", ["data:" + c["name"] + "/*/manifest.json#run_id"])
+        planned = ctx.derived(c["planned"], "int", [f"config:{c['file'].relative_to(ctx.configs)}#runs/*/repeats"])
+        items += f"<li><code>{html.escape(str(c['file']))}</code>: {recorded} of {planned} planned runs recorded</li>"
+    return (f"<li><b>Campaigns not finished.</b> Runs are recorded on the GPU machines the project is lent, in "
+            f"device calls of limited length; these campaigns are not fully recorded yet, and the results above "
+            f"rest on the runs that are:<ul>{items}</ul></li>")
 
 
 def render(ctx, figs) -> str:
     missing = [i for i in ALL_INPUTS.values() if not is_present(i, ctx.results, ctx.data)]
     out = []
     if missing:
-        items = "".join(f"<li><code>{html.escape(str(input_path(i, ctx.results, ctx.data)))}</code> "
-                        f"({html.escape(i.what)}): <code>{html.escape(i.command)}</code></li>" for i in missing)
+        items = "".join(f"<li>{missing_html(i, ctx.results, ctx.data)}</li>" for i in missing)
         out.append("<p><b>This is a draft.</b> These inputs were not measured when it was built, and the "
                    f"sections that need them say so in place of numbers:</p><ul>{items}</ul>")
     out.append(f"""<ul>
 <li><b>No power capping or clock limits.</b> The GPUs were lent, shared machines; changing their power
-limit or clocks would affect other users and is not allowed there, so strategies that throttle the
-hardware were not run. The published work found clock throttling largely detectable once trained on
-{ctx.cite('rt')}, but we have not measured it on our signals.</li>
-<li><b>One node only.</b> Every recorded run is inside a single node; multi-node training and the
-network-only traffic it produces were studied with the simulator, not measured.</li>
-<li><b>Up to the GPUs lent.</b> Runs used the machines the project was lent (one and two
-{ctx.term('H200')} GPUs); eight-GPU configurations were written and tested on CPU but ran on hardware only
-when such a machine was lent.</li>
-<li><b>Short runs.</b> Workloads ran for minutes, not weeks; slow drifts and rare events of long jobs are
-not represented.</li>
+limit or clocks is not allowed there (<code>configs/campaigns/redteam-r1.yaml</code> says so), so no
+strategy that throttles the hardware was run. The published work found clock throttling largely
+detectable once trained on {ctx.cite('rt')}, but we have not measured it on our signals.</li>
+{_machines(ctx)}
+{_campaigns(ctx)}
+{_lengths(ctx)}
 <li><b>No tampering.</b> The red team could reshape workloads but not forge counters or replace the agent;
 that layer is protected by signing and would need attestation in practice.</li>
 </ul>""")
