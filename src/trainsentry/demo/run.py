@@ -231,6 +231,9 @@ def run_demo(trace: Path = DEFAULT_TRACE, live_s: float = 15.0, speed: float = 2
             stats = _get(f"{col.url}/v1/stats", token)
             console.print(f"collector totals: {json.dumps(stats.get('totals', stats))}")
             result["stats"] = stats
+            from ..report.location import report_location
+            result["report"] = report_location(REPO / "report")
+            console.print(f"[bold]report[/] {result['report']}", soft_wrap=True)
             if hold:  # an interactive demo: keep serving the dashboard until Ctrl-C
                 console.print(f"[bold]dashboard[/] {result['dashboard']}  (Ctrl-C stops the collector)",
                               soft_wrap=True)
