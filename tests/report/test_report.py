@@ -236,7 +236,9 @@ def _full_results(tmp_path: Path) -> Path:
                                                   "families_by_class": {"training": ["ddp"], "inference": ["serve"]}}))
     (res / "flops.json").write_text(json.dumps({"estimators": {
         "three_input": {"median_abs_pct_error": 12.0, "p90_abs_pct_error": 30.0},
-        "tensor": {"median_abs_pct_error": 8.0, "p90_abs_pct_error": 20.0}},
+        "tensor": {"median_abs_pct_error": 8.0, "p90_abs_pct_error": 20.0},
+        "power_only": {"median_abs_pct_error": None, "p90_abs_pct_error": None, "splits_attempted": 200,
+                       "splits_failed": 101, "failures": [{"reason": "energy does not constrain FLOPs", "splits": 101}]}},
         "protocol": {"splits": 200, "cal_fraction": 2 / 3, "configurations": 30, "runs": 34}}))
     strat = lambda n, d: {"name": n, "setting": "h=50", "window_detection": d, "run_detection": d,  # noqa: E731
                           "median_time_to_alert_s": 60.0, "gpu_hour_overhead": 0.2,
@@ -279,6 +281,8 @@ def test_full_build_has_no_missing_blocks_and_traces(tmp_path):
     names = {n for n, _ in b.figures.items}
     assert {"detection_by_round", "evasion_cost", "telemetry_diloco"} <= names
     assert "<b>diloco</b>" in text  # ranked first: detected less at the same cost
+    flops = _sections(text)["s4_flops"]  # an estimator without a bounded median says why
+    assert re.search(r"unbounded for <b>power_only</b> \(<span[^>]*>energy does not constrain FLOPs</span>\)", flops)
     _check_numbers(b, res)
 
 
