@@ -115,10 +115,7 @@ def _rates(ctx) -> str:
     hz = sorted({m["sample_hz"] for _, m in ctx.runs("traces")})
     if not hz:
         return ""
-    src = [("traces", "sample_hz")]
-    rate = (ctx.derived(hz[0], "g3", src, "Hz") if len(hz) == 1 else
-            f"{ctx.derived(hz[0], 'g3', src)} to {ctx.derived(hz[-1], 'g3', src, 'Hz')}")
-    return f" The recorded runs in this report were sampled at {rate}."
+    return f" The recorded runs in this report were sampled at {ctx.spread(hz, 'g3', [('traces', 'sample_hz')], 'Hz')}."
 
 
 def render(ctx, figs) -> str:
