@@ -56,3 +56,14 @@ def test_fit_refuses_bad_labels(runs):
         det.fit(X, y[:-1])
     with pytest.raises(ValueError):
         det.fit(X, y * 2)
+
+
+def test_balanced_rows_give_both_classes_the_same_count():
+    from trainsentry.detect.learned import balanced_rows
+    for n1, n0 in ((7, 30), (30, 7), (10, 10), (3, 100), (1, 2)):
+        y = np.array([1] * n1 + [0] * n0)
+        rows = balanced_rows(y)
+        c1, c0 = int((y[rows] == 1).sum()), int((y[rows] == 0).sum())
+        assert abs(c1 - c0) <= 1 and max(c1, c0) == max(n1, n0), (n1, n0, c1, c0)
+        assert set(rows) == set(range(len(y)))          # every window is used
+    assert list(balanced_rows(np.zeros(4, int))) == [0, 1, 2, 3]
