@@ -103,6 +103,7 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
                         "counter_periods_s": counter_periods or {}},
            "detectors": results,
            "segmentation": segmentation_summary(runs),
+           **simulator_visibility(runs, factories, names),
            "elapsed_s": round(time.time() - t0, 1)}
     out.mkdir(parents=True, exist_ok=True)
     (out / RESULTS_FILE).write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
@@ -118,6 +119,20 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
         docs.parent.mkdir(parents=True, exist_ok=True)
         docs.write_text(render(doc))
     return doc
+
+
+def simulator_visibility(runs: list[Run], factories: dict, names: list[str]) -> dict:
+    """What the simulator (simulate.traffic.load_thresholds) takes from this evaluation: comm-rules'
+    volume threshold fitted on every run, the interconnect rate per GPU above which a node's traffic
+    counts as visible. Empty when comm-rules was not evaluated."""
+    if "comm-rules" not in names:
+        return {}
+    det = factories["comm-rules"]()
+    X, y, classes, ids = stack(runs, det.feature_set)
+    det.fit(X, y, groups=ids, classes=classes)
+    return {"simulator_visibility": {"interconnect_min_bytes_per_s_per_chip": det.volume_Bps},
+            "simulator_visibility_source": {"detector": "comm-rules", "fitted_on_runs": len(runs),
+                                            "calibration": det.calibration}}
 
 
 def train_final(data: str, name: str, models: Path, cache_dir: Path | None, rt_trees: int, command: str) -> Path:
