@@ -124,15 +124,22 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
 def simulator_visibility(runs: list[Run], factories: dict, names: list[str]) -> dict:
     """What the simulator (simulate.traffic.load_thresholds) takes from this evaluation: comm-rules'
     volume threshold fitted on every run, the interconnect rate per GPU above which a node's traffic
-    counts as visible. Empty when comm-rules was not evaluated."""
+    counts as visible. Exported only when the fit constrains it: a threshold at either end of the
+    search grid means volume did not separate the classes on these runs (the other rules did), and
+    the simulator keeps its physical default. Empty when comm-rules was not evaluated."""
     if "comm-rules" not in names:
         return {}
+    from .rules import VOLUME_GRID_BPS
     det = factories["comm-rules"]()
     X, y, classes, ids = stack(runs, det.feature_set)
     det.fit(X, y, groups=ids, classes=classes)
+    source = {"detector": "comm-rules", "fitted_on_runs": len(runs), "calibration": det.calibration}
+    if det.volume_Bps in (VOLUME_GRID_BPS[0], VOLUME_GRID_BPS[-1]):
+        source["not_exported"] = (f"the fitted volume threshold {det.volume_Bps:.0e} B/s is at the end of the "
+                                  f"search grid: volume does not separate the classes on these runs")
+        return {"simulator_visibility_source": source}
     return {"simulator_visibility": {"interconnect_min_bytes_per_s_per_chip": det.volume_Bps},
-            "simulator_visibility_source": {"detector": "comm-rules", "fitted_on_runs": len(runs),
-                                            "calibration": det.calibration}}
+            "simulator_visibility_source": source}
 
 
 def train_final(data: str, name: str, models: Path, cache_dir: Path | None, rt_trees: int, command: str) -> Path:

@@ -36,6 +36,7 @@ import pandas as pd
 from .base import Detector, check_fit_input
 
 CHANNELS = ("nvlink", "net")
+VOLUME_GRID_BPS = np.logspace(6, 10, 33)   # the volume thresholds fit() tries (1 MB/s .. 10 GB/s)
 
 
 def _soft(x: np.ndarray, thr: float, width: float) -> np.ndarray:
@@ -101,7 +102,7 @@ class CommRules(Detector):
         if len(set(y)) < 2:
             return self
         best = (-1.0, self.volume_Bps)
-        for thr in np.logspace(6, 10, 33):
+        for thr in VOLUME_GRID_BPS:
             pred = self._score(X, float(thr))[0] >= 0.5
             bal = 0.5 * (pred[y == 1].mean() + (~pred[y == 0]).mean())
             if bal > best[0] + 1e-9:
