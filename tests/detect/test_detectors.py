@@ -67,3 +67,20 @@ def test_balanced_rows_give_both_classes_the_same_count():
         assert abs(c1 - c0) <= 1 and max(c1, c0) == max(n1, n0), (n1, n0, c1, c0)
         assert set(rows) == set(range(len(y)))          # every window is used
     assert list(balanced_rows(np.zeros(4, int))) == [0, 1, 2, 3]
+
+
+def test_a_learned_detector_knows_windows_without_a_sensor_it_always_had():
+    from trainsentry.detect.learned import fused
+    rng = np.random.default_rng(0)
+    n = 60
+    X = pd.DataFrame({"comm.nvlink.Bps.min": rng.uniform(0, 1e10, n), "act.power_W.mean.mean": rng.uniform(80, 700, n),
+                      "comm.net.Bps": np.where(np.arange(n) % 3 == 0, np.nan, 1e6)})
+    y = (X["act.power_W.mean.mean"] > 400).astype(int).to_numpy()
+    det = fused().fit(X, y)
+    assert det.groups_seen_ == ["act", "comm.nvlink"]          # net: only 2/3 of the windows had it
+    cpu_node = pd.DataFrame({"comm.net.Bps": [5e8], "comm.nvlink.Bps.min": [np.nan], "act.power_W.mean.mean": [np.nan]})
+    no_net = pd.DataFrame({"comm.nvlink.Bps.min": [1e9], "act.power_W.mean.mean": [650.0]})
+    assert list(det.out_of_domain(cpu_node)) == [True]
+    assert list(det.out_of_domain(no_net)) == [False]
+    assert list(det.out_of_domain(X)) == [False] * n
+    assert det.describe()["sensors_always_seen"] == ["act", "comm.nvlink"]

@@ -173,6 +173,8 @@ class LiveProcessor:
         # closed with it), else this processor's own per-thread ones
         self._reader, self._local, self._readers = reader, threading.local(), []
         self.detector, self.artifact, self.detector_note = load_live_detector(self.cfg.models_dir)
+        # windows outside the artifact's domain (a sensor it always had is missing) get the rules
+        self.fallback = CommRules()
         self.conn_path, self.synchronous = db_path, synchronous
         self.conn = connect(db_path, synchronous)
         self.writer = V.VerdictWriter(self.conn)
@@ -270,22 +272,34 @@ class LiveProcessor:
         by_end = {round(r["t_end"] / cfg.stride_s): r for r in rows}
         matched = [by_end.get(round(e / cfg.stride_s)) for e in ends]
         have = [r for r in matched if r is not None]
-        ps = iter(self.detector.predict_proba(pd.DataFrame(have)) if have else [])
+        frame = pd.DataFrame(have)
+        ood = self.detector.out_of_domain(frame) if have else np.zeros(0, bool)
+        ps = np.full(len(have), np.nan)
+        if (~ood).any():
+            ps[~ood] = self.detector.predict_proba(frame[~ood])
+        if ood.any():
+            ps[ood] = self.fallback.predict_proba(frame[ood])
+        ps, oods = iter(ps), iter(ood)
         out = []
         for e, row in zip(ends, matched):
             p = float(next(ps)) if row is not None else None
+            det = self.fallback if row is not None and next(oods) else self.detector
             active = active_at(e)
             state, why = classify(active, p, row, cfg.training_p)
             evidence = [why, *extra, self.detector_note]
+            if det is self.fallback:
+                evidence.append(f"this window lacks a sensor {self.detector.name} was always fitted with "
+                                f"({', '.join(getattr(self.detector, 'groups_seen_', []))}): judged by comm-rules with its "
+                                f"documented default thresholds instead")
             if row is not None:
-                evidence += worded(self.detector.explain(row), table)
+                evidence += worded(det.explain(row), table)
             lost = [g for g in gaps if g[0] < e and g[1] > e - cfg.window_s]
             if lost:
                 evidence.append("window overlaps an unmonitored interval: " + ", ".join(
                     f"{g[0]:.1f}-{g[1]:.1f}" for g in lost) + " (the verdict rests on the samples that arrived)")
             out.append({"scope": scope, "subject": subject, "t_start": e - cfg.window_s, "t_end": e,
-                        "state": state, "p_training": p, "detector": self.detector.name,
-                        "artifact": self.artifact, "evidence": evidence,
+                        "state": state, "p_training": p, "detector": det.name,
+                        "artifact": self.artifact if det is self.detector else None, "evidence": evidence,
                         "job": job_of(e) if job_of else None})
             self.windows_judged += 1
         return out

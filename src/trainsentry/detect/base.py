@@ -44,9 +44,21 @@ class Detector(ABC):
     def explain(self, x: Mapping[str, float]) -> list[str]:
         """Plain-words evidence behind the verdict on one window (a row as a mapping)."""
 
+    def out_of_domain(self, X: pd.DataFrame) -> np.ndarray:
+        """Rows of X this detector was not fitted to judge (see ``feature_group``); none by default."""
+        return np.zeros(len(X), dtype=bool)
+
     def describe(self) -> dict:
         return {"name": self.name, "feature_set": self.feature_set, "window_s": self.window_s,
                 "stride_s": self.stride_s}
+
+
+def feature_group(column: str) -> str:
+    """The sensor a feature comes from: ``act`` (GPU activity), ``comm.nvlink``, ``comm.pcie``,
+    ``comm.net``. A window without any value of a group lacks that sensor (a node without GPUs has
+    no ``act``), which a learned model that always had it has never seen."""
+    parts = column.split(".")
+    return parts[0] if parts[0] != "comm" else ".".join(parts[:2])
 
 
 def check_fit_input(X: pd.DataFrame, y: np.ndarray) -> np.ndarray:
