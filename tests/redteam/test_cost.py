@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from trainsentry.redteam.cost import compare, load_truth, loss_at, run_cost, score_costs, smooth, x_to_reach
+from trainsentry.redteam.cost import (compare, load_truth, loss_at, penalty_at_common_point, run_cost, score_costs,
+                                      smooth, x_to_reach)
 
 
 def truth(run_id, workload, steps, tokens_per_step, step_s, loss_of_tokens, ranks=2, wall_extra_s=0.0,
@@ -48,12 +49,25 @@ def test_equal_tokens_and_equal_gpu_hours_penalties():
     assert r["tokens_per_gpu_hour"] == pytest.approx(r["baseline_tokens_per_gpu_hour"] / 2)
 
 
-def test_no_extrapolation_beyond_the_baseline():
+def test_a_shorter_baseline_is_compared_at_its_own_end_never_extrapolated():
+    # baseline: 10 steps of 1000 tokens, 1 s each; adversary: 100 steps, half the loss drop per token, 2 s steps
     base = run_cost(truth("b", "base", 10, 1000, 1.0, linear(5, 1e-5)), smooth_steps=1)
-    adv = run_cost(truth("a", "adv", 100, 1000, 1.0, linear(5, 1e-5), baseline="base"), smooth_steps=1)
+    adv = run_cost(truth("a", "adv", 100, 1000, 2.0, linear(5, 0.5e-5), baseline="base"), smooth_steps=1)
     r = compare(adv, base)
-    assert r["loss_penalty_equal_tokens"] is None and r["loss_penalty_equal_gpu_hours"] is None
-    assert r["gpu_hour_multiplier"] is None           # the baseline never got as low
+    # at the baseline's 10k tokens: adversary 4.95, baseline 4.90
+    assert r["equal_tokens_at"] == pytest.approx(10_000)
+    assert r["loss_penalty_equal_tokens"] == pytest.approx(0.05)
+    # at the baseline's 2 × 10 s: the adversary has run 5 steps (5k tokens, 4.975); the baseline 4.90
+    assert r["equal_gpu_hours_at"] == pytest.approx(2 * 10 / 3600)
+    assert r["loss_penalty_equal_gpu_hours"] == pytest.approx(0.075)
+    assert r["compared_at_adversary_end"] is False
+    assert r["gpu_hour_multiplier"] is None           # the baseline never got as low as 4.5
+
+
+def test_curves_that_do_not_overlap_give_no_penalty():
+    assert penalty_at_common_point(np.array([5.0, 6.0]), np.array([3.0, 2.0]),
+                                   np.array([1.0, 2.0]), np.array([3.0, 2.0])) == (None, None)
+    assert penalty_at_common_point(np.array([]), np.array([]), np.array([1.0]), np.array([1.0])) == (None, None)
 
 
 def test_helpers():
@@ -75,7 +89,10 @@ def test_score_costs_pairs_runs_with_their_named_baseline(tmp_path):
     trace.mkdir()
     (trace / "manifest.json").write_text(json.dumps({**a, "labels": {"workload": a["workload"], "ranks": [0, 1]}}))
     rows = score_costs([tmp_path / "a.truth.json", trace, tmp_path / "o.truth.json"], [tmp_path / "b.truth.json"])
-    assert rows[0]["val_loss_penalty"] == pytest.approx(1.1)
+    # validation loss only at each run's end: both reported with where they were measured, not differenced
+    assert rows[0]["val_loss"] == 4.3 and rows[0]["baseline_val_loss"] == 3.2
+    assert rows[0]["val_loss_tokens"] == 100_000 and rows[0]["baseline_val_loss_tokens"] == 400_000
+    assert "val_loss_penalty" not in rows[0]
     assert rows[0]["loss_penalty_equal_tokens"] == rows[1]["loss_penalty_equal_tokens"]
     assert rows[2]["error"] == "no baseline run of this workload"
 

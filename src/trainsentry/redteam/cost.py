@@ -6,12 +6,17 @@
   its steps (all ranks together); the GPU-hours at step i prorate the run's GPU-hours by the
   lead rank's cumulative step time, so time outside steps (split gaps, start-up) is spread evenly.
   Training losses are noisy per step, so curves are smoothed with a trailing mean.
-- Loss penalty at equal tokens / equal GPU-hours: the adversary's smoothed loss at its last point
-  minus the baseline's smoothed loss at the same tokens (GPU-hours), interpolated linearly; None
-  when the baseline never got that far (no extrapolation).
+- Loss penalty at equal tokens / equal GPU-hours: the adversary's smoothed training loss minus the
+  baseline's, both interpolated linearly at the same tokens (GPU-hours): the adversary's end point,
+  or the baseline's when the baseline run is the shorter one (the point is returned beside the
+  penalty); never extrapolated. Training loss, not validation loss: the workloads record the loss
+  of every step on the batch it trains on (random windows of the training split) but the loss on
+  held-out text only once, at the end of the run, so a validation loss at equal tokens would need a
+  baseline validation curve that no run records.
 - GPU-hour multiplier: the GPU-hours the baseline needed to reach the adversary's final loss,
   against what the adversary spent (> 1: the baseline was cheaper).
-- Validation loss: each run's held-out loss at its end, with the tokens it had seen.
+- Validation loss: each run's held-out loss at its end, reported with the tokens and GPU-hours at
+  which it was measured (no difference is taken: the two runs end at different points).
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from pathlib import Path
 import numpy as np
 
 SMOOTH_STEPS = 10
+LOSS_BASIS = (f"smoothed training loss (trailing mean over {SMOOTH_STEPS} logged steps) of both runs at the same "
+              "tokens (GPU-hours): the adversary's end point, or the baseline's end when the baseline run is shorter; "
+              "validation loss is recorded only at each run's end, so it is reported beside, not differenced")
 
 
 @dataclass
@@ -112,11 +120,22 @@ def x_to_reach(x: np.ndarray, loss: np.ndarray, target: float) -> float | None:
     return float(x0 + (x1 - x0) * (l0 - target) / (l0 - l1)) if l0 != l1 else float(x1)
 
 
+def penalty_at_common_point(adv_x: np.ndarray, adv_loss: np.ndarray, base_x: np.ndarray,
+                            base_loss: np.ndarray) -> tuple[float | None, float | None]:
+    """(adversary's loss − baseline's, where) at the furthest x both curves reach; (None, None) when
+    the curves do not overlap."""
+    if adv_x.size == 0 or base_x.size == 0:
+        return None, None
+    at = float(min(adv_x[-1], base_x[-1]))
+    a, b = loss_at(adv_x, adv_loss, at), loss_at(base_x, base_loss, at)
+    return (None, None) if a is None or b is None else (a - b, at)
+
+
 def compare(adv: RunCost, base: RunCost) -> dict:
     """The adversary's cost against the baseline DDP run of the same model."""
     final = float(adv.loss[-1])
-    at_tokens = loss_at(base.tokens, base.loss, adv.total_tokens)
-    at_hours = loss_at(base.gpu_hours, base.loss, float(adv.gpu_hours[-1]))
+    pen_tokens, at_tokens = penalty_at_common_point(adv.tokens, adv.loss, base.tokens, base.loss)
+    pen_hours, at_hours = penalty_at_common_point(adv.gpu_hours, adv.loss, base.gpu_hours, base.loss)
     base_hours = x_to_reach(base.gpu_hours, base.loss, final)
     return {
         "run_id": adv.run_id, "workload": adv.workload, "baseline_run": base.run_id,
@@ -125,11 +144,13 @@ def compare(adv: RunCost, base: RunCost) -> dict:
         "tokens_per_gpu_hour": adv.total_tokens / adv.total_gpu_hours,
         "baseline_tokens_per_gpu_hour": base.total_tokens / base.total_gpu_hours,
         "final_loss": final,
-        "loss_penalty_equal_tokens": None if at_tokens is None else final - at_tokens,
-        "loss_penalty_equal_gpu_hours": None if at_hours is None else final - at_hours,
+        "loss_penalty_equal_tokens": pen_tokens, "equal_tokens_at": at_tokens,
+        "loss_penalty_equal_gpu_hours": pen_hours, "equal_gpu_hours_at": at_hours,
+        "compared_at_adversary_end": bool(at_tokens is not None and at_tokens >= adv.total_tokens),
         "gpu_hour_multiplier": None if base_hours is None or base_hours <= 0 else float(adv.gpu_hours[-1]) / base_hours,
-        "val_loss": adv.val_loss, "baseline_val_loss": base.val_loss,
-        "val_loss_penalty": None if adv.val_loss is None or base.val_loss is None else adv.val_loss - base.val_loss,
+        "val_loss": adv.val_loss, "val_loss_tokens": adv.total_tokens, "val_loss_gpu_hours": adv.total_gpu_hours,
+        "baseline_val_loss": base.val_loss, "baseline_val_loss_tokens": base.total_tokens,
+        "baseline_val_loss_gpu_hours": base.total_gpu_hours,
     }
 
 
