@@ -296,3 +296,18 @@ def test_a_surrogate_run_without_a_surrogate_file_is_flagged(tmp_path):
         notes[name] = run_notes([SimpleNamespace(dir=tmp_path / name, run=SimpleNamespace(run_id=name))])
     assert len(notes["fallback"]) == 1 and "fell back to the proxy scorer" in notes["fallback"][0]
     assert notes["real"] == [] and notes["proxy"] == []
+
+
+def test_surrogate_command_writes_a_model_the_workload_gate_loads(data, tmp_path):
+    from trainsentry.workloads.adversarial_serve import SklearnScorer
+    out = tmp_path / "sur.joblib"
+    res = CliRunner().invoke(app, ["redteam", "surrogate", "--benign", str(data["benign"]), "--adversarial",
+                                   str(data["adv"]), "--detector", "comm-rules", "--out", str(out),
+                                   "--cache", str(data["cache"])])
+    assert res.exit_code == 0, res.output
+    rep = json.loads(out.with_suffix(".json").read_text())
+    assert rep["runs"] == 12 and 0 < rep["detector_positive_windows"] < rep["windows"]
+    assert rep["command"].startswith("trainsentry redteam surrogate --benign ")
+    SklearnScorer(str(out))
+    res = CliRunner().invoke(app, ["redteam", "surrogate", "--benign", str(tmp_path / "nope"), "--out", str(out)])
+    assert res.exit_code == 2 and "no such directory" in " ".join(res.output.split())

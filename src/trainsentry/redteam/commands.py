@@ -100,3 +100,40 @@ def rounds(
         console.print(f"{r['rank']:3d}. {r['name']:12s} {r['setting']:22s} detected {r['run_detection']:.0%}  "
                       f"overhead {r['gpu_hour_overhead']:+.0%}  effectiveness {r['score']:.2f}")
     console.print(f"wrote {out}" + (f", {docs}" if docs not in ("", ".") else ""))
+
+
+@app.command()
+def surrogate(
+    benign: list[Path] = typer.Option([Path("data/h200")], "--benign", help="Benign run directories: the detector "
+                                      "copy is fitted on them (repeatable)"),
+    adversarial: list[Path] = typer.Option([], "--adversarial", help="More recorded runs whose windows the copy "
+                                           "judges for the surrogate to learn from (repeatable)"),
+    detector: str = typer.Option("fused", "--detector", help="The detector the adversary copies"),
+    out: Path = typer.Option(Path("models/redteam-surrogate.joblib"), "--out", help="Surrogate file (joblib); "
+                             "its report is written beside it as .json"),
+    window_s: float = typer.Option(30.0, "--window-s", help="The gate's window (the workload's window_s)"),
+    seed: int = typer.Option(0, "--seed"),
+    cache: Path | None = typer.Option(None, "--cache", help="Feature cache (default ~/.cache/trainsentry/features)"),
+) -> None:
+    """Fit the white-box surrogate adv.whitebox.surrogate-lora gates its training with (surrogate_path)."""
+    from ..detect.pipeline import default_cache_dir
+    from .rounds import InputError
+    from .surrogate import build
+    console = Console(stderr=True)
+    for d in [*benign, *adversarial]:
+        if not d.is_dir():
+            console.print(f"[red]redteam surrogate: {d}: no such directory[/red]")
+            raise typer.Exit(2)
+    parts = ["trainsentry", "redteam", "surrogate", *[a for d in benign for a in ("--benign", str(d))],
+             *[a for d in adversarial for a in ("--adversarial", str(d))], "--detector", detector, "--out", str(out),
+             "--window-s", str(window_s), "--seed", str(seed)]
+    try:
+        rep = build(benign, adversarial, detector, out, cache or default_cache_dir(), window_s, seed,
+                    command=shlex.join(parts))
+    except (InputError, ValueError) as e:
+        console.print(f"[red]redteam surrogate: {e}[/red]")
+        raise typer.Exit(2)
+    agree = rep["held_out_agreement"]
+    console.print(f"wrote {out}: {rep['windows']} windows of {rep['runs']} runs, {rep['detector_positive_windows']} "
+                  f"judged training by the {detector} copy; held-out agreement "
+                  f"{'–' if agree is None else f'{agree:.1%}'}")
