@@ -66,3 +66,17 @@ def test_hidden_compute_is_under_reported_beyond_the_benign_range(scored):
 def test_no_benign_training_runs_is_reported_not_raised(tmp_path):
     (tmp_path / "empty").mkdir()
     assert "error" in flop_scores([tmp_path / "empty"], [])
+
+
+def test_page_flags_a_benign_control_outside_the_range(scored):
+    import copy
+
+    from trainsentry.redteam.page import _flops
+    doc, _ = scored
+    text = "\n".join(_flops({"flop_estimator": doc}))
+    assert "| strategy | flops | hidden | 1 |" in text and "Caution" not in text
+    flipped = copy.deepcopy(doc)
+    for r in flipped["settings"]:
+        r["role"] = "control"                 # the hidden-compute run, read as a benign run beside the strategies
+    text = "\n".join(_flops({"flop_estimator": flipped}))
+    assert "**Caution:** 1 benign control run(s)" in text and "(flops)" in text

@@ -76,6 +76,12 @@ def _flops(doc: dict) -> list[str]:
         lines.append(f"| {r['role']} | {r['name']} | {r['setting']} | {r['runs']} | {_f(r['segmented_jobs'], digits=0)} | "
                      f"{_f(r.get('headline_pct_error'))} % | {_f(r.get('headline_pct_error_segmented'))} % | {out} | "
                      + " | ".join(f"{_f(r['pct_error'][n])} %" for n in names) + " |")
+    controls_out = [r for r in f["settings"] if r["role"] == "control" and r.get("outside_benign_range")]
+    if controls_out:
+        lines += ["", f"**Caution:** {len(controls_out)} benign control run(s) recorded beside the strategies "
+                  f"({', '.join(r['name'] for r in controls_out)}) also fall outside the headline estimator's benign "
+                  f"held-out range: with {f['calibrated_on']['runs']} calibration runs that range understates the "
+                  "estimator's spread on new runs, so *outside* is a flag to look at, not a finding on its own."]
     return lines + ["", "The FLOP estimator is not hardened between rounds: these numbers hold for every round.", ""]
 
 
@@ -90,8 +96,9 @@ def _costs(doc: dict) -> list[str]:
              "(at M tokens) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in doc["rounds"][-1]["strategies"]:
         m = lambda x: None if x is None else x / 1e6  # noqa: E731
+        base = f"`{s['baseline_run_dir']}`" if s.get("baseline_run_dir") else "–"
         lines.append(f"| {s['name']} | {s['setting']} | {_f(s.get('gpu_hours'), digits=4)} | {_f(m(s.get('tokens')), digits=2)} | "
-                     f"{', '.join(f'`{b}`' for b in s.get('baseline_runs', [])) or '–'} | "
+                     f"{base} | "
                      f"{_f(s['loss_penalty_equal_tokens'], digits=3)} | {_f(m(s.get('equal_tokens_at')), digits=2)} | "
                      f"{_f(s['loss_penalty_equal_gpu_hours'], digits=3)} | {_f(s.get('equal_gpu_hours_at'), digits=4)} | "
                      f"{_f(s.get('val_loss'), digits=3)} ({_f(m(s.get('val_loss_tokens')), digits=2)}) | "

@@ -419,6 +419,7 @@ def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, 
     benign_dirs, adversarial_dirs = [Path(d) for d in benign_dirs], [Path(d) for d in adversarial_dirs]
     n_dirs = sum(len(_runs_under(d)) for d in [*benign_dirs, *adversarial_dirs])
     data = discover(benign_dirs, adversarial_dirs, cache_dir, step("features (cached per run)", n_dirs))
+    stages = {"features": round(time.time() - t0, 1)}
     benign, adv = data["benign"], data["adversarial"]
     splits = config_splits(benign, n_splits, seed)
     cost = costs(adv, data["cost_baselines"])
@@ -428,12 +429,16 @@ def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, 
         scored += [{"dir": Path(d), "name": _manifest(Path(d))["labels"]["workload"], "setting": "-", "role": "control"}
                    for d in data["baselines_only"]]
         advance = step("FLOP estimators: calibrate on benign training runs, score red-team runs", 1)
+        t1 = time.time()
         flops = flop_scores(benign_dirs, scored, seed, flops_model)
+        stages["flop_estimators"] = round(time.time() - t1, 1)
         advance()
     rounds = []
     for r in range(1, n_rounds + 1):
         dets = names if r == 1 else hardened_names
+        t1 = time.time()
         detection, trained_on, bench = play_round(r, dets, factories, benign, adv, splits, cache_dir, step)
+        stages[f"round_{r}"] = round(time.time() - t1, 1)
         rounds.append({"round": r, "hardening": hardening(r), "detectors": dets, "benign": bench,
                        "strategies": strategy_entries(adv, detection, trained_on, cost, primary, flops)})
     recorded_ids = {_manifest(Path(d))["run_id"] for d in [*data["baselines_only"]]} | {a.run.run_id for a in adv}
@@ -462,6 +467,7 @@ def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, 
            "rounds": rounds}
     doc["ranking"], doc["unranked"] = rank_strategies(doc)
     doc["elapsed_s"] = round(time.time() - t0, 1)
+    doc["elapsed_s_by_stage"] = stages
     return doc
 
 
