@@ -254,7 +254,8 @@ def figures(doc: dict, out: Path) -> list[Path]:
         ax.scatter([r["headline_pct_error"] for r in rows], y, marker="o", label="true interval", zorder=3)
         ax.scatter([r["headline_pct_error_segmented"] for r in rows], y, marker="x", label="segmented jobs", zorder=3)
         ax.axvline(0, color="k", lw=0.6)
-        ax.set_yticks(y, [f"{r['name']} {r['setting']}" for r in rows], fontsize=7)
+        ax.set_yticks(y, [f"{r['name']} (control)" if r["role"] == "control" else f"{r['name']} {r['setting']}"
+                          for r in rows], fontsize=7)
         ax.set(xlabel="FLOP estimate error, % (negative: under-reported)", title=f"Frozen FLOP estimator ({head})")
         ax.legend(fontsize=7)
         paths.append(_save(plt, fig, out / "redteam_flop_error.png"))
