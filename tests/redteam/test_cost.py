@@ -7,12 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from trainsentry.redteam.cost import compare, load_truth, loss_at, run_cost, score_costs, smooth, x_to_reach
+from trainsentry.redteam.cost import (compare, load_truth, loss_at, penalty_at_common_point, run_cost, score_costs,
+                                      smooth, smooth_span, x_to_reach)
 
 
 def truth(run_id, workload, steps, tokens_per_step, step_s, loss_of_tokens, ranks=2, wall_extra_s=0.0,
           baseline=None, val=None):
-    tok = np.arange(1, steps + 1) * tokens_per_step
+    tok = np.arange(0, steps) * tokens_per_step        # the loss of step i is taken after i - 1 updates
     extra = {"0": {k: v for k, v in (("baseline", baseline), ("val_loss", val)) if v is not None}}
     return {"run_id": run_id, "workload": workload, "ranks": list(range(ranks)), "start": 1000.0,
             "end": 1000.0 + steps * step_s + wall_extra_s,
@@ -28,9 +29,10 @@ def linear(a, b):
 def test_gpu_hours_are_ranks_times_wall():
     c = run_cost(truth("a", "w", 100, 1000, 1.8, linear(5, 1e-5), ranks=2, wall_extra_s=20))
     assert c.total_gpu_hours == pytest.approx(2 * 200 / 3600)
-    # gaps are prorated over the steps: the last point carries all of it
-    assert c.gpu_hours[-1] == pytest.approx(c.total_gpu_hours)
-    assert c.gpu_hours[49] == pytest.approx(c.total_gpu_hours / 2)
+    # gaps are prorated over the steps; a step's loss sits where its update had not happened yet
+    assert c.gpu_hours[-1] == pytest.approx(c.total_gpu_hours * 99 / 100)
+    assert c.gpu_hours[50] == pytest.approx(c.total_gpu_hours / 2)
+    assert c.gpu_hours[0] == 0.0 and c.tokens[0] == 0.0 and c.tokens[-1] == 99_000
 
 
 def test_equal_tokens_and_equal_gpu_hours_penalties():
@@ -39,21 +41,35 @@ def test_equal_tokens_and_equal_gpu_hours_penalties():
     base = run_cost(truth("b", "train.ddp.x", 400, 1000, 1.0, linear(5, 1e-5)), smooth_steps=1)
     adv = run_cost(truth("a", "adv.x", 100, 1000, 2.0, linear(5, 0.5e-5), baseline="train.ddp.x"), smooth_steps=1)
     r = compare(adv, base)
-    # at 100k tokens: adversary 4.5, baseline 4.0
-    assert r["loss_penalty_equal_tokens"] == pytest.approx(0.5)
-    # adversary used 2 ranks × 200 s; the baseline at 200 s has seen 200k tokens: loss 3.0
-    assert r["loss_penalty_equal_gpu_hours"] == pytest.approx(1.5)
-    # the baseline reached 4.5 after 50 s: 4× cheaper
-    assert r["gpu_hour_multiplier"] == pytest.approx(4.0, rel=0.03)
+    # the adversary's last loss point after 99 steps (99k tokens): 4.505; the baseline there 4.01
+    assert r["loss_penalty_equal_tokens"] == pytest.approx(0.495)
+    assert r["compared_at_adversary_end"] is True and r["equal_tokens_at"] == pytest.approx(99_000)
+    # that point is after 99 steps of 2 s; the baseline at 198 s has trained 198k tokens: 3.02
+    assert r["loss_penalty_equal_gpu_hours"] == pytest.approx(1.485)
+    # the baseline's loss was 4.505 after 49.5 s of training against the adversary's 198 s: 4x cheaper
+    assert r["gpu_hour_multiplier"] == pytest.approx(4.0)
     assert r["tokens_per_gpu_hour"] == pytest.approx(r["baseline_tokens_per_gpu_hour"] / 2)
 
 
-def test_no_extrapolation_beyond_the_baseline():
+def test_a_shorter_baseline_is_compared_at_its_own_end_never_extrapolated():
+    # baseline: 10 steps of 1000 tokens, 1 s each; adversary: 100 steps, half the loss drop per token, 2 s steps
     base = run_cost(truth("b", "base", 10, 1000, 1.0, linear(5, 1e-5)), smooth_steps=1)
-    adv = run_cost(truth("a", "adv", 100, 1000, 1.0, linear(5, 1e-5), baseline="base"), smooth_steps=1)
+    adv = run_cost(truth("a", "adv", 100, 1000, 2.0, linear(5, 0.5e-5), baseline="base"), smooth_steps=1)
     r = compare(adv, base)
-    assert r["loss_penalty_equal_tokens"] is None and r["loss_penalty_equal_gpu_hours"] is None
-    assert r["gpu_hour_multiplier"] is None           # the baseline never got as low
+    # the baseline's last loss point is at 9k tokens trained (step 10): adversary 4.955 there, baseline 4.91
+    assert r["equal_tokens_at"] == pytest.approx(9_000)
+    assert r["loss_penalty_equal_tokens"] == pytest.approx(0.045)
+    # at the baseline's 2 × 9 s: the adversary has trained 4.5 steps (4.5k tokens, 4.9775); the baseline 4.91
+    assert r["equal_gpu_hours_at"] == pytest.approx(2 * 9 / 3600)
+    assert r["loss_penalty_equal_gpu_hours"] == pytest.approx(0.0675)
+    assert r["compared_at_adversary_end"] is False
+    assert r["gpu_hour_multiplier"] is None           # the baseline never got as low as 4.5
+
+
+def test_curves_that_do_not_overlap_give_no_penalty():
+    assert penalty_at_common_point(np.array([5.0, 6.0]), np.array([3.0, 2.0]),
+                                   np.array([1.0, 2.0]), np.array([3.0, 2.0])) == (None, None)
+    assert penalty_at_common_point(np.array([]), np.array([]), np.array([1.0]), np.array([1.0])) == (None, None)
 
 
 def test_helpers():
@@ -75,7 +91,10 @@ def test_score_costs_pairs_runs_with_their_named_baseline(tmp_path):
     trace.mkdir()
     (trace / "manifest.json").write_text(json.dumps({**a, "labels": {"workload": a["workload"], "ranks": [0, 1]}}))
     rows = score_costs([tmp_path / "a.truth.json", trace, tmp_path / "o.truth.json"], [tmp_path / "b.truth.json"])
-    assert rows[0]["val_loss_penalty"] == pytest.approx(1.1)
+    # validation loss only at each run's end: both reported with where they were measured, not differenced
+    assert rows[0]["val_loss"] == 4.3 and rows[0]["baseline_val_loss"] == 3.2
+    assert rows[0]["val_loss_tokens"] == 100_000 and rows[0]["baseline_val_loss_tokens"] == 400_000
+    assert "val_loss_penalty" not in rows[0]
     assert rows[0]["loss_penalty_equal_tokens"] == rows[1]["loss_penalty_equal_tokens"]
     assert rows[2]["error"] == "no baseline run of this workload"
 
@@ -90,3 +109,17 @@ def test_bad_input_is_a_clear_error(tmp_path):
     t["ground_truth"]["loss_curve"] = []
     with pytest.raises(ValueError, match="no steps or no loss curve"):
         run_cost(t)
+
+
+def test_runs_with_larger_steps_are_smoothed_over_the_same_tokens():
+    # gradient accumulation: 8x the tokens per step, the same loss per token as the baseline. Smoothed
+    # over 10 of its own steps the adversary would average 8x the tokens of the baseline and lag on the
+    # falling curve; over the same token span the two agree
+    base = run_cost(truth("b", "base", 800, 1000, 1.0, linear(5, 1e-6)))
+    adv = run_cost(truth("a", "adv", 80, 8000, 8.0, linear(5, 1e-6), baseline="base"))
+    r = compare(adv, base)
+    assert r["smoothing_tokens"] == pytest.approx(80_000)
+    assert r["loss_penalty_equal_tokens"] == pytest.approx(0.0, abs=0.0041)
+    lagged = float(adv.loss[-1]) - float(base.loss[np.searchsorted(base.tokens, adv.tokens[-1])])
+    assert lagged > 0.03                               # what per-run step smoothing would have reported
+    assert smooth_span(np.arange(5.0), np.array([1.0, 2, 3, 4, 5]), 2.0).tolist() == [1.0, 1.5, 2.5, 3.5, 4.5]

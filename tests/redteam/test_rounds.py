@@ -67,16 +67,24 @@ def data(tmp_path_factory):
     for s in (36.0, 44.0):
         t = _run(benign, f"infer.disagg-{int(s)}", [("send", s)], "inference", "disagg", f"infer.disagg.p{int(s)}", t)
         t = _run(benign, f"other.idle-{int(s)}", [("idle", s)], "other", "idle", f"other.idle.s{int(s)}", t)
-    t = _run(adv, "adv.accum.k8-r0", [("ddp", 40.0)], "training", "accum", "adv.accum.k8", t,
+    t = _run(adv, "adv.accum.k8-base-r0", [("ddp", 40.0)], "training", "accum", "adv.accum.k8", t,
              _ground_truth(100, 2e-6, "train.ddp.base"))
     for rep in range(2):
-        t = _run(adv, f"adv.accum.k32-r{rep}", [("ddp", 38.0)], "training", "accum", "adv.accum.k32", t,
+        t = _run(adv, f"adv.accum.k32-base-r{rep}", [("ddp", 38.0)], "training", "accum", "adv.accum.k32", t,
                  _ground_truth(150, 2e-6, "train.ddp.base"))
-    t = _run(adv, "adv.kvdisguise.step-p2k-r0", [("send", 40.0)], "training", "kvdisguise",
+    t = _run(adv, "adv.kvdisguise.step-p2k-base-r0", [("send", 40.0)], "training", "kvdisguise",
              "adv.kvdisguise.step-p2k", t, _ground_truth(60, 1e-6, "train.ddp.base"))
-    t = _run(adv, "adv.diloco.h50-r0", [("ddp", 4.0), ("idle", 6.0)] * 4 + [("ddp", 4.0)], "training", "diloco",
+    t = _run(adv, "adv.diloco.h50-base-r0", [("ddp", 4.0), ("idle", 6.0)] * 4 + [("ddp", 4.0)], "training", "diloco",
              "adv.diloco.h50", t, _ground_truth(100, 2e-6, "train.ddp.w1536-l24"))
-    return {"benign": benign, "adv": adv, "cache": root / "cache", "root": root}
+    # the campaign these runs belong to: two more strategies planned, one of them failed to record, and
+    # the baseline the diloco run names is not recorded either
+    (root / "campaign.yaml").write_text(
+        "name: rt-test\nnproc: 2\nruns:\n" + "".join(f"- {{workload: {w}, repeats: {n}}}\n" for w, n in (
+            ("train.ddp.w1536-l24", 1), ("adv.accum.k8", 1), ("adv.accum.k32", 2), ("adv.kvdisguise.step-p2k", 1),
+            ("adv.diloco.h50", 1), ("adv.split.gap6", 1), ("adv.throttle.pause50ms", 1))))
+    (adv / "campaign_log.jsonl").write_text(json.dumps({"t": 1.0, "planned": ["adv.split.gap6-base-r0"],
+                                                        "written": [], "failed": ["adv.split.gap6-base-r0"]}) + "\n")
+    return {"benign": benign, "adv": adv, "cache": root / "cache", "root": root, "campaign": root / "campaign.yaml"}
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +93,10 @@ def cli_doc(data):
     out, docs, figs = root / "results" / "redteam.json", root / "docs" / "redteam.md", root / "figs"
     res = CliRunner().invoke(app, ["redteam", "rounds", "--benign", str(data["benign"]),
                                    "--adversarial", str(data["adv"]),
+                                   "--campaign", str(data["campaign"]),
                                    "--rounds", "3", "--out", str(out), "--docs", str(docs), "--figures", str(figs),
-                                   "--detector", "fused", "--detector", "comm-rules", "--splits", "2",
-                                   "--cache", str(data["cache"])])
+                                   "--detector", "fused", "--detector", "comm-rules", "--harden", "fused",
+                                   "--splits", "2", "--cache", str(data["cache"])])
     assert res.exit_code == 0, res.output
     return json.loads(out.read_text()), docs.read_text(), figs
 
@@ -105,7 +114,9 @@ def test_json_has_the_required_shape_and_provenance(cli_doc):
             ("accum", "k8"), ("accum", "k32"), ("kvdisguise", "step-p2k"), ("diloco", "h50")}
         for s in rnd["strategies"]:
             assert REQUIRED <= set(s)
-        assert set(rnd["benign"]) == {"fused", "comm-rules"}
+        # every evaluated detector as delivered; only the hardened one (--harden) in later rounds
+        assert set(rnd["benign"]) == ({"fused", "comm-rules"} if rnd["round"] == 1 else {"fused"})
+        assert {n for s in rnd["strategies"] for n in s["by_detector"]} == set(rnd["benign"])
         for b in rnd["benign"].values():
             assert b["splits"] == 2 and {"run_accuracy", "inference_fpr"} <= set(b)
     assert doc["command"].startswith("trainsentry redteam rounds --benign ")
@@ -240,3 +251,63 @@ def test_bad_input_exits_2_with_a_message(data, tmp_path):
     assert res.exit_code == 2 and "unknown detectors" in res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
     assert not (tmp_path / "r.json").exists()
+
+
+def test_campaign_coverage_lists_what_is_not_recorded_and_never_scores_it(cli_doc):
+    doc, text, _ = cli_doc
+    cov = doc["campaign"]
+    assert (cov["planned_runs"], cov["recorded_runs"], cov["failed_runs"], cov["not_recorded_runs"]) == (8, 5, 1, 2)
+    by_no = {s["issue_strategy"]: s for s in cov["issue_strategies"]}
+    assert by_no[2]["failed_to_record"] == ["adv.split.gap6"] and by_no[2]["recorded"] == []
+    assert by_no[3]["not_recorded_yet"] == ["adv.throttle.pause50ms"]
+    assert by_no[6]["recorded"] == ["adv.accum.k32", "adv.accum.k8"]
+    assert cov["baselines"] == [{"run_id": "train.ddp.w1536-l24-base-r0", "workload": "train.ddp.w1536-l24",
+                                 "status": "not recorded yet"}]
+    # missing strategies appear in the coverage table only: no round row, no rank, no "not ranked" entry
+    for rnd in doc["rounds"]:
+        assert not {s["name"] for s in rnd["strategies"]} & {"split", "throttle"}
+    assert not {r["name"] for r in doc["ranking"] + doc["unranked"]} & {"split", "throttle"}
+    after_coverage = text.split("## Data and scoring", 1)[1]
+    assert not re.search(r"^\| (split|throttle) \|", after_coverage, re.M)
+    assert "throttle" not in after_coverage and "adv.split" not in after_coverage
+    assert "| 3 | Throttling (micro-pauses, low utilisation) | – | `adv.throttle.pause50ms` | – |" in text
+
+
+def test_power_capping_and_the_limits_of_the_rounds_are_stated(cli_doc):
+    doc, text, _ = cli_doc
+    assert doc["not_run"][0]["strategy"].startswith("power capping and clock limits")
+    assert "not allowed on the shared GPU machines" in doc["not_run"][0]["why"]
+    assert "**Not run: power capping and clock limits" in text
+    assert doc["protocol"]["evader_adapts"] is False
+    assert "does not adapt between rounds" in text and "training data only" in text
+    assert "validation loss is recorded only at each run's end" in doc["protocol"]["loss_basis"]
+
+
+def test_a_surrogate_run_without_a_surrogate_file_is_flagged(tmp_path):
+    from types import SimpleNamespace
+
+    from trainsentry.redteam.rounds import run_notes
+    notes = {}
+    for name, params in (("fallback", {"gate": "surrogate", "scorer": "proxy"}),
+                         ("real", {"gate": "surrogate", "scorer": "sklearn"}), ("proxy", {"gate": "proxy", "scorer": "proxy"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(json.dumps(
+            {"ground_truth": {"extra": {"0": {"strategy_params": params}}}}))
+        notes[name] = run_notes([SimpleNamespace(dir=tmp_path / name, run=SimpleNamespace(run_id=name))])
+    assert len(notes["fallback"]) == 1 and "fell back to the proxy scorer" in notes["fallback"][0]
+    assert notes["real"] == [] and notes["proxy"] == []
+
+
+def test_surrogate_command_writes_a_model_the_workload_gate_loads(data, tmp_path):
+    from trainsentry.workloads.adversarial_serve import SklearnScorer
+    out = tmp_path / "sur.joblib"
+    res = CliRunner().invoke(app, ["redteam", "surrogate", "--benign", str(data["benign"]), "--adversarial",
+                                   str(data["adv"]), "--detector", "comm-rules", "--out", str(out),
+                                   "--cache", str(data["cache"])])
+    assert res.exit_code == 0, res.output
+    rep = json.loads(out.with_suffix(".json").read_text())
+    assert rep["runs"] == 12 and 0 < rep["detector_positive_windows"] < rep["windows"]
+    assert rep["command"].startswith("trainsentry redteam surrogate --benign ")
+    SklearnScorer(str(out))
+    res = CliRunner().invoke(app, ["redteam", "surrogate", "--benign", str(tmp_path / "nope"), "--out", str(out)])
+    assert res.exit_code == 2 and "no such directory" in " ".join(res.output.split())

@@ -22,13 +22,19 @@ def _group() -> None:
 
 
 def _command(benign: list[Path], adversarial: list[Path], rounds: int, out: Path, docs: str, figures: str,
-             detector: list[str], primary: str, splits: int, seed: int, rt_trees: int) -> str:
+             detector: list[str], primary: str, splits: int, seed: int, rt_trees: int,
+             campaign: Path | None = None, harden: list[str] = (), flops_model: Path | None = None) -> str:
     """The command line that regenerates these outputs (written into the JSON and the page)."""
     parts = ["trainsentry", "redteam", "rounds"]
     parts += [a for d in benign for a in ("--benign", str(d))]
     parts += [a for d in adversarial for a in ("--adversarial", str(d))]
+    if campaign is not None:
+        parts += ["--campaign", str(campaign)]
     parts += ["--rounds", str(rounds), "--out", str(out), "--docs", docs, "--figures", figures]
     parts += [a for d in detector for a in ("--detector", d)]
+    parts += [a for d in harden for a in ("--harden", d)]
+    if flops_model is not None:
+        parts += ["--flops-model", str(flops_model)]
     for flag, value, default in (("--primary", primary, "fused"), ("--splits", splits, 20), ("--seed", seed, 0),
                                  ("--rt-trees", rt_trees, 400)):
         if value != default:
@@ -51,6 +57,12 @@ def rounds(
     seed: int = typer.Option(0, "--seed"),
     rt_trees: int = typer.Option(400, "--rt-trees", help="Trees per stage of rt-baseline (400 as published)"),
     cache: Path | None = typer.Option(None, "--cache", help="Feature cache (default ~/.cache/trainsentry/features)"),
+    campaign: Path | None = typer.Option(None, "--campaign", help="Campaign file: report which of its runs are "
+                                         "recorded, failed or not recorded yet"),
+    harden: list[str] = typer.Option([], "--harden", help="Detectors hardened and re-scored in rounds 2+ "
+                                     "(repeatable; default: every evaluated detector; must include --primary)"),
+    flops_model: Path | None = typer.Option(None, "--flops-model", help="A saved FLOP model (models/flops.json) "
+                                            "to score beside the estimators calibrated on the benign runs"),
 ) -> None:
     """Score every adversarial strategy, round by round, and write the JSON, figures and page."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -59,10 +71,15 @@ def rounds(
     from .page import write_outputs
     from .rounds import InputError, rank_strategies, run_rounds
     console = Console(stderr=True)
-    command = _command(benign, adversarial, n_rounds, out, docs, figures, detector, primary, splits, seed, rt_trees)
+    command = _command(benign, adversarial, n_rounds, out, docs, figures, detector, primary, splits, seed, rt_trees,
+                       campaign, harden, flops_model)
     for d in [*benign, *adversarial]:
         if not d.is_dir():
             console.print(f"[red]redteam rounds: {d}: no such directory[/red]")
+            raise typer.Exit(2)
+    for f in (campaign, flops_model):
+        if f is not None and not f.is_file():
+            console.print(f"[red]redteam rounds: {f}: no such file[/red]")
             raise typer.Exit(2)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as prog:
@@ -71,7 +88,8 @@ def rounds(
             return lambda: prog.advance(task)
         try:
             doc = run_rounds(benign, adversarial, n_rounds, detector or None, primary, splits, seed, rt_trees,
-                             cache or default_cache_dir(), command, progress=step)
+                             cache or default_cache_dir(), command, progress=step, campaign=campaign,
+                             harden=harden or None, flops_model=flops_model)
         except (InputError, FileNotFoundError) as e:
             prog.stop()
             console.print(f"[red]redteam rounds: {e}[/red]")
@@ -82,3 +100,40 @@ def rounds(
         console.print(f"{r['rank']:3d}. {r['name']:12s} {r['setting']:22s} detected {r['run_detection']:.0%}  "
                       f"overhead {r['gpu_hour_overhead']:+.0%}  effectiveness {r['score']:.2f}")
     console.print(f"wrote {out}" + (f", {docs}" if docs not in ("", ".") else ""))
+
+
+@app.command()
+def surrogate(
+    benign: list[Path] = typer.Option([Path("data/h200")], "--benign", help="Benign run directories: the detector "
+                                      "copy is fitted on them (repeatable)"),
+    adversarial: list[Path] = typer.Option([], "--adversarial", help="More recorded runs whose windows the copy "
+                                           "judges for the surrogate to learn from (repeatable)"),
+    detector: str = typer.Option("fused", "--detector", help="The detector the adversary copies"),
+    out: Path = typer.Option(Path("models/redteam-surrogate.joblib"), "--out", help="Surrogate file (joblib); "
+                             "its report is written beside it as .json"),
+    window_s: float = typer.Option(30.0, "--window-s", help="The gate's window (the workload's window_s)"),
+    seed: int = typer.Option(0, "--seed"),
+    cache: Path | None = typer.Option(None, "--cache", help="Feature cache (default ~/.cache/trainsentry/features)"),
+) -> None:
+    """Fit the white-box surrogate adv.whitebox.surrogate-lora gates its training with (surrogate_path)."""
+    from ..detect.pipeline import default_cache_dir
+    from .rounds import InputError
+    from .surrogate import build
+    console = Console(stderr=True)
+    for d in [*benign, *adversarial]:
+        if not d.is_dir():
+            console.print(f"[red]redteam surrogate: {d}: no such directory[/red]")
+            raise typer.Exit(2)
+    parts = ["trainsentry", "redteam", "surrogate", *[a for d in benign for a in ("--benign", str(d))],
+             *[a for d in adversarial for a in ("--adversarial", str(d))], "--detector", detector, "--out", str(out),
+             "--window-s", str(window_s), "--seed", str(seed)]
+    try:
+        rep = build(benign, adversarial, detector, out, cache or default_cache_dir(), window_s, seed,
+                    command=shlex.join(parts))
+    except (InputError, ValueError) as e:
+        console.print(f"[red]redteam surrogate: {e}[/red]")
+        raise typer.Exit(2)
+    agree = rep["held_out_agreement"]
+    console.print(f"wrote {out}: {rep['windows']} windows of {rep['runs']} runs, {rep['detector_positive_windows']} "
+                  f"judged training by the {detector} copy; held-out agreement "
+                  f"{'–' if agree is None else f'{agree:.1%}'}")

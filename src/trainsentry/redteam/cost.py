@@ -2,16 +2,27 @@
 
 - GPU-hours: ranks × wall time of the run (start → end), gaps and pauses included: the GPUs are
   held by the run for all of it.
+- Where a loss point sits: the loss logged at step i is computed before step i's update, so it is
+  placed at the tokens and GPU-hours of the first i − 1 steps (what the model had been trained on);
+  this matters for runs with large steps (gradient accumulation: 8 micro-batches per step).
 - Loss curves against tokens and against GPU-hours: tokens per step are the run's tokens over
   its steps (all ranks together); the GPU-hours at step i prorate the run's GPU-hours by the
   lead rank's cumulative step time, so time outside steps (split gaps, start-up) is spread evenly.
-  Training losses are noisy per step, so curves are smoothed with a trailing mean.
-- Loss penalty at equal tokens / equal GPU-hours: the adversary's smoothed loss at its last point
-  minus the baseline's smoothed loss at the same tokens (GPU-hours), interpolated linearly; None
-  when the baseline never got that far (no extrapolation).
+  Training losses are noisy per step, so curves are smoothed with a trailing mean. Two runs are
+  compared over the same token span: the trailing window is SMOOTH_STEPS logged steps of whichever
+  run has more tokens per step (a run with 8x the batch would otherwise be averaged over 8x the
+  tokens, which on a falling curve lags, and reads as a higher loss).
+- Loss penalty at equal tokens / equal GPU-hours: the adversary's smoothed training loss minus the
+  baseline's, both interpolated linearly at the same tokens (GPU-hours): the adversary's end point,
+  or the baseline's when the baseline run is the shorter one (the point is returned beside the
+  penalty); never extrapolated. Training loss, not validation loss: the workloads record the loss
+  of every step on the batch it trains on (random windows of the training split) but the loss on
+  held-out text only once, at the end of the run, so a validation loss at equal tokens would need a
+  baseline validation curve that no run records.
 - GPU-hour multiplier: the GPU-hours the baseline needed to reach the adversary's final loss,
   against what the adversary spent (> 1: the baseline was cheaper).
-- Validation loss: each run's held-out loss at its end, with the tokens it had seen.
+- Validation loss: each run's held-out loss at its end, reported with the tokens and GPU-hours at
+  which it was measured (no difference is taken: the two runs end at different points).
 """
 
 from __future__ import annotations
@@ -23,6 +34,10 @@ from pathlib import Path
 import numpy as np
 
 SMOOTH_STEPS = 10
+LOSS_BASIS = (f"smoothed training loss (trailing mean over the same token span in both runs: {SMOOTH_STEPS} logged "
+              "steps of the run with more tokens per step) of both runs at the same "
+              "tokens (GPU-hours): the adversary's end point, or the baseline's end when the baseline run is shorter; "
+              "validation loss is recorded only at each run's end, so it is reported beside, not differenced")
 
 
 @dataclass
@@ -35,7 +50,10 @@ class RunCost:
     tokens: np.ndarray            # cumulative, per logged loss point
     gpu_hours: np.ndarray         # cumulative, per logged loss point
     loss: np.ndarray              # smoothed training loss per logged point
-    val_loss: float | None
+    raw_loss: np.ndarray          # training loss per logged point as recorded
+    smooth_steps: int
+    run_tokens: float             # tokens of the whole run (the curve's last point is before the last update)
+    val_loss: float | None = None
 
     @property
     def total_gpu_hours(self) -> float:
@@ -43,7 +61,7 @@ class RunCost:
 
     @property
     def total_tokens(self) -> float:
-        return float(self.tokens[-1]) if self.tokens.size else 0.0
+        return self.run_tokens
 
 
 def load_truth(path: str | Path) -> dict:
@@ -70,6 +88,26 @@ def smooth(x: np.ndarray, n: int = SMOOTH_STEPS) -> np.ndarray:
     return (c[idx] - c[lo]) / (idx - lo)
 
 
+def smooth_span(x: np.ndarray, loss: np.ndarray, span: float) -> np.ndarray:
+    """Trailing mean of the points with x in (x_i − span, x_i] (x increasing); at least the point itself."""
+    if x.size == 0:
+        return loss
+    c = np.cumsum(np.insert(loss.astype(np.float64), 0, 0.0))
+    lo = np.searchsorted(x, x - span, side="right")
+    hi = np.arange(1, x.size + 1)
+    lo = np.minimum(lo, hi - 1)
+    return (c[hi] - c[lo]) / (hi - lo)
+
+
+def _per_point(x: np.ndarray) -> float:
+    return float(np.median(np.diff(x))) if x.size > 1 else float(x[0]) if x.size else 0.0
+
+
+def common_span(adv: "RunCost", base: "RunCost") -> float:
+    """Tokens the trailing mean covers in both runs: smooth_steps points of the coarser run."""
+    return max(adv.smooth_steps, base.smooth_steps) * max(_per_point(adv.tokens), _per_point(base.tokens))
+
+
 def run_cost(truth: dict, smooth_steps: int = SMOOTH_STEPS) -> RunCost:
     g = truth["ground_truth"]
     steps = int(g.get("steps") or 0)
@@ -82,15 +120,17 @@ def run_cost(truth: dict, smooth_steps: int = SMOOTH_STEPS) -> RunCost:
         raise ValueError(f"{truth['run_id']}: end is not after start")
     at = np.array([s for s, _ in curve], dtype=np.float64)
     loss = np.array([l for _, l in curve], dtype=np.float64)
-    tokens = at * float(g["tokens"]) / steps
+    # the loss of step i is taken before its update: the model had trained on i - 1 steps
+    tokens = (at - 1) * float(g["tokens"]) / steps
     times = np.cumsum(np.asarray(g.get("step_times_s") or np.ones(steps), dtype=np.float64))
-    frac = times / times[-1]
-    gpu_h = ranks * wall / 3600.0 * np.interp(at, np.arange(1, times.size + 1), frac)
+    frac = np.insert(times / times[-1], 0, 0.0)
+    gpu_h = ranks * wall / 3600.0 * np.interp(at - 1, np.arange(0, times.size + 1), frac)
     extra = g.get("extra") or {}
     vals = [e.get("val_loss") for e in extra.values() if isinstance(e, dict) and e.get("val_loss") is not None]
     baseline = next((e.get("baseline") for e in extra.values() if isinstance(e, dict) and e.get("baseline")), None)
     return RunCost(truth["run_id"], truth.get("workload") or "", baseline, ranks, wall, tokens, gpu_h,
-                   smooth(loss, smooth_steps), float(np.mean(vals)) if vals else None)
+                   smooth(loss, smooth_steps), loss, smooth_steps, float(g["tokens"]),
+                   float(np.mean(vals)) if vals else None)
 
 
 def loss_at(x: np.ndarray, loss: np.ndarray, at: float) -> float | None:
@@ -112,12 +152,25 @@ def x_to_reach(x: np.ndarray, loss: np.ndarray, target: float) -> float | None:
     return float(x0 + (x1 - x0) * (l0 - target) / (l0 - l1)) if l0 != l1 else float(x1)
 
 
+def penalty_at_common_point(adv_x: np.ndarray, adv_loss: np.ndarray, base_x: np.ndarray,
+                            base_loss: np.ndarray) -> tuple[float | None, float | None]:
+    """(adversary's loss − baseline's, where) at the furthest x both curves reach; (None, None) when
+    the curves do not overlap."""
+    if adv_x.size == 0 or base_x.size == 0:
+        return None, None
+    at = float(min(adv_x[-1], base_x[-1]))
+    a, b = loss_at(adv_x, adv_loss, at), loss_at(base_x, base_loss, at)
+    return (None, None) if a is None or b is None else (a - b, at)
+
+
 def compare(adv: RunCost, base: RunCost) -> dict:
     """The adversary's cost against the baseline DDP run of the same model."""
-    final = float(adv.loss[-1])
-    at_tokens = loss_at(base.tokens, base.loss, adv.total_tokens)
-    at_hours = loss_at(base.gpu_hours, base.loss, float(adv.gpu_hours[-1]))
-    base_hours = x_to_reach(base.gpu_hours, base.loss, final)
+    span = common_span(adv, base)
+    a_loss, b_loss = smooth_span(adv.tokens, adv.raw_loss, span), smooth_span(base.tokens, base.raw_loss, span)
+    final = float(a_loss[-1])
+    pen_tokens, at_tokens = penalty_at_common_point(adv.tokens, a_loss, base.tokens, b_loss)
+    pen_hours, at_hours = penalty_at_common_point(adv.gpu_hours, a_loss, base.gpu_hours, b_loss)
+    base_hours = x_to_reach(base.gpu_hours, b_loss, final)
     return {
         "run_id": adv.run_id, "workload": adv.workload, "baseline_run": base.run_id,
         "gpu_hours": adv.total_gpu_hours, "baseline_gpu_hours": base.total_gpu_hours,
@@ -125,11 +178,14 @@ def compare(adv: RunCost, base: RunCost) -> dict:
         "tokens_per_gpu_hour": adv.total_tokens / adv.total_gpu_hours,
         "baseline_tokens_per_gpu_hour": base.total_tokens / base.total_gpu_hours,
         "final_loss": final,
-        "loss_penalty_equal_tokens": None if at_tokens is None else final - at_tokens,
-        "loss_penalty_equal_gpu_hours": None if at_hours is None else final - at_hours,
+        "loss_penalty_equal_tokens": pen_tokens, "equal_tokens_at": at_tokens,
+        "loss_penalty_equal_gpu_hours": pen_hours, "equal_gpu_hours_at": at_hours,
+        "smoothing_tokens": span,
+        "compared_at_adversary_end": bool(at_tokens is not None and at_tokens >= adv.tokens[-1]),
         "gpu_hour_multiplier": None if base_hours is None or base_hours <= 0 else float(adv.gpu_hours[-1]) / base_hours,
-        "val_loss": adv.val_loss, "baseline_val_loss": base.val_loss,
-        "val_loss_penalty": None if adv.val_loss is None or base.val_loss is None else adv.val_loss - base.val_loss,
+        "val_loss": adv.val_loss, "val_loss_tokens": adv.total_tokens, "val_loss_gpu_hours": adv.total_gpu_hours,
+        "baseline_val_loss": base.val_loss, "baseline_val_loss_tokens": base.total_tokens,
+        "baseline_val_loss_gpu_hours": base.total_gpu_hours,
     }
 
 

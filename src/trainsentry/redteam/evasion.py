@@ -17,27 +17,39 @@ from ..detect.dataset import load_run
 
 
 def score_evasion(run_dirs: list[str | Path], detector: Detector, rule: AlertRule | None = None,
-                  cache_dir: Path | None = None) -> list[dict]:
+                  cache_dir: Path | None = None, alternatives: dict[str, AlertRule] | None = None) -> list[dict]:
     """One row per run: share of its in-run windows at or above the rule's threshold, whether the
     rule alerted (over every window of the trace, idle margins included, as a live monitor), and
-    the time to alert from the run's start."""
+    the time to alert from the run's start. ``alternatives``: more rules applied to the same
+    probabilities (one prediction per run), each row then holds ``alternatives[name]`` =
+    {"alerted", "time_to_alert_s"}."""
     rule = rule or AlertRule()
+    alternatives = alternatives or {}
     rows = []
     for d in run_dirs:
         run = load_run(Path(d), cache_dir)
         df = run.windows[detector.feature_set]
         if df.empty:
+            none = {"alerted": False, "time_to_alert_s": None}
             rows.append({"run_id": run.run_id, "family": run.family, "workload": run.workload, "windows": 0,
-                         "window_detection": None, "alerted": False, "time_to_alert_s": None})
+                         "window_detection": None, **none,
+                         **({"alternatives": {k: dict(none) for k in alternatives}} if alternatives else {})})
             continue
         p = np.asarray(detector.predict_proba(df), dtype=np.float64)
         inside = df["in_run"].to_numpy(dtype=bool)
-        alert = rule.evaluate(df["t_end"].to_numpy(), p, run.start)
-        rows.append({"run_id": run.run_id, "family": run.family, "workload": run.workload,
-                     "windows": int(inside.sum()),
-                     "window_detection": float(np.mean(p[inside] >= rule.threshold)) if inside.any() else None,
-                     "p_mean": float(np.mean(p[inside])) if inside.any() else None,
-                     "alerted": alert["alerted"], "time_to_alert_s": alert["time_to_alert_s"]})
+        t_end = df["t_end"].to_numpy()
+        alert = rule.evaluate(t_end, p, run.start)
+        row = {"run_id": run.run_id, "family": run.family, "workload": run.workload,
+               "windows": int(inside.sum()),
+               "window_detection": float(np.mean(p[inside] >= rule.threshold)) if inside.any() else None,
+               "p_mean": float(np.mean(p[inside])) if inside.any() else None,
+               "alerted": alert["alerted"], "time_to_alert_s": alert["time_to_alert_s"]}
+        if alternatives:
+            row["alternatives"] = {}
+            for k, alt in alternatives.items():
+                a = alt.evaluate(t_end, p, run.start)
+                row["alternatives"][k] = {"alerted": a["alerted"], "time_to_alert_s": a["time_to_alert_s"]}
+        rows.append(row)
     return rows
 
 

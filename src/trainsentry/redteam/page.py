@@ -16,6 +16,99 @@ def _f(x, pct: bool = False, digits: int = 1) -> str:
     return f"{100 * x:.{digits}f} %" if pct else f"{x:.{digits}f}"
 
 
+def _coverage(doc: dict) -> list[str]:
+    """What the campaign planned, what is recorded, and what is not run at all."""
+    cov = doc.get("campaign")
+    lines = ["## What was recorded", ""]
+    if cov is None:
+        lines += ["No campaign file was given (`--campaign`): the tables cover the recorded runs only, and which "
+                  "planned strategies are missing is not known here.", ""]
+    else:
+        lines += [f"Campaign `{cov['campaign']}`: {cov['planned_runs']} planned runs, **{cov['recorded_runs']} recorded**, "
+                  f"{cov['failed_runs']} failed to record, {cov['not_recorded_runs']} not recorded yet. Only recorded "
+                  "runs are scored below: a strategy that is not recorded is neither an evasion nor a failure, it is "
+                  "simply not measured yet.", "",
+                  "| # | issue strategy | recorded (scored) | not recorded yet | failed to record |", "|---|---|---|---|---|"]
+        for s in cov["issue_strategies"]:
+            cell = lambda xs: ", ".join(f"`{x}`" for x in xs) or "–"  # noqa: E731
+            lines.append(f"| {s['issue_strategy']} | {s['title']} | {cell(s['recorded'])} | "
+                         f"{cell(s['not_recorded_yet'])} | {cell(s['failed_to_record'])} |")
+        lines += ["", "Baseline runs of the campaign: " + "; ".join(f"`{b['workload']}` ({b['status']})"
+                                                                for b in cov["baselines"]) + "."]
+        if cov["recorded_outside_campaign"]:
+            lines += ["", "Recorded but not in the campaign: " + ", ".join(f"`{r}`" for r in cov["recorded_outside_campaign"])
+                      + "."]
+        lines.append("")
+    for n in doc.get("not_run", []):
+        lines.append(f"**Not run: {n['strategy']}** — {n['why']}.")
+    return lines + [""]
+
+
+def _flops(doc: dict) -> list[str]:
+    f = doc.get("flop_estimator")
+    lines = ["## The frozen FLOP estimator", ""]
+    if f is None:
+        return lines + ["Not scored in this run of the command.", ""]
+    if "error" in f:
+        return lines + [f"Not scored: {f['error']}.", ""]
+    cal, head = f["calibrated_on"], f["headline"]
+    lines += [f"Every estimator of `trainsentry.flops` calibrated on the {cal['runs']} benign training runs "
+              f"({cal['configurations']} configurations) of {', '.join(f'`{d}`' for d in cal['dirs'])}, then frozen "
+              "and applied to each red-team run. Error = estimate / ground truth − 1 (negative: compute "
+              "under-reported). *True interval*: integrated over the run's manifest start → end; *segmented*: "
+              "summed over the jobs the detector's segmentation finds overlapping the run (what a monitor that does "
+              "not know the interval counts). A setting moves the estimator only when its error leaves the range "
+              f"of the estimator's own held-out errors on benign configurations ({f.get('held_out_folds', '?')} folds of "
+              "configurations, each predicted by a fit on the others).", "",
+              "| estimator | benign held-out median \\|error\\| | benign held-out range |", "|---|---|---|"]
+    for n, b in f["benign_held_out"].items():
+        lines.append(f"| `{n}`{' (headline)' if n == head else ''} | {_f(b['median_abs_pct_error'])} % | "
+                     f"{_f(b['min_pct_error'])} % to {_f(b['max_pct_error'])} % |")
+    names = f["estimators"]
+    lines += ["", f"Headline estimator: `{head}` (lowest held-out median |error|). Errors per setting (median over "
+              "its runs; control rows are benign runs recorded beside the strategies):", "",
+              "| role | strategy | setting | runs | jobs found | headline, true interval | headline, segmented | "
+              "outside benign range | " + " | ".join(f"`{n}`" for n in names) + " |",
+              "|---|---|---|---|---|---|---|---|" + "---|" * len(names)]
+    for r in f["settings"]:
+        out = ("yes" if r.get("outside_benign_range") else "no") + (
+            " (segmented: yes)" if r.get("outside_benign_range_segmented") and not r.get("outside_benign_range") else "")
+        lines.append(f"| {r['role']} | {r['name']} | {r['setting']} | {r['runs']} | {_f(r['segmented_jobs'], digits=0)} | "
+                     f"{_f(r.get('headline_pct_error'))} % | {_f(r.get('headline_pct_error_segmented'))} % | {out} | "
+                     + " | ".join(f"{_f(r['pct_error'][n])} %" for n in names) + " |")
+    controls_out = [r for r in f["settings"] if r["role"] == "control" and r.get("outside_benign_range")]
+    if controls_out:
+        lines += ["", f"**Caution:** {len(controls_out)} benign control run(s) recorded beside the strategies "
+                  f"({', '.join(r['name'] for r in controls_out)}) also fall outside the headline estimator's benign "
+                  f"held-out range: with {f['calibrated_on']['runs']} calibration runs that range understates the "
+                  "estimator's spread on new runs, so *outside* is a flag to look at, not a finding on its own."]
+    return lines + ["", "The FLOP estimator is not hardened between rounds: these numbers hold for every round.", ""]
+
+
+def _costs(doc: dict) -> list[str]:
+    proto = doc["protocol"]
+    lines = ["## Cost to the adversary", "",
+             f"GPU-hour overhead = {proto['gpu_hour_overhead']}. Loss penalties: {proto['loss_basis']}. "
+             "Training loss is the loss on each step's own batch (random windows of the training split), so it is "
+             "not held-out text.", "",
+             "| strategy | setting | GPU-hours | tokens (M) | baseline run | penalty at equal tokens | at tokens (M) | "
+             "penalty at equal GPU-hours | at GPU-hours | validation loss (at M tokens) | baseline validation loss "
+             "(at M tokens) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in doc["rounds"][-1]["strategies"]:
+        m = lambda x: None if x is None else x / 1e6  # noqa: E731
+        base = f"`{s['baseline_run_dir']}`" if s.get("baseline_run_dir") else "–"
+        lines.append(f"| {s['name']} | {s['setting']} | {_f(s.get('gpu_hours'), digits=4)} | {_f(m(s.get('tokens')), digits=2)} | "
+                     f"{base} | "
+                     f"{_f(s['loss_penalty_equal_tokens'], digits=3)} | {_f(m(s.get('equal_tokens_at')), digits=2)} | "
+                     f"{_f(s['loss_penalty_equal_gpu_hours'], digits=3)} | {_f(s.get('equal_gpu_hours_at'), digits=4)} | "
+                     f"{_f(s.get('val_loss'), digits=3)} ({_f(m(s.get('val_loss_tokens')), digits=2)}) | "
+                     f"{_f(s.get('baseline_val_loss'), digits=3)} ({_f(m(s.get('baseline_val_loss_tokens')), digits=2)}) |")
+    notes = [(s["name"], s["setting"], s["cost_note"]) for s in doc["rounds"][-1]["strategies"] if s.get("cost_note")]
+    if notes:
+        lines += ["", "Cost notes:", ""] + [f"* {n} {st}: {why}" for n, st, why in notes]
+    return lines + [""]
+
+
 def render(doc: dict) -> str:
     """docs/redteam.md from the results document; the ranking is recomputed from its numbers."""
     d, proto = doc["data"], doc["protocol"]
@@ -23,37 +116,45 @@ def render(doc: dict) -> str:
     alt_names = list(proto["alternative_alert_rules"])
     lines = ["# Red-team rounds: evasion and its cost", "",
              f"*Generated by `{doc['command']}` on {doc['generated_at']} from `results/redteam.json`; "
-             "do not edit by hand.*", "",
-             f"Benign data {', '.join(f'`{x}`' for x in d['benign_dirs'])}: {d['benign_runs']} runs of "
-             f"{d['benign_configs']} configurations ({d['benign_runs_by_class']}). Adversarial data "
-             f"{', '.join(f'`{x}`' for x in d['adversarial_dirs'])}: {d['adversarial_runs']} runs of "
-             f"{len(d['strategies'])} strategies in {d['strategy_settings']} settings "
-             f"({d['adversarial_runs_by_strategy']}); {len(d['cost_baselines_only'])} benign runs recorded beside "
-             "them serve as cost baselines only.", "",
-             f"Detection columns are the `{primary}` detector's. A run is detected when P(training) ≥ "
-             f"{rule['threshold']} in {rule['k']} of {rule['n']} consecutive windows over its whole trace; window "
-             "detection is the share of its in-run windows at or above the threshold; time to alert is from the "
-             f"true start (manifest `start`). Columns {', '.join(f'`{a}`' for a in alt_names)} are run detection "
-             "under the looser rules `trainsentry eval` reports.", ""]
+             "do not edit by hand.*", ""]
+    lines += _coverage(doc)
+    lines += ["## Data and scoring", "",
+              f"Benign data {', '.join(f'`{x}`' for x in d['benign_dirs'])}: {d['benign_runs']} runs of "
+              f"{d['benign_configs']} configurations ({d['benign_runs_by_class']}). Adversarial data "
+              f"{', '.join(f'`{x}`' for x in d['adversarial_dirs'])}: {d['adversarial_runs']} runs of "
+              f"{len(d['strategies'])} strategies in {d['strategy_settings']} settings "
+              f"({d['adversarial_runs_by_strategy']}); {len(d['cost_baselines_only'])} benign runs recorded beside "
+              "them serve as cost baselines (and FLOP controls) only.", "",
+              f"Detection columns are the `{primary}` detector's. A run is detected when P(training) ≥ "
+              f"{rule['threshold']} in {rule['k']} of {rule['n']} consecutive windows over its whole trace; window "
+              "detection is the share of its in-run windows at or above the threshold; time to alert is from the "
+              f"true start (manifest `start`). Columns {', '.join(f'`{a}`' for a in alt_names)} are run detection "
+              "under the looser rules `trainsentry eval` reports.", ""]
     head = ("| strategy | setting | runs | windows detected | runs detected | " + " | ".join(alt_names)
             + " | median time to alert (s) | GPU-hour overhead | loss penalty, equal tokens | "
-            "loss penalty, equal GPU-hours | effectiveness |")
+            "loss penalty, equal GPU-hours | FLOP error (headline) | effectiveness |")
     for rnd in doc["rounds"]:
+        dets = rnd.get("detectors", proto["detectors"])
         lines += [f"## Round {rnd['round']}", "", f"Monitor: {rnd['hardening']}.", "", head,
-                  "|---|---|---|---|---|" + "---|" * len(alt_names) + "---|---|---|---|---|"]
+                  "|---|---|---|---|---|" + "---|" * len(alt_names) + "---|---|---|---|---|---|"]
         for s in rnd["strategies"]:
             alts = " | ".join(_f(s["alternative_alert_rules"][a]["run_detection"], True, 0) for a in alt_names)
+            flop = s.get("flop_error_pct")
             lines.append(f"| {s['name']} | {s['setting']} | {s['runs']} | {_f(s['window_detection'], True)} | "
                          f"{_f(s['run_detection'], True, 0)} | {alts} | {_f(s['median_time_to_alert_s'])} | "
                          f"{_f(s['gpu_hour_overhead'], True)} | {_f(s['loss_penalty_equal_tokens'], digits=3)} | "
                          f"{_f(s['loss_penalty_equal_gpu_hours'], digits=3)} | "
+                         f"{'–' if flop is None else f'{flop:+.1f} %'} | "
                          f"{_f(effectiveness(s['run_detection'], s['gpu_hour_overhead']), digits=2)} |")
-        lines += ["", "Runs detected by every detector evaluated (same rule):", "",
-                  "| strategy | setting | " + " | ".join(f"`{n}`" for n in proto["detectors"]) + " |",
-                  "|---|---|" + "---|" * len(proto["detectors"])]
+        notes = [n for s in rnd["strategies"] for n in s.get("notes", [])]
+        if notes:
+            lines += [""] + [f"* Note: {n}" for n in notes]
+        lines += ["", "Runs detected by every detector evaluated this round (same rule):", "",
+                  "| strategy | setting | " + " | ".join(f"`{n}`" for n in dets) + " |",
+                  "|---|---|" + "---|" * len(dets)]
         for s in rnd["strategies"]:
             lines.append(f"| {s['name']} | {s['setting']} | " + " | ".join(
-                _f(s["by_detector"][n]["run_detection"], True, 0) for n in proto["detectors"]) + " |")
+                _f(s["by_detector"][n]["run_detection"], True, 0) for n in dets) + " |")
         lines += ["", f"Benign runs, re-measured this round ({proto['benign_splits']} configuration-grouped splits, "
                   "mean over test sides):", "",
                   "| detector | run accuracy | inference FPR (runs) | other FPR (runs) | training detection | "
@@ -66,7 +167,8 @@ def render(doc: dict) -> str:
         lines.append("")
     ranked, unranked = rank_strategies(doc)
     lines += ["## Ranking", "", f"Effectiveness = {EFFECTIVENESS}: the share of runs the monitor missed per GPU-hour "
-              "relative to benign training. Computed from the table of the last round.", "",
+              "relative to benign training. Computed from the table of the last round, over the recorded settings "
+              "only.", "",
               "| rank | strategy | setting | runs detected | windows detected | GPU-hour overhead | effectiveness |",
               "|---|---|---|---|---|---|---|"]
     for r in ranked:
@@ -75,24 +177,23 @@ def render(doc: dict) -> str:
                      f"{_f(r['score'], digits=2)} |")
     if unranked:
         lines += ["", "Not ranked: " + "; ".join(f"{r['name']} {r['setting']} ({r['why']})" for r in unranked) + "."]
-    notes = [(s["name"], s["setting"], s["cost_note"]) for s in doc["rounds"][-1]["strategies"] if s.get("cost_note")]
-    if notes:
-        lines += ["", "Cost notes:", ""] + [f"* {n} {st}: {why}" for n, st, why in notes]
-    lines += ["", "## Method", "",
+    lines += [""] + _flops(doc) + _costs(doc)
+    lines += ["## Method", "",
               "* **Round 1** scores every adversarial run with each detector fitted on the benign runs only, "
               "through the detector factories and cached window features of `trainsentry eval`, frozen "
               "(`trainsentry.redteam.evasion.score_evasion`).",
               "* **Rounds 2 and later**: leave one strategy out. The detector that scores a strategy (`labels.family`) "
               "was fitted on the benign runs plus the adversarial runs of every other strategy; what each was "
               "fitted on is in `results/redteam.json` (`trained_on`). Hardening per round: "
-              + "; ".join(f"{k}: {v}" for k, v in proto["hardening"].items()) + ".",
+              + "; ".join(f"{k}: {v}" for k, v in proto["hardening"].items()) + ". Detectors hardened: "
+              + ", ".join(f"`{n}`" for n in proto.get("hardened_detectors", proto["detectors"])) + ".",
               "* **Benign metrics** are re-measured every round on configuration-grouped splits of the benign runs "
               "(`trainsentry.detect.evaluate.config_splits`), the round's adversarial runs added to every fitting side.",
-              "* **Cost** (`trainsentry.redteam.cost`): GPU-hour overhead = " + proto["gpu_hour_overhead"] + "; loss "
-              "penalties at equal tokens and equal GPU-hours against the baseline's smoothed loss curve, without "
-              "extrapolation (null when the baseline run is shorter, or when no baseline run was recorded: see the "
-              "cost notes). Medians over a setting's runs.",
-              "", "Figures: " + ", ".join(f"`{p}`" for p in doc.get("figures", [])) + ".",
+              "* **Cost** (`trainsentry.redteam.cost`): see *Cost to the adversary*. Medians over a setting's runs.",
+              "", "## Limits of these rounds", ""]
+    lines += [f"* What the blue side changes: {proto.get('blue_side_changes', '–')}."]
+    lines += [f"* {x}" for x in proto.get("limits", [])]
+    lines += ["", "Figures: " + ", ".join(f"`{p}`" for p in doc.get("figures", [])) + ".",
               "", "## Reproduce", "", "```", doc["command"], "```", ""]
     return "\n".join(lines)
 
@@ -137,12 +238,27 @@ def figures(doc: dict, out: Path) -> list[Path]:
     width = 0.8 / max(1, len(dets))
     rounds = [r["round"] for r in doc["rounds"]]
     for i, n in enumerate(dets):
-        vals = [100 * (r["benign"][n]["inference_fpr"] or 0.0) for r in doc["rounds"]]
+        vals = [100 * (r["benign"][n]["inference_fpr"] or 0.0) if n in r["benign"] else np.nan for r in doc["rounds"]]
         ax.bar(np.arange(len(rounds)) + i * width, vals, width, label=n)
     ax.set_xticks(np.arange(len(rounds)) + 0.4 - width / 2, [str(r) for r in rounds])
     ax.set(xlabel="round", ylabel="inference runs alerted, %", title="Benign inference false positives by round")
     ax.legend(fontsize=7)
     paths.append(_save(plt, fig, out / "redteam_benign_fpr_by_round.png"))
+    f = doc.get("flop_estimator") or {}
+    if f.get("headline") and f.get("settings"):
+        head, rows = f["headline"], f["settings"]
+        b = f["benign_held_out"][head]
+        fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.6))
+        y = np.arange(len(rows))
+        ax.axvspan(b["min_pct_error"], b["max_pct_error"], color="0.85", label="benign held-out range")
+        ax.scatter([r["headline_pct_error"] for r in rows], y, marker="o", label="true interval", zorder=3)
+        ax.scatter([r["headline_pct_error_segmented"] for r in rows], y, marker="x", label="segmented jobs", zorder=3)
+        ax.axvline(0, color="k", lw=0.6)
+        ax.set_yticks(y, [f"{r['name']} (control)" if r["role"] == "control" else f"{r['name']} {r['setting']}"
+                          for r in rows], fontsize=7)
+        ax.set(xlabel="FLOP estimate error, % (negative: under-reported)", title=f"Frozen FLOP estimator ({head})")
+        ax.legend(fontsize=7)
+        paths.append(_save(plt, fig, out / "redteam_flop_error.png"))
     return paths
 
 

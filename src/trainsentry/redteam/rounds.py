@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,8 +40,10 @@ from ..detect.dataset import Run, load_run, stack
 from ..detect.evaluate import (ALTERNATIVE_RULES, RunOutcome, config_splits, detector_factories, fit_and_score,
                                run_metrics)
 from ..traces.io import iter_runs
-from .cost import load_truth, run_cost, score_costs
+from .cost import LOSS_BASIS, load_truth, run_cost, score_costs
+from .coverage import NOT_RUN, campaign_coverage
 from .evasion import by_family, score_evasion
+from .flopscore import flop_scores
 
 RULE = AlertRule(0.75, 3, 5)          # the rule `trainsentry eval` scores runs with
 PRIMARY = "fused"                     # the detector the live path prefers (collector.live.PREFERENCE)
@@ -50,6 +53,14 @@ HARDENING = {1: "as delivered: fitted on the benign runs only",
              3: "as round 2, with each strategy's runs repeated so that its windows weigh about as much as all "
                 f"benign training windows together (at most {MAX_BALANCE}x)"}
 EFFECTIVENESS = "(1 - run_detection) / (1 + max(gpu_hour_overhead, 0)), in the last round"
+BLUE_SIDE = ("training data only: each round refits the same detectors (same features, same alert rule, same "
+             "thresholds) with more adversarial runs in the fitting data; no feature, rule or threshold changes")
+LIMITS = ["The evader does not adapt between rounds: every round re-scores the same recorded runs, so rounds 2 "
+          "and later measure how a detector hardened with other strategies' runs generalises to a strategy it never "
+          "saw, not an arms race. An adaptive evader would record new runs against the hardened detector.",
+          "adv.whitebox.surrogate-lora gates its training with a saved surrogate only when the campaign passes "
+          "overrides {surrogate_path: FILE} (`trainsentry redteam surrogate` writes one); without it the workload "
+          "falls back to the proxy scorer and the run is flagged in its setting's notes."]
 
 
 class InputError(ValueError):
@@ -158,15 +169,8 @@ def _windows(runs: list[Run], feature_set: str) -> int:
 def score_runs(det: Detector, runs: list[AdvRun], cache_dir: Path) -> list[dict]:
     """Per run: window share, alert and time to alert under the main rule and eval's alternatives."""
     dirs = [a.dir for a in runs]
-    main = score_evasion(dirs, det, RULE, cache_dir)
-    alts = {k: score_evasion(dirs, det, rule, cache_dir) for k, rule in ALTERNATIVE_RULES.items()}
-    out = []
-    for i, a in enumerate(runs):
-        row = {**main[i], "family": a.strategy, "setting": a.setting, "dir": str(a.dir)}
-        row["alternatives"] = {k: {"alerted": v[i]["alerted"], "time_to_alert_s": v[i]["time_to_alert_s"]}
-                               for k, v in alts.items()}
-        out.append(row)
-    return out
+    rows = score_evasion(dirs, det, RULE, cache_dir, ALTERNATIVE_RULES)
+    return [{**row, "family": a.strategy, "setting": a.setting, "dir": str(a.dir)} for row, a in zip(rows, runs)]
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -239,12 +243,18 @@ def costs(adv: list[AdvRun], baseline_dirs: list[Path]) -> dict[tuple[str, str],
         notes = sorted({f"{r.get('workload') or key[1]}: {r['error']}"
                         + (f" ({r['baseline']})" if r.get("baseline") else "") for r in rows if "error" in r})
         c = {"gpu_hour_overhead": _median(over), "loss_penalty_equal_tokens": med("loss_penalty_equal_tokens"),
+             "equal_tokens_at": med("equal_tokens_at"),
              "loss_penalty_equal_gpu_hours": med("loss_penalty_equal_gpu_hours"),
-             "gpu_hour_multiplier_same_loss": med("gpu_hour_multiplier"), "val_loss_penalty": med("val_loss_penalty"),
+             "equal_gpu_hours_at": med("equal_gpu_hours_at"),
+             "gpu_hour_multiplier_same_loss": med("gpu_hour_multiplier"),
+             **{k: med(k) for k in ("gpu_hours", "tokens", "final_loss", "val_loss", "val_loss_tokens",
+                                    "baseline_val_loss", "baseline_val_loss_tokens")},
              "baseline_runs": sorted({r["baseline_run"] for r in ok})}
+        if any(not r["compared_at_adversary_end"] for r in ok):
+            notes.append("the baseline run is shorter than the adversary's: loss penalties are taken at the "
+                         "baseline's last tokens (GPU-hours), not at the adversary's end")
         if ok and (c["loss_penalty_equal_tokens"] is None or c["loss_penalty_equal_gpu_hours"] is None):
-            notes.append("a loss penalty is null: the baseline run stopped before the adversary's tokens or "
-                         "GPU-hours (no extrapolation)")
+            notes.append("a loss penalty is null: the two loss curves do not overlap")
         c["cost_note"] = "; ".join(notes) or None
         c["baseline_run_dir"] = str(base_dir[c["baseline_runs"][0]]) if c["baseline_runs"] else None
         out[key] = c
@@ -286,8 +296,8 @@ def rank_strategies(doc: dict) -> tuple[list[dict], list[dict]]:
 
 def play_round(r: int, names: list[str], factories: dict, benign: list[Run], adv: list[AdvRun],
                splits: list[tuple[set, set]], cache_dir: Path, step) -> tuple[dict, dict, dict]:
-    """One round for every detector: per (strategy, setting) detection, what each strategy's detector
-    was fitted on, and the benign metrics."""
+    """One round for every detector in ``names``: per (strategy, setting) detection, what each
+    strategy's detector was fitted on, and the benign metrics."""
     strategies = sorted({a.strategy for a in adv})
     detection, trained_on, bench = {}, {}, {}
     for name in names:
@@ -318,13 +328,33 @@ def play_round(r: int, names: list[str], factories: dict, benign: list[Run], adv
     return detection, trained_on, bench
 
 
-def strategy_entries(adv: list[AdvRun], detection: dict, trained_on: dict, cost: dict, primary: str) -> list[dict]:
-    """The round's rows: the primary detector's detection, every detector's beside it, the cost."""
+def run_notes(runs: list[AdvRun]) -> list[str]:
+    """What a setting's runs did differently from what their name says (from the manifests)."""
+    notes = set()
+    for a in runs:
+        extra = _manifest(a.dir).get("ground_truth", {}).get("extra") or {}
+        params = next((e.get("strategy_params") for e in extra.values() if isinstance(e, dict)
+                       and e.get("strategy_params")), None) or {}
+        if params.get("gate") == "surrogate" and params.get("scorer") != "sklearn":
+            notes.add(f"{a.run.run_id}: no surrogate file was given, so the gate fell back to the "
+                      f"{params.get('scorer')} scorer: a proxy-gated run, not a white-box surrogate run")
+    return sorted(notes)
+
+
+def strategy_entries(adv: list[AdvRun], detection: dict, trained_on: dict, cost: dict, primary: str,
+                     flops: dict | None = None) -> list[dict]:
+    """The round's rows: the primary detector's detection, every detector's beside it, the cost, the
+    frozen FLOP estimator's error (headline estimator; the same in every round)."""
+    flop_rows = {(f["name"], f["setting"]): f for f in (flops or {}).get("settings", []) if f["role"] == "strategy"}
     entries = []
     for g in sorted({(a.strategy, a.setting) for a in adv}):
         p = detection[primary][g]
         runs = [a for a in adv if (a.strategy, a.setting) == g]
+        f = flop_rows.get(g, {})
         entries.append({"name": g[0], "setting": g[1], "workload": runs[0].run.workload,
+                        "flop_error_pct": f.get("headline_pct_error"),
+                        "flop_error_pct_segmented": f.get("headline_pct_error_segmented"),
+                        "notes": run_notes(runs),
                         "window_detection": p["window_detection"], "run_detection": p["run_detection"],
                         "median_time_to_alert_s": p["median_time_to_alert_s"], **cost[g],
                         "effectiveness": effectiveness(p["run_detection"], cost[g]["gpu_hour_overhead"]),
@@ -338,9 +368,13 @@ def strategy_entries(adv: list[AdvRun], detection: dict, trained_on: dict, cost:
 def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: int = 3,
                detectors: list[str] | None = None, primary: str = PRIMARY, n_splits: int = 20, seed: int = 0,
                rt_trees: int = 400, cache_dir: Path | None = None, command: str = "trainsentry redteam rounds",
-               factories: dict[str, Callable[[], Detector]] | None = None, progress=None) -> dict:
+               factories: dict[str, Callable[[], Detector]] | None = None, progress=None,
+               campaign: Path | None = None, harden: list[str] | None = None, flops_model: Path | None = None,
+               score_flops: bool = True) -> dict:
     """Every round's detection per strategy setting, its benign metrics, and the cost; the JSON document.
-    ``progress(description, total)`` returns the callable that advances one task."""
+    ``progress(description, total)`` returns the callable that advances one task. ``harden``: the
+    detectors the blue side hardens and re-scores in rounds 2 and later (default: all evaluated);
+    ``campaign``: the campaign file whose planned runs are reported as recorded or not."""
     if n_rounds < 1:
         raise InputError("--rounds must be at least 1")
     factories = factories or detector_factories(rt_trees)
@@ -350,23 +384,65 @@ def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: 
         raise InputError(f"unknown detectors {sorted(unknown)}; choose from {list(factories)}")
     if primary not in names:
         raise InputError(f"the primary detector {primary!r} is not among those evaluated ({names})")
+    hardened_names = [n for n in names if n in harden] if harden else names
+    if harden and (set(harden) - set(names) or primary not in harden):
+        raise InputError(f"--harden must name detectors that are evaluated ({names}) and include the primary "
+                         f"detector {primary!r}")
+    if campaign is not None and not Path(campaign).is_file():
+        raise InputError(f"{campaign}: no such campaign file")
     if cache_dir is None:
         with tempfile.TemporaryDirectory() as tmp:
             return run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, primary, n_splits, seed, rt_trees,
-                              Path(tmp), command, factories, progress)
+                              Path(tmp), command, factories, progress, campaign, harden, flops_model, score_flops)
+    with _one_thread():
+        return _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, primary, n_splits, seed,
+                           rt_trees, cache_dir, command, factories, progress, campaign, flops_model, score_flops)
+
+
+@contextmanager
+def _one_thread():
+    """Fit with one native thread: the scores do not depend on it, and on a small shared machine the
+    boosted trees' OpenMP threads oversubscribe the cores (a fused fit took 35 s with them, 12 s without)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:                 # scikit-learn depends on it; without it, run as is
+        yield
+        return
+    with threadpool_limits(1):
+        yield
+
+
+def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, primary, n_splits, seed, rt_trees,
+                cache_dir, command, factories, progress, campaign, flops_model, score_flops) -> dict:
     t0 = time.time()
     step = progress or (lambda desc, total: (lambda: None))
     benign_dirs, adversarial_dirs = [Path(d) for d in benign_dirs], [Path(d) for d in adversarial_dirs]
     n_dirs = sum(len(_runs_under(d)) for d in [*benign_dirs, *adversarial_dirs])
     data = discover(benign_dirs, adversarial_dirs, cache_dir, step("features (cached per run)", n_dirs))
+    stages = {"features": round(time.time() - t0, 1)}
     benign, adv = data["benign"], data["adversarial"]
     splits = config_splits(benign, n_splits, seed)
     cost = costs(adv, data["cost_baselines"])
+    flops = None
+    if score_flops:
+        scored = [{"dir": a.dir, "name": a.strategy, "setting": a.setting, "role": "strategy"} for a in adv]
+        scored += [{"dir": Path(d), "name": _manifest(Path(d))["labels"]["workload"], "setting": "-", "role": "control"}
+                   for d in data["baselines_only"]]
+        advance = step("FLOP estimators: calibrate on benign training runs, score red-team runs", 1)
+        t1 = time.time()
+        flops = flop_scores(benign_dirs, scored, seed, flops_model)
+        stages["flop_estimators"] = round(time.time() - t1, 1)
+        advance()
     rounds = []
     for r in range(1, n_rounds + 1):
-        detection, trained_on, bench = play_round(r, names, factories, benign, adv, splits, cache_dir, step)
-        rounds.append({"round": r, "hardening": hardening(r), "benign": bench,
-                       "strategies": strategy_entries(adv, detection, trained_on, cost, primary)})
+        dets = names if r == 1 else hardened_names
+        t1 = time.time()
+        detection, trained_on, bench = play_round(r, dets, factories, benign, adv, splits, cache_dir, step)
+        stages[f"round_{r}"] = round(time.time() - t1, 1)
+        rounds.append({"round": r, "hardening": hardening(r), "detectors": dets, "benign": bench,
+                       "strategies": strategy_entries(adv, detection, trained_on, cost, primary, flops)})
+    recorded_ids = {_manifest(Path(d))["run_id"] for d in [*data["baselines_only"]]} | {a.run.run_id for a in adv}
+    coverage = campaign_coverage(Path(campaign), adversarial_dirs, recorded_ids) if campaign else None
     doc = {"command": command, "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "data": {"benign_dirs": [str(d) for d in benign_dirs], "adversarial_dirs": [str(d) for d in adversarial_dirs],
                     "benign_runs": len(benign), "benign_configs": len({b.config for b in benign}),
@@ -375,7 +451,8 @@ def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: 
                     "strategy_settings": len({(a.strategy, a.setting) for a in adv}),
                     "adversarial_runs_by_strategy": dict(sorted(Counter(a.strategy for a in adv).items())),
                     "cost_baselines_only": data["baselines_only"], "excluded": data["excluded"]},
-           "protocol": {"detectors": names, "primary_detector": primary,
+           "campaign": coverage, "not_run": NOT_RUN, "flop_estimator": flops,
+           "protocol": {"detectors": names, "hardened_detectors": hardened_names, "primary_detector": primary,
                         "alert_rule": {"threshold": RULE.threshold, "k": RULE.k, "n": RULE.n},
                         "alternative_alert_rules": {k: {"threshold": a.threshold, "k": a.k, "n": a.n}
                                                     for k, a in ALTERNATIVE_RULES.items()},
@@ -384,10 +461,13 @@ def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: 
                         "hardening": {str(r): hardening(r) for r in range(1, n_rounds + 1)},
                         "gpu_hour_overhead": "baseline tokens per GPU-hour / adversary's - 1 (GPU-hours per token "
                                              "against the DDP baseline it names)",
+                        "loss_basis": LOSS_BASIS, "evader_adapts": False, "blue_side_changes": BLUE_SIDE,
+                        "limits": LIMITS,
                         "effectiveness": EFFECTIVENESS},
            "rounds": rounds}
     doc["ranking"], doc["unranked"] = rank_strategies(doc)
     doc["elapsed_s"] = round(time.time() - t0, 1)
+    doc["elapsed_s_by_stage"] = stages
     return doc
 
 

@@ -1,0 +1,159 @@
+"""The FLOP estimator against the red team: does a strategy make the frozen estimator under-report compute?
+
+The seed study froze its estimator and let the red team try to move its error (splitting, throttling,
+atypical head counts, batch-size inflation). Here every estimator of :mod:`trainsentry.flops` is
+calibrated on the benign training runs (those of ``--benign``, as ``trainsentry flops-eval`` calibrates
+its saved models on every run of its dataset), then frozen and applied to each recorded red-team run:
+
+* over the run's true interval (the manifest's start → end: the estimator's own error), and
+* over the jobs the detector's segmentation finds overlapping the run, summed (what a monitor that
+  does not know the run's interval integrates); the number of jobs is reported too, because a run
+  cut into several jobs may stay under a per-job threshold even when their sum is right.
+
+Error = 100 · (estimate − ground truth) / ground truth; negative = under-reported. A strategy only
+counts as moving the estimator when its error lies outside the range of the estimator's own errors on
+benign configurations it was not calibrated on (configurations dealt into 8 folds, each fold predicted
+by a fit on the others). The headline estimator is the one with the lowest held-out median |error|
+(the criterion ``flops-eval`` uses to pick ``models/flops.json``, there on 200 random splits).
+A saved model (``--flops-model``, e.g. ``models/flops.json``) is scored beside them as ``saved``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..flops.dataset import RunSet, load_runs
+from ..flops.estimators import ESTIMATORS, Estimator, make
+from ..flops.features import interval_features, stack
+from ..traces.io import read_trace
+
+
+def _merge(sets: list[RunSet]) -> RunSet:
+    if len(sets) == 1:
+        return sets[0]
+    X = {k: np.concatenate([s.X[k] for s in sets]) for k in sets[0].X}
+    cat = lambda a: [x for s in sets for x in getattr(s, a)]  # noqa: E731
+    return RunSet(X, np.concatenate([s.flops for s in sets]), cat("run_ids"), cat("configs"), cat("workloads"),
+                  cat("families"), cat("features"), cat("skipped"))
+
+
+def calibration_set(benign_dirs: list[Path]) -> RunSet:
+    sets = []
+    for d in benign_dirs:
+        try:
+            sets.append(load_runs(d))
+        except ValueError:
+            continue                   # a benign directory without training runs calibrates nothing
+    if not sets:
+        raise ValueError("no benign training runs with FLOP ground truth to calibrate the estimators on")
+    return _merge(sets)
+
+
+FOLDS = 8
+
+
+def held_out_errors(runs: RunSet, names: tuple[str, ...], seed: int, folds: int = FOLDS) -> dict[str, np.ndarray]:
+    """Held-out % errors per estimator: configurations (sorted) dealt round-robin into ``folds``
+    groups; each group predicted by a fit on all the others (every configuration held out once)."""
+    configs = sorted(set(runs.configs))
+    fold_of = {c: i % max(1, min(folds, len(configs))) for i, c in enumerate(configs)}
+    fold = np.asarray([fold_of[c] for c in runs.configs])
+    errs: dict[str, list[float]] = {n: [] for n in names}
+    for k in sorted(set(fold.tolist())):
+        test, train = np.flatnonzero(fold == k), np.flatnonzero(fold != k)
+        Xtr = {c: v[train] for c, v in runs.X.items()}
+        Xte = {c: v[test] for c, v in runs.X.items()}
+        for n in names:
+            try:
+                pred = make(n, seed=seed).fit(Xtr, runs.flops[train]).predict(Xte)
+            except ValueError:
+                continue
+            errs[n] += (100.0 * (pred - runs.flops[test]) / runs.flops[test]).tolist()
+    return {n: np.asarray(v) for n, v in errs.items()}
+
+
+def _pct(est: float, truth: float) -> float:
+    return 100.0 * (est - truth) / truth
+
+
+def score_run(run_dir: Path, estimators: dict[str, Estimator]) -> dict:
+    """Estimates over the true interval and over the segmentation's jobs, with % errors."""
+    from ..detect.segment import segment_stream
+    table, m = read_trace(run_dir)
+    truth = float((m.get("ground_truth") or {}).get("flops") or 0.0)
+    start, end = float(m["start"]), float(m["end"])
+    row = {"run_id": m["run_id"], "workload": m["labels"]["workload"], "true_flops": truth}
+    if not truth > 0:
+        return {**row, "error": "no positive ground_truth.flops"}
+    X = stack([interval_features(table, start, end)])
+    jobs = [j for res in segment_stream(table).values() for j in res["jobs"]
+            if float(j["end"]) > start and float(j["start"]) < end]
+    Xj = stack([interval_features(table, float(j["start"]), float(j["end"]))
+                for j in jobs if float(j["end"]) > float(j["start"])]) if jobs else None
+    row["segmented_jobs"] = len(jobs)
+    row["segmented_s"] = float(sum(float(j["end"]) - float(j["start"]) for j in jobs))
+    row["run_s"] = end - start
+    row["pct_error"], row["pct_error_segmented"] = {}, {}
+    for name, est in estimators.items():
+        row["pct_error"][name] = _pct(float(est.predict(X)[0]), truth)
+        row["pct_error_segmented"][name] = (_pct(float(np.sum(est.predict(Xj))), truth) if Xj is not None
+                                            else -100.0)        # no job found: nothing is counted
+    return row
+
+
+def _median(xs: list[float]) -> float | None:
+    return float(np.median(xs)) if xs else None
+
+
+def flop_scores(benign_dirs: list[Path], scored: list[dict], seed: int = 0, saved_model: Path | None = None) -> dict:
+    """``scored``: [{"dir", "name", "setting", "role"}] with role "strategy" or "control" (a benign run
+    recorded beside the strategies). Returns the calibration, the benign held-out error range per
+    estimator, the headline estimator, one row per run and medians per (name, setting)."""
+    try:
+        cal = calibration_set(benign_dirs)
+    except ValueError as e:
+        return {"error": str(e)}
+    held = held_out_errors(cal, ESTIMATORS, seed)
+    estimators: dict[str, Estimator] = {}
+    for n in ESTIMATORS:
+        try:
+            estimators[n] = make(n, seed=seed).fit(cal.X, cal.flops)
+        except ValueError:
+            continue
+    if saved_model is not None:
+        from ..flops.live import load_model
+        estimators["saved"] = load_model(saved_model)
+    benign = {n: {"median_abs_pct_error": float(np.median(np.abs(e))), "min_pct_error": float(np.min(e)),
+                  "max_pct_error": float(np.max(e)), "held_out_predictions": int(e.size)}
+              for n, e in held.items() if e.size and n in estimators}
+    headline = min(benign, key=lambda n: benign[n]["median_abs_pct_error"]) if benign else None
+    rows = []
+    for s in scored:
+        try:
+            r = score_run(Path(s["dir"]), estimators)
+        except (ValueError, KeyError, OSError) as e:
+            r = {"run_id": Path(s["dir"]).name, "error": str(e)}
+        rows.append({**r, "name": s["name"], "setting": s["setting"], "role": s["role"]})
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for r in rows:
+        if "error" not in r:
+            groups.setdefault((r["role"], r["name"], r["setting"]), []).append(r)
+    settings = []
+    for (role, name, setting), rs in sorted(groups.items()):
+        e = {n: _median([r["pct_error"][n] for r in rs]) for n in estimators}
+        seg = {n: _median([r["pct_error_segmented"][n] for r in rs]) for n in estimators}
+        row = {"role": role, "name": name, "setting": setting, "runs": len(rs), "pct_error": e,
+               "pct_error_segmented": seg, "segmented_jobs": _median([r["segmented_jobs"] for r in rs])}
+        if headline:
+            lo, hi = benign[headline]["min_pct_error"], benign[headline]["max_pct_error"]
+            row["headline_pct_error"], row["headline_pct_error_segmented"] = e[headline], seg[headline]
+            row["outside_benign_range"] = bool(e[headline] < lo or e[headline] > hi)
+            row["outside_benign_range_segmented"] = bool(seg[headline] < lo or seg[headline] > hi)
+        settings.append(row)
+    return {"calibrated_on": {"dirs": [str(d) for d in benign_dirs], "runs": len(cal),
+                              "configurations": len(set(cal.configs)), "skipped": cal.skipped},
+            "estimators": list(estimators), "benign_held_out": benign, "headline": headline,
+            "held_out_folds": min(FOLDS, len(set(cal.configs))),
+            "saved_model": str(saved_model) if saved_model else None, "settings": settings, "runs": rows}
