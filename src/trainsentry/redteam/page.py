@@ -195,6 +195,10 @@ def render(doc: dict) -> str:
     lines += [f"* {x}" for x in proto.get("limits", [])]
     lines += ["", "Figures: " + ", ".join(f"`{p}`" for p in doc.get("figures", [])) + ".",
               "", "## Reproduce", "", "```", doc["command"], "```", ""]
+    if doc.get("elapsed_s") is not None:
+        stages = ", ".join(f"{k} {v:.0f} s" for k, v in (doc.get("elapsed_s_by_stage") or {}).items())
+        lines += [f"It took {doc['elapsed_s']:.0f} s here ({stages}) with every run's window features already in the "
+                  "feature cache; runs not in the cache are read and windowed first.", ""]
     return "\n".join(lines)
 
 
