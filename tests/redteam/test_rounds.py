@@ -312,13 +312,3 @@ def test_surrogate_command_writes_a_model_the_workload_gate_loads(data, tmp_path
     res = CliRunner().invoke(app, ["redteam", "surrogate", "--benign", str(tmp_path / "nope"), "--out", str(out)])
     assert res.exit_code == 2 and "no such directory" in " ".join(res.output.split())
 
-
-def test_the_commands_ask_for_one_native_thread_unless_the_user_chose(monkeypatch, tmp_path):
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("MKL_NUM_THREADS", "4")
-    res = CliRunner().invoke(app, ["redteam", "rounds", "--adversarial", str(tmp_path / "missing")])
-    assert res.exit_code == 2
-    import os
-    assert os.environ["OMP_NUM_THREADS"] == "1" and os.environ["OPENBLAS_NUM_THREADS"] == "1"
-    assert os.environ["MKL_NUM_THREADS"] == "4"

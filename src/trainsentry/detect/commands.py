@@ -41,6 +41,8 @@ def eval_cmd(
                                                   "read those counters only that often (repeatable)"),
 ) -> None:
     """Evaluate comm-rules, comm-ml, fused and rt-baseline on configuration-grouped splits."""
+    from ..threads import one_native_thread
+    one_native_thread()
     from rich.console import Console
 
     from .pipeline import default_cache_dir, run_eval, train_final as fit_final

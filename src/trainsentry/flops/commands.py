@@ -62,6 +62,8 @@ def flops_eval_cmd(data: Path = typer.Option(Path("data/h200"), help="dataset ro
                                                                "attention counted as half (from each manifest's model "
                                                                "shape; the recorded FLOPs are not changed)")) -> None:
     """Run every FLOP estimator on the same grouped splits; write results, figures, docs and models."""
+    from ..threads import one_native_thread
+    one_native_thread()
     from .report import regenerate
     command = "trainsentry flops-eval " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "flops-eval" \
         else f"trainsentry flops-eval --data {data} --splits {splits} --seed {seed}"

@@ -5,11 +5,12 @@ Only typer, rich and the standard library at the top: numpy, pandas and scikit-l
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 
 import typer
+
+from ..threads import one_native_thread
 from rich.console import Console
 
 NAME = "redteam"
@@ -43,17 +44,6 @@ def _command(benign: list[Path], adversarial: list[Path], rounds: int, out: Path
     return shlex.join(parts)
 
 
-def _one_native_thread() -> None:
-    """One OpenMP / BLAS thread, set before numpy and scikit-learn load (they read it when they load).
-
-    The scores do not depend on it. On a small machine shared with other work, the boosted trees'
-    OpenMP team oversubscribes the cores: a fit measured at 0.2 s took 40-130 s when another process
-    kept a core busy, and limiting threads at run time (threadpoolctl) did not prevent it; the
-    environment variable did. A value the user set is kept."""
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
-
-
 @app.command()
 def rounds(
     benign: list[Path] = typer.Option([Path("data/h200")], "--benign", help="Benign run directories (repeatable)"),
@@ -77,7 +67,7 @@ def rounds(
                                             "to score beside the estimators calibrated on the benign runs"),
 ) -> None:
     """Score every adversarial strategy, round by round, and write the JSON, figures and page."""
-    _one_native_thread()
+    one_native_thread()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..detect.pipeline import default_cache_dir
@@ -129,7 +119,7 @@ def surrogate(
     cache: Path | None = typer.Option(None, "--cache", help="Feature cache (default ~/.cache/trainsentry/features)"),
 ) -> None:
     """Fit the white-box surrogate adv.whitebox.surrogate-lora gates its training with (surrogate_path)."""
-    _one_native_thread()
+    one_native_thread()
     from ..detect.pipeline import default_cache_dir
     from .rounds import InputError
     from .surrogate import build

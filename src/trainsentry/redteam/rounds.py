@@ -402,7 +402,7 @@ def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: 
 @contextmanager
 def _one_thread():
     """Fit with one native thread where the OpenMP runtime honours a run-time limit (the command also
-    sets OMP_NUM_THREADS before anything loads: see commands._one_native_thread)."""
+    sets OMP_NUM_THREADS before anything loads: see trainsentry.threads)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:                 # scikit-learn depends on it; without it, run as is
