@@ -247,7 +247,7 @@ def flops_est_vs_true_figure(flops: dict) -> bytes:
     y = np.asarray([r["true_flops"] for r in rows])
     lim = (y.min() / 1.6, y.max() * 1.6)
     k = int(np.floor(np.log10(np.sqrt(lim[0] * lim[1]))))
-    ticks = [m * 10.0 ** e for e in range(k - 1, k + 2) for m in (1, 2, 5) if lim[0] <= m * 10.0 ** e <= lim[1]]
+    ticks = [m * 10.0 ** e for e in range(k - 1, k + 2) for m in (1, 2, 3, 5, 7) if lim[0] <= m * 10.0 ** e <= lim[1]]
     for ax, name in zip(axes.flat, names):
         e = flops["estimators"][name]
         pred = np.asarray([np.nan if r.get(name) is None else r[name] for r in rows], dtype=float)
@@ -288,6 +288,8 @@ def flops_errors_figure(flops: dict) -> bytes:
         ax.scatter(np.full(len(e), i) + np.linspace(-0.12, 0.12, len(e)), np.maximum(e, 1e-2), s=8, alpha=0.5,
                    color="#4a7bb7", zorder=3)
     ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.1, 1, 10, 100: plain numbers
     ax.set_xticks(range(1, len(names) + 1), [flop_label(n) for n in names], rotation=15, fontsize=8, ha="right")
     target = flops.get("target_median_abs_pct_error")
     if target is not None:
