@@ -18,6 +18,7 @@ from trainsentry.report.inputs import INPUTS, MissingInputs
 from trainsentry.report.location import DRAFT_MARK, report_location
 from trainsentry.report.published import PUBLISHED
 from trainsentry.report.sections import SECTIONS
+from trainsentry.report.targets import TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS, DATA = ROOT / "results", ROOT / "data"
@@ -156,8 +157,13 @@ def _check_numbers(built, results: Path, data: Path = DATA, configs: Path = CONF
     assert set(scan.terms) <= TERMS
     for inj in built.ctx.injected:
         for src in inj.sources:
-            if src.startswith("published:"):
-                assert PUBLISHED[src.split(":", 1)[1]].value == inj.value
+            if src.startswith("published:"):  # a published figure, or a value computed from published ones
+                key = src.split(":", 1)[1]
+                assert key in PUBLISHED, src
+                assert inj.kind == "derived" or PUBLISHED[key].value == inj.value, src
+                continue
+            if src.startswith("target:"):  # a project target, shown beside a measurement
+                assert inj.kind == "target" and TARGETS[src.split(":", 1)[1]].value == inj.value, src
                 continue
             f, path = src.split("#", 1)
             if src.startswith(("data:", "config:")):  # recorded runs' manifests, a campaign file
@@ -282,7 +288,7 @@ def test_full_build_has_no_missing_blocks_and_traces(tmp_path):
     assert {"detection_by_round", "evasion_cost", "telemetry_diloco"} <= names
     assert "<b>diloco</b>" in text  # ranked first: detected less at the same cost
     flops = _sections(text)["s4_flops"]  # an estimator without a bounded median says why
-    assert re.search(r"unbounded for <b>power_only</b> \(<span[^>]*>energy does not constrain FLOPs</span>\)", flops)
+    assert re.search(r"unbounded for <b>power only</b> \(<span[^>]*>energy does not constrain FLOPs</span>\)", flops)
     _check_numbers(b, res)
 
 
@@ -326,3 +332,137 @@ def test_report_location_says_where_or_how(draft, tmp_path):
     (tmp_path / "report.pdf").write_bytes(b"%PDF-")
     line = report_location(tmp_path)
     assert "a draft" not in line and str(tmp_path / "report.pdf") in line
+
+
+# ----- every section the report issue lists, and every figure, on the committed results
+
+def _strict_or_draft(tmp_path_factory):
+    from trainsentry.report.build import check_inputs
+    strict = not check_inputs(RESULTS, DATA)
+    return build(RESULTS, DATA, tmp_path_factory.mktemp("committed"), allow_missing=not strict, pdf=False,
+                 configs=CONFIGS)
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory):
+    return _strict_or_draft(tmp_path_factory)
+
+
+def _adv_families() -> set[str]:
+    return {json.loads(p.read_text())["labels"]["family"] for p in (DATA / "redteam-r1").glob("adv.*/manifest.json")}
+
+
+def expected_figures() -> dict[str, set[str]]:
+    """Per section, the figures the committed inputs call for (computed here, independently of the builder)."""
+    exp: dict[str, set[str]] = {s.__name__.rsplit(".", 1)[-1]: set() for s in SECTIONS}
+    if (RESULTS / "gpu_check.json").is_file():
+        exp["s2_monitor"].add("gpu_check")
+    ingest = json.loads((RESULTS / "ingest.json").read_text()) if (RESULTS / "ingest.json").is_file() else {}
+    if ingest.get("agent", {}).get("fake_8gpu", {}).get("parts_percent_of_one_core"):
+        exp["s2_monitor"].add("agent_parts")
+    if (RESULTS / "detector.json").is_file():
+        exp["s3_benign"] |= {n for n in ("detector_roc.png", "detector_time_to_alert.png")
+                             if (RESULTS / "figures" / n).is_file()}
+        exp["s3_benign"].add("detector_families")
+    if (RESULTS / "flops.json").is_file():
+        exp["s4_flops"] |= {"flops_est_vs_true", "flops_errors"}
+        if (RESULTS / "figures" / "flops_tensor_rate.png").is_file():
+            exp["s4_flops"].add("flops_tensor_rate.png")
+    if (RESULTS / "redteam.json").is_file():
+        exp["s5_redteam"].add("detection_by_round")
+        exp["s5_redteam"] |= {f"telemetry_{f}" for f in _adv_families()}
+        exp["s6_ranking"].add("evasion_cost")
+    exp["s7_scale"] |= {p.name for p in (RESULTS / "figures").glob("simulator_*.png")}
+    return exp
+
+
+def test_every_section_and_figure_present(committed):
+    """CI's check on the report built from the committed results: each of the nine sections the report
+    issue lists has its heading and a body, and each figure its inputs call for is embedded in that
+    section with an image and a numbered caption."""
+    text = committed.html_path.read_text()
+    secs = _sections(text)
+    assert list(secs) == [s.__name__.rsplit(".", 1)[-1] for s in SECTIONS]
+    for anchor, body in secs.items():
+        assert len(re.sub(r"<[^>]+>", "", body[body.index("</h2>"):])) > 200, f"{anchor} is nearly empty"
+    for anchor, names in expected_figures().items():
+        got = set(re.findall(r'<figure data-name="([^"]+)"><img alt="[^"]*" src="data:image/png;base64,[^"]+">'
+                             r'<figcaption><span class="figno">Figure \d+\.</span> [^<]', secs[anchor]))
+        assert names <= got, f"{anchor}: missing figures {sorted(names - got)}"
+    numbers = [int(n) for n in re.findall(r'<span class="figno">Figure (\d+)\.</span>', text)]
+    assert numbers == list(range(1, len(numbers) + 1))  # numbered in page order
+
+
+def test_the_issues_contents_are_there(committed):
+    """What each section must show (issue 8), in words a reader would look for."""
+    s = _sections(committed.html_path.read_text())
+    assert "Threat model." in s["s1_problem"]
+    if (RESULTS / "gpu_check.json").is_file():
+        assert "Are the NVLink counters right?" in s["s2_monitor"]
+    if (RESULTS / "ingest.json").is_file():
+        assert "What the agent costs." in s["s2_monitor"]
+    if (RESULTS / "detector.json").is_file():
+        det = json.loads((RESULTS / "detector.json").read_text())
+        b = s["s3_benign"]
+        assert ("rt-baseline" in det["detectors"]) != ("missing from this table" in b)  # a row, or why there is none
+        if "rt-baseline" in det["detectors"]:
+            assert "<td>rt-baseline</td>" in b
+        assert "Against the targets." in b and "Per family" in b
+        assert f'title="detector.json#protocol/splits">{det["protocol"]["splits"]}<' in b  # the sample sizes
+        assert f'title="detector.json#dataset/runs">{det["dataset"]["runs"]}<' in b
+    if (RESULTS / "flops.json").is_file():
+        assert "seed FLOP study" in s["s4_flops"]
+    if (RESULTS / "redteam.json").is_file():
+        rt = s["s5_redteam"]
+        for fam in _adv_families():
+            sub = rt[rt.index(f"<h3>{fam}</h3>"):]
+            assert "GPU-hours per token" in sub[:sub.index("</table>")]  # detection by round and cost
+        assert "Why " in s["s6_ranking"] or "No strategy setting evaded" in s["s6_ranking"]
+    assert "What each layer would see" in s["s7_scale"] or 'class="missing"' in s["s7_scale"]
+    assert "<ol class='recs'>" in s["s8_recommendations"]
+    lim = s["s9_limitations"]
+    assert "No power capping or clock limits." in lim and "Multi-node" in lim
+
+
+def test_missed_targets_are_said(committed):
+    """The detector's targets (issue 4) beside its numbers, each met or missed as computed; a build that
+    misses one says so in the summary, section 3 and the limitations."""
+    if not (RESULTS / "detector.json").is_file():
+        pytest.skip("no detector results")
+    fused = json.loads((RESULTS / "detector.json").read_text())["detectors"].get("fused")
+    if fused is None:
+        pytest.skip("fused not evaluated")
+    text = committed.html_path.read_text()
+    missed = [k for k in ("run_accuracy", "inference_fpr", "median_time_to_alert_s")
+              if not TARGETS[f"detector.{k}"].met(fused[k])]
+    summary = text[text.index("<div class='summary'>"):text.index("<nav>")]
+    secs = _sections(text)
+    for part in (summary, secs["s3_benign"], secs["s9_limitations"]):
+        assert part.count("<span class='missed'>missed</span>") >= len(missed)
+    if missed:
+        assert "Detector targets missed." in secs["s9_limitations"]
+        assert "not reached yet" in summary
+    assert 'data-kind="target" title="target:detector.run_accuracy"' in secs["s3_benign"]
+
+
+def test_preliminary_when_campaigns_are_unfinished(committed):
+    from trainsentry.report.sections.s9_limitations import campaign_progress
+    text = committed.html_path.read_text()
+    summary = text[text.index("<div class='summary'>"):text.index("<nav>")]
+    if any(c["recorded"] < c["planned"] for c in campaign_progress(CONFIGS, DATA)):
+        assert "<b>Preliminary.</b>" in summary
+
+
+def test_full_build_shows_the_reproduced_baseline_row(tmp_path):
+    """With rt-baseline in results/detector.json its row stands in the table and no 'missing' statement does."""
+    res = _full_results(tmp_path)
+    b = build(res, DATA, tmp_path / "out", allow_missing=False, pdf=False, configs=CONFIGS)
+    s3 = _sections(b.html_path.read_text())["s3_benign"]
+    assert "<td>rt-baseline</td>" in s3 and "missing from this table" not in s3
+
+
+def test_number_formats():
+    from trainsentry.report.context import fmt_value
+    assert fmt_value(0.9036, "x") == "0.90\u00d7" and fmt_value(18.99, "x") == "19\u00d7"
+    assert fmt_value(-2.9e-5, "s3") == "0.000" and fmt_value(0.616, "s3") == "+0.616"
+    assert fmt_value(-0.0153, "s3") == "\u22120.015"

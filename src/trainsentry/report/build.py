@@ -17,6 +17,7 @@ from .location import DRAFT_MARK
 from .page import Part, page
 from .published import CITATIONS
 from .sections import SECTIONS
+from .summary import render as render_summary
 
 CHROMIUM_CANDIDATES = ("chromium", "chromium-browser", "google-chrome")
 TITLE = "Telling training from inference by outside telemetry"
@@ -49,6 +50,7 @@ def render_html(results: Path, data: Path, allow_missing: bool,
     if missing and not allow_missing:
         raise MissingInputs(missing)
     ctx, figs = Ctx(results, data, allow_missing, configs), Figures()
+    summary = render_summary(ctx)
     parts = []
     for s in SECTIONS:
         start = len(ctx.missing_log)
@@ -56,13 +58,13 @@ def render_html(results: Path, data: Path, allow_missing: bool,
         waits = list(dict.fromkeys(ctx.missing_log[start:]))  # the inputs this section shows as missing
         parts.append(Part(s.__name__.rsplit(".", 1)[-1], s.TITLE, body, waits))
     status = ("<b>Draft</b>: the sections marked below wait for inputs that are not measured yet."
-              if missing else "Built from the committed results and data.")
+              if missing else "Built from the committed results and data, all inputs present.")
     sub = (f"Built by <code>trainsentry report</code> from <code>{html.escape(str(results))}</code> and "
            f"<code>{html.escape(str(data))}</code>. {status} Every number in the text is read from a results "
            f"file or a recorded run at build time; hover over a number to see where it comes from.")
     refs = "".join(f"<li><span class='cite'>{html.escape(c.short)}: {html.escape(c.full)}</span></li>"
                    for c in CITATIONS.values())
-    return page(TITLE, sub, parts, refs, draft_banner(parts, results, data)), ctx, figs, missing
+    return page(TITLE, sub, parts, refs, draft_banner(parts, results, data), summary), ctx, figs, missing
 
 
 def draft_banner(parts: list[Part], results: Path, data: Path) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .inputs import INPUTS, Input, input_path, is_present, where
 from .published import PUBLISHED
+from .targets import TARGETS
 
 # Names that contain digits but are not measurements (hardware, methods, file names). A test checks
 # that every ``term`` span holds one of these, so a number cannot hide as a "term".
@@ -30,7 +31,7 @@ TERMS = frozenset({
 @dataclass
 class Injected:
     text: str
-    kind: str            # "result" | "derived" | "published"
+    kind: str            # "result" | "derived" | "published" | "target"
     value: float | str | None
     sources: list[str]   # "detector.json#detectors/fused/run_accuracy", or "published:key"
 
@@ -95,6 +96,10 @@ class Ctx:
 
     def pub(self, key: str, fmt: str = "g3", unit: str = "") -> str:
         return self._span(PUBLISHED[key].value, fmt, unit, "published", [f"published:{key}"])
+
+    def target(self, key: str, fmt: str = "g3", unit: str = "") -> str:
+        """A project target (``targets.py``: what an issue asks for), never a measurement."""
+        return self._span(TARGETS[key].value, fmt, unit, "target", [f"target:{key}"])
 
     def _span(self, value, fmt: str, unit: str, kind: str, sources: list[str]) -> str:
         text = fmt_value(value, fmt) + (f"\u202f{unit}" if unit and value is not None else "")
@@ -171,8 +176,11 @@ def fmt_value(value, fmt: str) -> str:
     if fmt == "sci":
         m, e = f"{v:.2e}".split("e")
         return f"{m}\u00d710" + str(int(e)).translate(SUPERSCRIPT)
-    if fmt == "x":
-        return f"{v:.2g}\u00d7"
+    if fmt == "x":  # a multiplier: two decimals below ten (0.90×, 2.65×), whole above (19×)
+        return (f"{v:.2f}" if abs(v) < 10 else f"{v:.0f}") + "\u00d7"
+    if fmt in ("s1", "s2", "s3"):  # signed, never "-0.000"
+        t = f"{v:+.{fmt[1]}f}"
+        return t[1:] if float(t) == 0 else t.replace("-", "\u2212")
     if fmt == "usd":
         for div, suf in ((1e9, " billion"), (1e6, " million")):
             if abs(v) >= div:

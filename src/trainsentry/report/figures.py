@@ -21,10 +21,11 @@ def _plt():
     return plt
 
 
-def _png(fig) -> bytes:
+def _png(fig, tight: bool = True) -> bytes:
     buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=110)
+    if tight:
+        fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     _plt().close(fig)
     return buf.getvalue()
 
@@ -35,17 +36,28 @@ def existing(results: Path, name: str) -> bytes | None:
 
 
 def gpu_check_figure(gc: dict) -> bytes:
-    """Bytes NCCL was handed against bytes the NVLink counters saw, one bar pair per GPU and direction."""
+    """Left: bytes handed to NCCL against bytes the NVLink counters saw, per phase, GPU and direction.
+    Right: the relative error of each non-zero row (the bars alone look identical at this accuracy)."""
     plt = _plt()
     rows = gc["rows"]
-    labels = [f"{r['phase']}\n{r['gpu']} {r['direction']}" for r in rows]
+    labels = [f"{r['phase'].replace('_', '-')}\n{r['gpu']} {r['direction'].upper()}" for r in rows]
     x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(8, 3.2))
-    ax.bar(x - 0.2, [r["expected_bytes"] / 1e9 for r in rows], 0.4, label="handed to NCCL")
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.4), gridspec_kw={"width_ratios": [3, 2]})
+    ax.bar(x - 0.2, [r["expected_bytes"] / 1e9 for r in rows], 0.4, label="bytes handed to NCCL")
     ax.bar(x + 0.2, [r["measured_bytes"] / 1e9 for r in rows], 0.4, label="NVLink DATA counters")
-    ax.set_xticks(x, labels, fontsize=7)
+    ax.set_xticks(x, [lab.replace("\n", " ") for lab in labels], fontsize=7, rotation=35, ha="right")
     ax.set_ylabel("GB in the phase")
-    ax.legend(fontsize=8)
+    ax.set_title("bytes per phase, GPU and direction", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncol=2, framealpha=1)
+    ax.set_ylim(0, 1.25 * max(r["expected_bytes"] for r in rows) / 1e9)
+    nz = [(lab, r) for lab, r in zip(labels, rows) if r["expected_bytes"]]
+    y = np.arange(len(nz))
+    ax2.barh(y, [1e6 * abs(r["measured_bytes"] - r["expected_bytes"]) / r["expected_bytes"] for _, r in nz],
+             color="#4a7bb7")
+    ax2.set_yticks(y, [lab.replace("\n", " ") for lab, _ in nz], fontsize=7)
+    ax2.invert_yaxis()
+    ax2.set_xlabel("|counters − NCCL| / NCCL, parts per million")
+    ax2.set_title("relative error (rows where NCCL sent bytes)", fontsize=9)
     return _png(fig)
 
 
@@ -53,9 +65,10 @@ def agent_parts_figure(parts: dict[str, float]) -> bytes:
     """Where the agent's CPU time goes, percent of one core per part."""
     plt = _plt()
     items = sorted(parts.items(), key=lambda kv: kv[1])
-    fig, ax = plt.subplots(figsize=(7, 2.8))
-    ax.barh([k.strip() for k, _ in items], [v for _, v in items], color="#4a7bb7")
-    ax.set_xlabel("% of one core")
+    fig, ax = plt.subplots(figsize=(7.5, 3.0))
+    colors = ["#999999" if k.strip().startswith("total") else "#4a7bb7" for k, _ in items]
+    ax.barh([k.strip() for k, _ in items], [v for _, v in items], color=colors)
+    ax.set_xlabel("% of one CPU core (profiled run)")
     ax.tick_params(axis="y", labelsize=7)
     return _png(fig)
 
@@ -71,52 +84,216 @@ def _gpu_series(run_dir: Path):
     return m, g
 
 
+@functools.lru_cache(maxsize=64)
+def mean_levels(run_dir: Path) -> dict[str, float]:
+    """Per-GPU means over the workload (manifest start to end): NVLink bytes/s sent plus received, and
+    board power in W; what the ranking's "why it worked" compares with the benign counterpart."""
+    m, g = _gpu_series(run_dir)
+    g = g[(g["s"] >= 0) & (g["s"] <= m["end"] - m["start"])]
+    per_gpu = g.groupby("device")
+    return {"nvlink_Bps": float(per_gpu["nvlink_GBps"].mean().mean() * 1e9),
+            "power_W": float(per_gpu["power_W"].mean().mean())}
+
+
 @functools.lru_cache(maxsize=32)
 def telemetry_pair_figure(adv_dir: Path, base_dir: Path) -> bytes:
-    """NVLink bytes/s and power of one red-team run (left) and its benign counterpart (right); drawn
-    once per pair in a process (recorded runs do not change)."""
+    """NVLink bytes/s and power of one red-team run (left) and its benign counterpart (right), on the
+    same time and value axes so the two read side by side; drawn once per pair in a process."""
     plt = _plt()
-    fig, axes = plt.subplots(2, 2, figsize=(9, 4.2), sharex="col", sharey="row")
-    for col, d in enumerate((adv_dir, base_dir)):
-        m, g = _gpu_series(d)
+    fig, axes = plt.subplots(2, 2, figsize=(9.5, 4.6), sharex=True, sharey="row")
+    series = [_gpu_series(d) for d in (adv_dir, base_dir)]
+    t_max = max(g["s"].max() for _, g in series)
+    for col, ((m, g), role) in enumerate(zip(series, ("red team", "benign counterpart"))):
         for dev, part in g.groupby("device"):
-            axes[0, col].plot(part["s"], part["nvlink_GBps"], lw=0.8, label=dev)
-            axes[1, col].plot(part["s"], part["power_W"], lw=0.8, label=dev)
-        axes[0, col].set_title(f"{m['labels']['workload']} ({m['run_id']})", fontsize=8)
-        axes[1, col].set_xlabel("s since workload start")
-    axes[0, 0].set_ylabel("NVLink TX+RX GB/s")
-    axes[1, 0].set_ylabel("power W")
-    axes[0, 0].legend(fontsize=7)
-    return _png(fig)
+            axes[0, col].plot(part["s"], part["nvlink_GBps"], lw=0.7, label=dev)
+            axes[1, col].plot(part["s"], part["power_W"], lw=0.7, label=dev)
+        axes[0, col].set_title(f"{role}: {m['labels']['workload']}", fontsize=9)
+        axes[1, col].set_xlabel("seconds since the workload started")
+        axes[1, col].set_xlim(min(g["s"].min() for _, g in series), t_max)
+    axes[0, 0].set_ylabel("NVLink TX+RX, GB/s")
+    axes[1, 0].set_ylabel("board power, W")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="upper right", ncol=len(labels), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    return _png(fig, tight=False)
 
 
 def detection_by_round_figure(redteam: dict) -> bytes:
+    """Each strategy setting (rows) by round (columns): share of runs detected, with the share of
+    windows below it; a grid, so that settings with the same values do not hide one another."""
     plt = _plt()
-    series: dict[str, list[tuple[int, float]]] = {}
+    rounds = [r["round"] for r in redteam["rounds"]]
+    keys: list[tuple] = []
+    cell: dict[tuple, dict] = {}
     for rnd in redteam["rounds"]:
         for s in rnd["strategies"]:
-            if s.get("run_detection") is not None:
-                series.setdefault(s["name"], []).append((rnd["round"], s["run_detection"]))
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    for name, pts in sorted(series.items()):
-        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", lw=1, label=name)
-    ax.set_xlabel("round")
-    from matplotlib.ticker import MaxNLocator
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
-    ax.set_ylabel("runs detected, %")
-    ax.set_ylim(-5, 105)
-    ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1, 0.5))
+            k = (s["name"], s.get("setting"))
+            if k not in keys:
+                keys.append(k)
+            cell[(k, rnd["round"])] = s
+    keys.sort()
+    grid = np.full((len(keys), len(rounds)), np.nan)
+    for i, k in enumerate(keys):
+        for j, r in enumerate(rounds):
+            s = cell.get((k, r))
+            if s and s.get("run_detection") is not None:
+                grid[i, j] = 100 * s["run_detection"]
+    fig, ax = plt.subplots(figsize=(6.5, 0.9 + 0.45 * len(keys)))
+    im = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=100, aspect="auto")
+    for i, k in enumerate(keys):
+        for j, r in enumerate(rounds):
+            s = cell.get((k, r))
+            if not s:
+                txt = "not played"
+            elif s.get("run_detection") is None:
+                txt = "no score"
+            else:
+                wd = s.get("window_detection")
+                txt = f"runs {100 * s['run_detection']:.0f} %" + (f"\nwindows {100 * wd:.0f} %" if wd is not None else "")
+            dark = not np.isnan(grid[i, j]) and (grid[i, j] < 20 or grid[i, j] > 80)
+            ax.text(j, i, txt, ha="center", va="center", fontsize=7, color="white" if dark else "black")
+    ax.set_xticks(range(len(rounds)), [f"round {r}" for r in rounds], fontsize=8)
+    ax.set_yticks(range(len(keys)), [f"{n} {st}" if st else n for n, st in keys], fontsize=8)
+    ax.xaxis.tick_top()
+    cb = fig.colorbar(im, ax=ax, fraction=0.04)
+    cb.set_label("runs detected, %", fontsize=8)
+    cb.ax.tick_params(labelsize=7)
     return _png(fig)
 
 
 def evasion_cost_figure(ranking: list[dict]) -> bytes:
+    """Runs undetected against GPU-hours per token relative to DDP (log axis: costs span orders of
+    magnitude); labels listed in the legend so that settings at the same point stay readable."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    for r in ranking:
-        ax.scatter(r["gpu_hour_overhead"], 100 * r["evasion"], s=30)
-        ax.annotate(r["name"] + (f" {r['setting']}" if r.get("setting") else ""),
-                    (r["gpu_hour_overhead"], 100 * r["evasion"]), fontsize=7,
-                    xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("GPU-hour overhead against benign DDP (fraction)")
-    ax.set_ylabel("runs undetected in the last round, %")
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    markers = "osD^vP*Xh<>"
+    for i, r in enumerate(ranking):
+        ax.scatter(1 + r["gpu_hour_overhead"], 100 * r["evasion"], s=45, marker=markers[i % len(markers)],
+                   alpha=0.8, label=r["name"] + (f" {r['setting']}" if r.get("setting") else ""))
+    ax.axvline(1, color="0.6", lw=1, ls=":")
+    ax.set_xscale("log")
+    from matplotlib.ticker import FixedLocator, NullLocator
+    xs = [1 + r["gpu_hour_overhead"] for r in ranking] + [1.0]
+    lo, hi = min(xs) / 1.3, max(xs) * 1.3
+    ticks = [m * 10.0 ** e for e in range(-2, 4) for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
+    ax.set_xlim(lo, hi)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([f"{t:g}\u00d7" for t in ticks])
+    ax.set_xlabel("GPU-hours per token, relative to DDP training (1 = same cost)")
+    ax.set_ylabel("runs undetected, last round, %")
+    ax.set_ylim(-8, 108)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    return _png(fig)
+
+
+CLASS_ORDER = {"training": 0, "inference": 1, "other": 2}
+
+
+def family_class(dets: dict, fam: str) -> str:
+    return next(d["per_family"][fam]["class"] for d in dets.values() if fam in (d.get("per_family") or {}))
+
+
+def families_in_order(dets: dict) -> list[str]:
+    """Families of detector results, training first, then inference, then other; by name within a class."""
+    fams = {f for d in dets.values() for f in (d.get("per_family") or {})}
+    return sorted(fams, key=lambda f: (CLASS_ORDER.get(family_class(dets, f), 3), f))
+
+
+def detector_families_figure(detector: dict) -> bytes:
+    """Share of a family's test runs that alerted, per detector: training families should be high,
+    the others low. Horizontal, so that family names stay legible."""
+    plt = _plt()
+    dets = detector["detectors"]
+    names = list(dets)
+    fams = families_in_order(dets)
+    cls = {f: family_class(dets, f) for f in fams}
+    y = np.arange(len(fams))
+    h = 0.8 / max(len(names), 1)
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.3 * len(fams)))
+    for i, n in enumerate(names):
+        pf = dets[n].get("per_family") or {}
+        ax.barh(y + (i - (len(names) - 1) / 2) * h, [100 * pf.get(f, {}).get("alerted_frac", np.nan) for f in fams],
+                h, label=n)
+    ax.set_yticks(y, [f"{f} ({cls[f]})" for f in fams], fontsize=7)
+    ax.invert_yaxis()
+    for i in range(1, len(fams)):
+        if cls[fams[i]] != cls[fams[i - 1]]:
+            ax.axhline(i - 0.5, color="0.3", lw=0.8)
+    ax.set_xlabel("test runs that alerted, % (training: detected; inference and other: false alarms)")
+    ax.set_xlim(0, 100)
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(names), frameon=False)
+    return _png(fig)
+
+
+FLOP_LABELS = {"three_input": "three-input energy", "power_only": "power only", "mlp": "MLP on log features",
+               "residual_mlp": "residual MLP on power only", "tensor": "tensor activity",
+               "fusion": "tensor + three-input fusion"}
+
+
+def flop_label(name: str) -> str:
+    return FLOP_LABELS.get(name, name)
+
+
+def flops_est_vs_true_figure(flops: dict) -> bytes:
+    """Estimated against true FLOPs per held-out training run, one panel per estimator."""
+    plt = _plt()
+    from matplotlib.ticker import FixedLocator, NullLocator
+    rows = flops["per_run"]
+    names = [n for n in flops["estimators"] if any(r.get(n) is not None for r in rows)]
+    ncol = 3
+    nrow = (len(names) + ncol - 1) // ncol
+    fig, axes = plt.subplots(nrow, ncol, figsize=(9.5, 3.1 * nrow), sharex=True, sharey=True, squeeze=False)
+    y = np.asarray([r["true_flops"] for r in rows])
+    lim = (y.min() / 1.6, y.max() * 1.6)
+    k = int(np.floor(np.log10(np.sqrt(lim[0] * lim[1]))))
+    ticks = [m * 10.0 ** e for e in range(k - 1, k + 2) for m in (1, 2, 3, 5, 7) if lim[0] <= m * 10.0 ** e <= lim[1]]
+    for ax, name in zip(axes.flat, names):
+        e = flops["estimators"][name]
+        pred = np.asarray([np.nan if r.get(name) is None else r[name] for r in rows], dtype=float)
+        ax.loglog(lim, lim, color="0.6", lw=1)
+        ax.scatter(y, pred, s=12, alpha=0.7)
+        m = e.get("median_abs_pct_error")
+        sub = f"median |error| {m:.1f} %" if m is not None else "median unbounded"
+        if e.get("splits_failed"):
+            sub += f" ({e['splits_failed']} of {e['splits_attempted']} splits failed)"
+        ax.set_title(f"{flop_label(name)}\n{sub}", fontsize=8)
+        ax.set_xlim(lim)
+        ax.set_ylim(lim)
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(FixedLocator(ticks))
+            axis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([f"{t / 10 ** k:g}" for t in ticks])
+        ax.set_yticklabels([f"{t / 10 ** k:g}" for t in ticks])
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel(f"true FLOPs, units of 1e{k}", fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"estimated FLOPs, units of 1e{k}", fontsize=8)
+    return _png(fig)
+
+
+def flops_errors_figure(flops: dict) -> bytes:
+    """|error| per held-out training run and estimator, on a log axis (all errors are positive)."""
+    plt = _plt()
+    rows = flops["per_run"]
+    names = [n for n in flops["estimators"] if any(r.get(n) is not None for r in rows)]
+    errs = [np.abs([100 * (r[n] - r["true_flops"]) / r["true_flops"] for r in rows if r.get(n) is not None])
+            for n in names]
+    fig, ax = plt.subplots(figsize=(8.5, 3.6))
+    ax.boxplot([np.maximum(e, 1e-2) for e in errs], whis=(5, 95), showfliers=True)
+    for i, e in enumerate(errs, 1):
+        ax.scatter(np.full(len(e), i) + np.linspace(-0.12, 0.12, len(e)), np.maximum(e, 1e-2), s=8, alpha=0.5,
+                   color="#4a7bb7", zorder=3)
+    ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.1, 1, 10, 100: plain numbers
+    ax.set_xticks(range(1, len(names) + 1), [flop_label(n) for n in names], rotation=15, fontsize=8, ha="right")
+    target = flops.get("target_median_abs_pct_error")
+    if target is not None:
+        ax.axhline(target, color="tab:red", lw=1, ls="--", label=f"target for the median: {target:g} %")
+        ax.legend(fontsize=8, loc="upper left")
+    ax.set_ylabel("|error| per run, % (log)")
     return _png(fig)

@@ -14,6 +14,12 @@ figure{margin:1.2rem 0;page-break-inside:avoid} .keep{break-inside:avoid;page-br
 .missing{border-left:4px solid #c33;background:#fdf0f0;padding:.5rem .8rem;margin:.8rem 0;font-size:.9rem}
 .draft{border:2px solid #c33;background:#fdf0f0;padding:.6rem 1rem;margin:1rem 0;font-size:.9rem}
 .draft ul{margin:.4rem 0 0;padding-left:1.2rem} .draft li{margin:.2rem 0}
+.summary{border:1px solid #9ab;background:#f3f7fa;padding:.6rem 1rem;margin:1rem 0;font-size:.92rem}
+.summary ul{margin:.4rem 0 0;padding-left:1.2rem} .summary li{margin:.3rem 0}
+.met{color:#262} .missed{color:#a22;font-weight:bold}
+.pair{display:flex;gap:1rem;align-items:flex-start;break-inside:avoid;page-break-inside:avoid}
+.pair figure{flex:1;min-width:0;margin:.6rem 0}
+table.wide{font-size:.78rem} table.wide td,table.wide th{padding:.2rem .35rem}
 .drafttag{font-size:.8rem;font-weight:normal;color:#fff;background:#c33;border-radius:3px;padding:.05rem .4rem;
 vertical-align:middle;margin-left:.5rem} nav .drafttag{font-size:.7rem;margin-left:.3rem}
 .note{font-size:.85rem;color:#555} .cite{color:#335;font-size:.9em} code{font-size:.85em;background:#f4f4f4}
@@ -35,7 +41,8 @@ DRAFT_TAG = "<span class='drafttag'>draft: inputs missing</span>"
 NAV_TAG = "<span class='drafttag'>draft</span>"
 
 
-def page(title: str, subtitle_html: str, sections: list[Part], refs_html: str, banner_html: str = "") -> str:
+def page(title: str, subtitle_html: str, sections: list[Part], refs_html: str, banner_html: str = "",
+         summary_html: str = "") -> str:
     """``sections`` in order; section numbers come from the order. A section waiting for inputs is
     tagged in the contents and at its heading."""
     nav = "".join(f'<li><a href="#{p.anchor}">{html.escape(p.title)}</a>{NAV_TAG if p.waits else ""}</li>'
@@ -44,5 +51,5 @@ def page(title: str, subtitle_html: str, sections: list[Part], refs_html: str, b
                    f'{DRAFT_TAG if p.waits else ""}</h2>{p.body}</section>' for i, p in enumerate(sections, 1))
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><p class='sub'>{subtitle_html}</p>"
-            f"{banner_html}<nav><ol>{nav}</ol></nav>{body}<section id='references'><h2>References</h2>"
+            f"{banner_html}{summary_html}<nav><ol>{nav}</ol></nav>{body}<section id='references'><h2>References</h2>"
             f"<ol class='refs'>{refs_html}</ol></section></body></html>")

@@ -24,8 +24,10 @@ bytes (all-reduce and one-way send phases of {ctx.num('gpu_check', 'bytes_per_op
 and compared them with the NVLink DATA counters the agent reads. The largest relative error over every GPU,
 direction and phase was {ctx.num('gpu_check', 'max_abs_rel_error', 'pctg')}. In the one-way phase the
 quiet direction saw at most {quiet}, {tells}. Machine: {ctx.num('gpu_check', 'machine')}.</p>
-{figs.embed(F.gpu_check_figure(gc), "gpu_check", "Bytes handed to NCCL against the NVLink counters, per GPU, "
-            "direction and phase (results/gpu_check.json).")}"""
+{figs.embed(F.gpu_check_figure(gc), "gpu_check", "NVLink counter check. Left: bytes handed to NCCL against the "
+            "bytes the NVLink DATA counters counted, per phase, GPU and direction (TX sent, RX received); in the "
+            "one-way send phase the idle direction of each GPU stays near zero. Right: the relative error of each "
+            "row that carried bytes, in parts per million (results/gpu_check.json).")}"""
 
 
 def _gpus(devices: list) -> int:
@@ -64,13 +66,18 @@ def _overhead(ctx, figs) -> str:
     parts = ctx.value("ingest", f"{a}/parts_percent_of_one_core")
     gpus = ctx.derived(_gpus(ctx.value("ingest", f"{a}/devices")), "int", [("ingest", f"{a}/devices")])
     sh = "collector/shapes/realistic"
+    total = next((k for k in parts if k.strip().startswith("total")), None)
+    profiled = (f" The breakdown comes from one extra run with every part timed, whose total was "
+                f"{ctx.num('ingest', f'{a}/parts_percent_of_one_core/{total}', 'f2', '%')} (timing adds its own cost); "
+                f"the headline figure above is the median of "
+                f"{ctx.num('ingest', f'{a}/repeats', 'int')} untimed runs.") if total else ""
     return f"""
 <p><b>What the agent costs.</b> Sampling a simulated node of {gpus} GPUs with network and InfiniBand interfaces
 at {ctx.num('ingest', f'{a}/hz', 'g3', 'Hz')}, the agent used {ctx.num('ingest', f'{a}/percent_of_one_core', 'f2', '% of one core')}
 ({_target(ctx, 'ingest', a)}), of which the agent's own machinery (everything but reading the sources) was
 {ctx.num('ingest', f'{a}/agent_machinery_percent_of_one_core', 'f2', '%')}.</p>
 {figs.embed(F.agent_parts_figure(parts), "agent_parts", "Where the agent's CPU time goes on the simulated node, "
-            "percent of one core per part (results/ingest.json).")}
+            "percent of one core per part, in one profiled run (grey: that run's total; results/ingest.json)." + profiled)}
 {_real_node(ctx)}
 <p><b>What the collector takes.</b> One collector process ingested
 {ctx.num('ingest', f'{sh}/collector_samples_per_s', 'int', 'samples/s')} from
@@ -118,6 +125,20 @@ def _rates(ctx) -> str:
     return f" The recorded runs in this report were sampled at {ctx.spread(hz, 'g3', [('traces', 'sample_hz')], 'Hz')}."
 
 
+def _segmentation(ctx) -> str:
+    """How the segmenters did on the benign runs (results/detector.json → segmentation)."""
+    if not ctx.has("detector") or "segmentation" not in ctx.load("detector"):
+        return ""
+    p = "segmentation"
+    return (f" On the {ctx.num('detector', f'{p}/runs', 'int')} benign runs (each one workload), our segmenter "
+            f"found exactly one job in {ctx.num('detector', f'{p}/ours/share_one_job', 'pct')} of runs and one "
+            f"segment in {ctx.num('detector', f'{p}/ours/share_one_segment', 'pct')}, with a median onset error of "
+            f"{ctx.num('detector', f'{p}/ours/median_abs_onset_error_s', 'f1', 's')}; the seed FLOP study's rule "
+            f"found one workload in {ctx.num('detector', f'{p}/baseline/share_one_workload', 'pct')} of runs "
+            f"(median onset error {ctx.num('detector', f'{p}/baseline/median_abs_onset_error_s', 'f1', 's')}). "
+            f"Each of these runs holds one workload: they test where a job starts, not linking across deliberate pauses.")
+
+
 def render(ctx, figs) -> str:
     t = ctx.term
     return f"""
@@ -134,7 +155,10 @@ them, so a network outage or a restart loses nothing.</p>
 <p><b>Collector.</b> A central service verifies and stores batches, keeps per-node state, and computes
 verdicts live over the same windowed features used offline, so the evaluated detector is the deployed
 one. A dashboard shows each node's state over time, the evidence behind it, alerts and jobs.</p>
-<p><b>Segmentation and detectors.</b> A trace is cut into sliding windows; features describe the
+<p><b>Segmentation.</b> A segmenter finds where workloads start and end in a node's stream, and links
+segments separated by idle gaps into one job when the GPUs keep their memory and the activity resumes
+with the same signature, so that pausing does not split a job.{_segmentation(ctx)}</p>
+<p><b>Detectors.</b> A trace is cut into sliding windows; features describe the
 communication shape (volume, symmetry of sent and received bytes, periodicity, burstiness) and
 activity. The detectors share one interface: {_detectors(ctx)}. {_alert_rule(ctx)}</p>
 {_counter_check(ctx, figs)}

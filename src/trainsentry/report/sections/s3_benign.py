@@ -1,14 +1,20 @@
 """3. Benign validation: dataset, accuracy, false positives, time to alert, per family, beside the
-reproduced Rahman & Tajdari classifier on the same splits."""
+reproduced Rahman & Tajdari classifier on the same splits (or, when results/detector.json does not
+hold it, why it is missing and what would produce it)."""
 
 import html
+import statistics
 
 from .. import figures as F
+from ..inputs import INPUTS as ALL_INPUTS
+from ..published import PUBLISHED
+from ..summary import detector_vs_targets, primary_detector
 
 TITLE = "Benign validation"
 INPUTS = ("dataset", "detector")
-COLUMNS = (("run_accuracy", "run accuracy", "pct"), ("inference_fpr", "inference false-positive rate", "pct"),
-           ("median_time_to_alert_s", "median time to alert", "f0"), ("window_auc", "window AUC", "f3"),
+COLUMNS = (("run_accuracy", "run accuracy", "pct"), ("training_detection", "training runs detected", "pct"),
+           ("inference_fpr", "inference false-positive rate", "pct"), ("other_fpr", "other false-positive rate", "pct"),
+           ("median_time_to_alert_s", "median time to alert (s)", "f0"), ("window_auc", "window AUC", "f3"),
            ("lofo_min_family_detection", "worst held-out training family", "pct"))
 
 
@@ -20,8 +26,168 @@ def _dataset(ctx) -> str:
                    f"<td>{html.escape(', '.join(ctx.value('dataset', 'families_by_class').get(c, [])))}</td></tr>"
                    for c in sorted(ctx.value("dataset", "by_class")))
     return (f"<p>The dataset holds {ctx.num('dataset', 'runs', 'int')} recorded runs on {ctx.term('H200')} "
-            f"nodes, labelled by what actually ran:</p><table><tr><th>class</th><th>runs</th>"
-            f"<th>configurations</th><th>families</th></tr>{rows}</table>")
+            f"nodes, labelled by what actually ran: training, inference, or other GPU work that is neither "
+            f"(idle, matrix multiplications, memory copies, collective benchmarks). A configuration is one workload "
+            f"with one set of parameters; repeats of a configuration are always on the same side of a split.</p>"
+            f"<table><tr><th>class</th><th>runs</th><th>configurations</th><th>families</th></tr>{rows}</table>")
+
+
+def _cell(ctx, name: str, key: str, fmt: str) -> str:
+    if key not in ctx.value("detector", f"detectors/{name}"):
+        return "—"
+    return ctx.num("detector", f"detectors/{name}/{key}", fmt)
+
+
+def _protocol(ctx) -> str:
+    proto = ctx.load("detector").get("protocol") or {}
+    if "splits" not in proto or "dataset" not in ctx.load("detector"):
+        return ""
+    frac = (f"{ctx.num('detector', 'protocol/train_fraction_of_configs', 'pct')} of each class's configurations"
+            if "train_fraction_of_configs" in proto else "part of the configurations")
+    return (f"<p><b>Protocol.</b> Every detector was fitted on {frac} and scored on the rest, over "
+            f"{ctx.num('detector', 'protocol/splits', 'int')} random splits of the "
+            f"{ctx.num('detector', 'dataset/runs', 'int')} runs ({ctx.num('detector', 'dataset/configs', 'int')} "
+            f"configurations in {ctx.num('detector', 'dataset/families', 'int')} families); no configuration is "
+            f"on both sides of a split. Run-level numbers are means over the splits' test sides, each holding about a "
+            f"third of the runs, so one run more or less correct moves a split's accuracy by several points. "
+            f"Each family was also scored by a model fitted without any run of that family "
+            f"(leave one family out; for inference and other families, correct means not alerted). Times to alert are in seconds from the true start of the workload.</p>")
+
+
+def _targets(ctx) -> str:
+    name = primary_detector(ctx)
+    if not name:
+        return ""
+    return (f"<p><b>Against the targets.</b> The project set targets for the {html.escape(name)} detector; on this "
+            f"data it reaches {detector_vs_targets(ctx, name)}."
+            + (f" These numbers are preliminary: they rest on {ctx.num('detector', 'dataset/runs', 'int')} runs, and "
+               f"a detector fitted on about two thirds of them has seen few examples of each family."
+               if "dataset" in ctx.load("detector") else "") + "</p>")
+
+
+def _rt_missing(ctx) -> str:
+    """Why the reproduced baseline has no row, from the results and the runs, and what produces it."""
+    cmd = ctx.value("detector", "command") if "command" in ctx.load("detector") else None
+    evaluated = ", ".join(ctx.term(n) if n in ("comm-rules", "comm-ml", "fused") else html.escape(n)
+                          for n in ctx.value("detector", "detectors"))
+    out = (f"<p><b>The reproduced Rahman &amp; Tajdari classifier is missing from this table.</b> "
+           f"{ctx.term('rt-baseline')} is implemented, but <code>results/detector.json</code> was produced "
+           + (f"by <code>{html.escape(cmd)}</code>, " if cmd else "")
+           + f"which evaluated {evaluated} only. ")
+    windows = (ctx.load("detector").get("dataset") or {}).get("windows") or {}
+    lengths = [m["end"] - m["start"] for _, m in ctx.runs("traces")]
+    if "rt" in windows and lengths:
+        first = (PUBLISHED["rt.window_s"].value + (PUBLISHED["rt.alert_k"].value - 1) * PUBLISHED["rt.stride_s"].value)
+        out += (f"On these runs it could not be compared fairly at run level anyway: it reads "
+                f"{ctx.pub('rt.window_s', 'int', 's')} windows every {ctx.pub('rt.stride_s', 'int', 's')} "
+                f"{ctx.cite('rt')}, so the {ctx.num('detector', 'dataset/runs', 'int')} runs give "
+                f"{ctx.num('detector', 'dataset/windows/rt', 'int')} of its windows in all (our detectors: "
+                f"{ctx.num('detector', 'dataset/windows/trainsentry', 'int')}), and its "
+                f"{ctx.pub('rt.alert_k', 'int')}-of-{ctx.pub('rt.alert_n', 'int')} alert rule cannot fire before "
+                f"{ctx.derived(first, 'int', ['published:rt.window_s', 'published:rt.stride_s', 'published:rt.alert_k'], 's')} "
+                f"while the benign runs last a median of "
+                f"{ctx.derived(statistics.median(lengths), 'f0', [('traces', 'end-start')], 's')}. ")
+    shared = ctx.has("redteam") and "rt-baseline" in ((ctx.value("redteam", "rounds") or [{}])[0].get("benign") or {})
+    out += (f"A full comparison needs longer runs and <code>{html.escape(ALL_INPUTS['detector'].command)}</code>, "
+            f"which evaluates all four detectors on the same splits. "
+            + ("Meanwhile, a like-for-like comparison on fewer splits follows below."
+               if shared else "Until then the published row below is the only reference, and it is not on our data.")
+            + "</p>")
+    return out
+
+
+SAME_SPLIT_COLUMNS = (("run_accuracy", "run accuracy"), ("training_detection", "training runs detected"),
+                      ("inference_fpr", "inference false-positive rate"), ("other_fpr", "other false-positive rate"),
+                      ("window_auc", "window AUC"))
+
+
+def _same_splits(ctx) -> str:
+    """All detectors, the reproduced baseline included, on the red team's shared benign splits (round 1 of
+    results/redteam.json: every detector as delivered), when that file holds them."""
+    if not ctx.has("redteam"):
+        return ""
+    rounds = ctx.value("redteam", "rounds")
+    bench = (rounds[0].get("benign") or {}) if rounds else {}
+    if "rt-baseline" not in bench:
+        return ""
+    alt = next((k for k in ("1of1@0.5",) if all(k in (v.get("alternative_alert_rules") or {}) for v in bench.values())),
+               None)
+    head = "".join(f"<th>{h}</th>" for _, h in SAME_SPLIT_COLUMNS)
+    proto = ctx.load("redteam").get("protocol") or {}
+    if alt and "threshold" in ((proto.get("alternative_alert_rules") or {}).get(alt) or {}):
+        head += (f"<th>run accuracy, alert on one window with P(training) ≥ "
+                 f"{ctx.num('redteam', f'protocol/alternative_alert_rules/{alt}/threshold', 'g2')}</th>")
+    elif alt:
+        head += "<th>run accuracy, alert on one window</th>"
+    rows = ""
+    for n, v in bench.items():
+        p = f"rounds/0/benign/{n}"
+        cells = "".join(f"<td>{ctx.num('redteam', f'{p}/{k}', 'f3' if k == 'window_auc' else 'pct') if k in v else '—'}</td>"
+                        for k, _ in SAME_SPLIT_COLUMNS)
+        if alt:
+            cells += f"<td>{ctx.num('redteam', f'{p}/alternative_alert_rules/{alt}/run_accuracy', 'pct')}</td>"
+        rows += f"<tr><td>{html.escape(n)}</td>{cells}</tr>"
+    splits = {v.get("splits") for v in bench.values()}
+    n_splits = (ctx.num("redteam", f"rounds/0/benign/{next(iter(bench))}/splits", "int")
+                if len(splits) == 1 and None not in splits else "a few")
+    rt = bench["rt-baseline"]
+    note = ""
+    if rt.get("training_detection") == 0 and (rt.get("window_auc") or 0) > 0.5:
+        note = (f" The reproduction separates windows well (window AUC "
+                f"{ctx.num('redteam', 'rounds/0/benign/rt-baseline/window_auc', 'f3')}) but detects no training run "
+                f"under its own alert rule, because the runs end before the rule can fire; alerting on any single "
+                f"window instead (last column) shows what its windows are worth on runs this short.")
+    return (f"<div class='keep'><h3>Side by side with the reproduced classifier, on shared splits</h3><p>The red team's first round "
+            f"(detectors as delivered, before any hardening) fitted and scored all four detectors, "
+            f"{ctx.term('rt-baseline')} included, on the same {n_splits} configuration-grouped splits of the benign "
+            f"runs. Far fewer splits than above, so each number is rough, but the comparison is like for like.{note}</p>"
+            f"<table class='wide'><tr><th>detector</th>{head}</tr>{rows}</table></div>")
+
+
+def _family_table(ctx, dets: dict) -> str:
+    fams = F.families_in_order(dets)
+    if not fams:
+        return ""
+    runs = (ctx.load("detector").get("dataset") or {}).get("runs_by_family") or {}
+    head = "".join(f"<th>{html.escape(n)}: alerted / held out</th>" for n in dets)
+    rows = ""
+    for fam in fams:
+        cls = F.family_class(dets, fam)
+        cells = ""
+        for n, d in dets.items():
+            pf = (d.get("per_family") or {}).get(fam)
+            lofo = (d.get("lofo") or {}).get(fam)
+            a = ctx.num("detector", f"detectors/{n}/per_family/{fam}/alerted_frac", "pct") if pf else "—"
+            b = ctx.num("detector", f"detectors/{n}/lofo/{fam}/correct_frac", "pct") if lofo else "—"
+            cells += f"<td>{a} / {b}</td>"
+        nruns = ctx.num("detector", f"dataset/runs_by_family/{fam}", "int") if fam in runs else "—"
+        rows += f"<tr><td>{html.escape(fam)}</td><td>{html.escape(cls)}</td><td>{nruns}</td>{cells}</tr>"
+    return ("<h3>Per family</h3><p>For each family: its runs in the dataset; then, per detector, the share of "
+            "its test runs that alerted, pooled over every split in which they were on the test side (for "
+            "training: detected; for inference and other: a false alarm), and the share of its runs classified "
+            "correctly when the whole family was left out of fitting. With one to a few runs per family, each "
+            "share rests on very few runs.</p>"
+            f"<table class='wide'><tr><th>family</th><th>class</th><th>runs</th>{head}</tr>{rows}</table>")
+
+
+def _worst_families(ctx, dets: dict) -> str:
+    parts = []
+    for n, d in dets.items():
+        lofo = d.get("lofo") or {}
+        train = {f: v["correct_frac"] for f, v in lofo.items() if v.get("class") == "training"}
+        if not train:
+            continue
+        lo = min(train.values())
+        worst = sorted(f for f, v in train.items() if v == lo)
+        parts.append(f"{ctx.term(n) if n in ('comm-rules', 'comm-ml', 'fused') else html.escape(n)}: "
+                     + ", ".join(html.escape(f) for f in worst)
+                     + f" ({ctx.num('detector', f'detectors/{n}/lofo_min_family_detection', 'pct')} detected)")
+    if not parts:
+        return ""
+    return ("<p>The last column is the weakest point: a training family none of whose runs were seen in fitting "
+            "can go entirely undetected. Worst held-out training families: " + "; ".join(parts)
+            + ". A new kind of training is exactly what an adversary would bring, so this column matters more than "
+            "the mean accuracy.</p>")
 
 
 def _detectors(ctx, figs) -> str:
@@ -31,33 +197,40 @@ def _detectors(ctx, figs) -> str:
     head = "".join(f"<th>{h}</th>" for _, h, _ in COLUMNS)
     body = ""
     for name in dets:
-        cells = "".join(f"<td>{ctx.num('detector', f'detectors/{name}/{k}', f)}</td>" for k, _, f in COLUMNS)
+        cells = "".join(f"<td>{_cell(ctx, name, k, f)}</td>" for k, _, f in COLUMNS)
         body += f"<tr><td>{html.escape(name)}</td>{cells}</tr>"
-    pub = (f"<tr class='pub'><td>published {ctx.cite('rt')}</td><td>{ctx.pub('rt.accuracy', 'pct')} (windows)</td>"
-           f"<td>{ctx.pub('rt.fpr', 'pct')}</td><td>{ctx.pub('rt.tta_median_s', 'int')}</td><td>—</td><td>—</td></tr>")
+    pub = (f"<tr class='pub'><td>published {ctx.cite('rt')}</td><td>{ctx.pub('rt.accuracy', 'pct')} (window "
+           f"accuracy)</td><td>—</td><td>{ctx.pub('rt.fpr', 'pct')}</td><td>—</td>"
+           f"<td>{ctx.pub('rt.tta_median_s', 'int')}</td><td>—</td><td>—</td></tr>")
     best = max(dets, key=lambda d: (dets[d].get("run_accuracy") or 0))
-    out = [f"<p>Every detector was fitted and scored on the same configuration-grouped splits (no configuration "
-           f"appears in both training and test), and each held-out family was also scored by a model fitted "
-           f"without it. Times to alert are in seconds from the start of the workload. The most accurate by run "
-           f"was <b>{html.escape(best)}</b> at {ctx.num('detector', f'detectors/{best}/run_accuracy', 'pct')}, with an "
-           f"inference false-positive rate of {ctx.num('detector', f'detectors/{best}/inference_fpr', 'pct')}.</p>",
-           f"<table><tr><th>detector</th>{head}</tr>{body}{pub}</table>",
-           "<p class='note'>The published row is the paper's own corpus and protocol, not our splits; the "
-           f"{ctx.term('rt-baseline')} row is our reproduction on our splits, which is the fair comparison.</p>"]
-    for name, cap in (("detector_roc.png", "Window-level ROC of every detector, pooled over splits."),
-                      ("detector_time_to_alert.png", "Time to alert of training runs, per detector."),
-                      ("detector_families.png", "Detection by workload family, per detector.")):
-        out.append(figs.embed(F.existing(ctx.results, name), name, html.escape(cap + f" (results/figures/{name})")))
-    fam_rows = ""
-    for name in dets:
-        for fam, v in sorted((dets[name].get("per_family") or {}).items()):
-            fam_rows += (f"<tr><td>{html.escape(name)}</td><td>{ctx.derived(fam, 'str', [('detector', f'detectors/{name}/per_family')])}</td><td>{html.escape(v['class'])}</td>"
-                         f"<td>{ctx.num('detector', f'detectors/{name}/per_family/{fam}/test_instances', 'int')}</td>"
-                         f"<td>{ctx.num('detector', f'detectors/{name}/per_family/{fam}/alerted_frac', 'pct')}</td></tr>")
-    if fam_rows:
-        out.append("<h3>Per family</h3><table><tr><th>detector</th><th>family</th><th>class</th>"
-                   f"<th>test instances</th><th>alerted</th></tr>{fam_rows}</table>")
-    return "\n".join(out)
+    has_rt = "rt-baseline" in dets
+    out = [_protocol(ctx),
+           f"<p>The most accurate by run was <b>{html.escape(best)}</b> at "
+           f"{ctx.num('detector', f'detectors/{best}/run_accuracy', 'pct')}, with an inference false-positive rate of "
+           f"{ctx.num('detector', f'detectors/{best}/inference_fpr', 'pct')}.</p>",
+           _targets(ctx),
+           "" if has_rt else _rt_missing(ctx),
+           f"<table class='wide'><tr><th>detector</th>{head}</tr>{body}{pub}</table>",
+           "<p class='note'>The published row is the paper's own corpus and protocol, not our splits"
+           + (f"; the {ctx.term('rt-baseline')} row is our reproduction on our splits, which is the fair comparison."
+              if has_rt else f"; it reports window accuracy, not run accuracy, on their corpus of "
+                             f"{ctx.pub('rt.runs', 'int')} runs.") + "</p>",
+           _worst_families(ctx, dets), _same_splits(ctx)]
+    pair = []
+    for name, cap in (("detector_roc.png", "Window-level ROC of every detector, test sides of all splits pooled: "
+                                           "share of training windows detected against share of other windows "
+                                           "flagged."),
+                      ("detector_time_to_alert.png", "Time to alert of the training runs that alerted, per detector "
+                                                     "(cumulative share; n: alerted test runs pooled over splits).")):
+        pair.append(figs.embed(F.existing(ctx.results, name), name, html.escape(cap + f" (results/figures/{name})")))
+    out.append(f"<div class='pair'>{''.join(pair)}</div>")
+    if any(d.get("per_family") for d in dets.values()):
+        out.append(figs.embed(F.detector_families_figure(ctx.load("detector")), "detector_families",
+                              "Share of each family's test runs that alerted, per detector, pooled over splits; "
+                              "training families above the line (higher is better), inference and other below "
+                              "(lower is better). From results/detector.json."))
+    out.append(_family_table(ctx, dets))
+    return "\n".join(x for x in out if x)
 
 
 def render(ctx, figs) -> str:

@@ -8,6 +8,13 @@ TITLE = "FLOP estimation"
 INPUTS = ("flops",)
 SEED = {"three_input": "seed.three_input", "power_only": "seed.power_only", "mlp": "seed.mlp",
         "residual_mlp": "seed.mlp"}
+# What each estimator reads, in words (the name is the one results/flops.json uses).
+WHAT = {"three_input": "energy above idle, corrected for memory and NVLink traffic (the seed study's model)",
+        "power_only": "energy above idle alone (the seed study's power-only model)",
+        "mlp": "a small neural network on log features (the seed study's MLP)",
+        "residual_mlp": "a neural network correcting the power-only model",
+        "tensor": "tensor-pipe activity times a calibrated FLOP rate (ours)",
+        "fusion": "a weighted blend of tensor activity and the three-input model (ours)"}
 
 
 def render(ctx, figs) -> str:
@@ -15,7 +22,8 @@ def render(ctx, figs) -> str:
              f"reproduced the estimators of the {ctx.cite('seed')} (energy above idle corrected for memory and "
              f"NVLink traffic, power alone, and small neural networks on log features) and added estimators that "
              f"use the tensor-pipe activity our agent records, all on the same grouped splits: "
-             f"configurations used for calibration are never evaluated.</p>")
+             f"configurations used for calibration are never evaluated. FLOPs are defined for training runs only, so "
+             f"this section uses the training runs of the benign dataset.</p>")
     if not ctx.has("flops"):
         return intro + ctx.missing("flops", "FLOP estimator errors")
     est = ctx.value("flops", "estimators")
@@ -31,28 +39,88 @@ def render(ctx, figs) -> str:
         splits = (f"{ctx.num('flops', f'estimators/{name}/splits_failed', 'int')} of "
                   f"{ctx.num('flops', f'estimators/{name}/splits_attempted', 'int')}"
                   if "splits_failed" in e and "splits_attempted" in e else "—")
-        rows += (f"<tr><td>{html.escape(name)}</td>"
+        rows += (f"<tr><td>{html.escape(F.flop_label(name))}</td><td>{html.escape(WHAT.get(name, ''))}</td>"
                  f"<td>{ctx.num('flops', f'estimators/{name}/median_abs_pct_error', 'pctv')}</td>"
                  f"<td>{ctx.num('flops', f'estimators/{name}/p90_abs_pct_error', 'pctv')}</td><td>{splits}</td>"
                  f"<td>{seed}</td></tr>")
         if e.get("median_abs_pct_error") is None:
             why = "; ".join(ctx.num("flops", f"estimators/{name}/failures/{i}/reason")
                             for i, f in enumerate(e.get("failures") or []) if isinstance(f, dict) and f.get("reason"))
-            failed.append(f"<b>{html.escape(name)}</b>" + (f" ({why})" if why else ""))
+            failed.append(f"<b>{html.escape(F.flop_label(name))}</b>" + (f" ({why})" if why else ""))
     scored = {k: v["median_abs_pct_error"] for k, v in est.items() if v.get("median_abs_pct_error") is not None}
     best = min(scored, key=scored.get) if scored else None
-    lead = (f"<p>The most accurate was <b>{html.escape(best)}</b>, with a median absolute error of "
+    lead = (f"<p>The most accurate was <b>{html.escape(F.flop_label(best))}</b>, with a median absolute error of "
             f"{ctx.num('flops', f'estimators/{best}/median_abs_pct_error', 'pctv')}.</p>") if best else ""
     fails = (f"<p>A split an estimator cannot be calibrated on is a failure, and its predictions count as "
              f"unbounded errors; an error that falls among them is unbounded (n/a above). The median is unbounded "
              f"for {', '.join(failed)}.</p>") if failed else ""
-    out = [intro, lead, "<table><tr><th>estimator</th><th>median abs. error (ours)</th><th>upper-decile abs. error (ours)</th>"
+    target = ""
+    if ctx.load("flops").get("target_median_abs_pct_error") is not None and best:
+        tgt = ctx.value("flops", "target_median_abs_pct_error")
+        meet = sorted(F.flop_label(k) for k, v in scored.items() if v <= tgt)
+        target = (f"<p>The project's target is a median absolute error of at most "
+                  f"{ctx.num('flops', 'target_median_abs_pct_error', 'pctv')}: "
+                  + (f"met by {', '.join(html.escape(m) for m in meet)}." if meet else "not met by any estimator.")
+                  + " Each median pools every held-out prediction over the splits; a training run is held out in "
+                    "about a third of them.</p>")
+    out = [intro, lead, target, "<table class='wide'><tr><th>estimator</th><th>what it reads</th><th>median abs. error (ours)</th><th>upper-decile abs. error (ours)</th>"
            f"<th>splits failed</th><th>median abs. error, {ctx.cite('seed')}</th></tr>{rows}</table>", fails,
            "<p class='note'>The seed study's figures are from two NVLink-connected "
            f"{ctx.term('V100')} GPUs and its own workloads; ours from {ctx.term('H200')} runs.</p>"]
-    for name, cap in (("flops_est_vs_true.png", "Estimated against true FLOPs, held-out runs."),
-                      ("flops_errors.png", "Error distribution per estimator."),
-                      ("flops_tensor_rate.png", "FLOPs per tensor-busy GPU-second per run, against the tensor "
-                                                "cores' peak.")):
-        out.append(figs.embed(F.existing(ctx.results, name), name, html.escape(cap + f" (results/figures/{name})")))
-    return "\n".join(out)
+    if ctx.load("flops").get("per_run"):
+        out.append(figs.embed(F.flops_est_vs_true_figure(ctx.load("flops")), "flops_est_vs_true",
+                              "Estimated against true FLOPs per training run (true: PyTorch's FLOP counter during "
+                              "the run), each run's estimate averaged over the splits in which it was held out; the "
+                              "grey line is a perfect estimate. From results/flops.json."))
+        out.append(figs.embed(F.flops_errors_figure(ctx.load("flops")), "flops_errors",
+                              "Absolute error per held-out training run and estimator (log axis; box: quartiles and "
+                              "median, whiskers and circles: the spread and the extremes; dots: the runs). From "
+                              "results/flops.json."))
+    name = "flops_tensor_rate.png"
+    out.append(figs.embed(F.existing(ctx.results, name), name,
+                          html.escape("FLOPs per tensor-busy GPU-second per run, against the tensor cores' peak: a "
+                                      "check of the tensor-activity estimator's physics. A rate above the peak lines "
+                                      "is physically impossible, so the FLOP count behind it includes work the GPU "
+                                      "did not do; the two markers count causal attention in full and as half. "
+                                      f"(results/figures/{name})")))
+    out.append(_redteam(ctx))
+    return "\n".join(x for x in out if x)
+
+
+def _redteam(ctx) -> str:
+    """The frozen estimators on the red-team runs (results/redteam.json → flop_estimator), beside the seed
+    study's error under its strongest red-team strategy."""
+    if not ctx.has("redteam") or "flop_estimator" not in ctx.load("redteam"):
+        return ""
+    fe = ctx.value("redteam", "flop_estimator")
+    names = fe.get("estimators") or []
+    rows = ""
+    worst: dict[str, float] = {}
+    for i, st in enumerate(fe.get("settings") or []):
+        label = (f"<code>{html.escape(st['name'])}</code>" + (f" {ctx.num('redteam', f'flop_estimator/settings/{i}/setting')}"
+                                                            if st.get("setting") not in (None, "-") else ""))
+        role = "benign control" if st.get("role") == "control" else "red team"
+        cells = ""
+        for n in names:
+            v = (st.get("pct_error") or {}).get(n)
+            cells += f"<td>{ctx.num('redteam', f'flop_estimator/settings/{i}/pct_error/{n}', 's1', '%') if v is not None else '—'}</td>"
+            if v is not None and st.get("role") != "control":
+                worst[n] = max(worst.get(n, 0.0), abs(v))
+        rows += f"<tr><td>{label}</td><td>{role}</td>{cells}</tr>"
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(F.flop_label(n))}</th>" for n in names)
+    calib = fe.get("calibrated_on") or {}
+    cal = (f", calibrated on the {ctx.num('redteam', 'flop_estimator/calibrated_on/runs', 'int')} benign training runs"
+           if "runs" in calib else "")
+    out = (f"<div class='keep'><h3>Under the red team</h3><p>The estimators, frozen{cal}, were applied to every recorded red-team "
+           f"run and to the benign control run recorded with them. Signed error in percent (negative: the estimate "
+           f"is too low); one run per row. The {ctx.cite('seed')} reported a median error of "
+           f"{ctx.pub('seed.redteam_median', 'int', '%')} under its strongest red-team strategy.</p>"
+           f"<table class='wide'><tr><th>run</th><th>role</th>{head}</tr>{rows}</table></div>")
+    if worst:
+        n = min(worst, key=worst.get)
+        out += (f"<p>The estimator whose largest red-team error was smallest is {html.escape(F.flop_label(n))}, "
+                f"at most {ctx.derived(worst[n], 'f1', [('redteam', 'flop_estimator/settings')], '%')} off; with one "
+                f"run per strategy these are single measurements, not medians.</p>")
+    return out

@@ -13,6 +13,8 @@ from pathlib import Path
 from .. import figures as F
 from ...redteam.rounds import _setting  # the setting name the red team's results use
 from ..inputs import INPUTS as ALL_INPUTS, input_path
+from ..summary import sec, verdict
+from ..targets import TARGETS
 
 TITLE = "Red-team experiments"
 INPUTS = ("redteam", "traces", "redteam_traces")
@@ -42,6 +44,24 @@ WHAT = {
 }
 
 
+def plural(n: int, one: str, many: str | None = None) -> str:
+    return one if n == 1 else (many or one + "s")
+
+
+def _counterparts(ctx) -> dict[str, str]:
+    """Run id of an adversarial run -> the benign run directory its cost and figure were set against, as
+    results/redteam.json records it (last round that names one)."""
+    out: dict[str, str] = {}
+    if not ctx.has("redteam"):
+        return out
+    for rnd in ctx.value("redteam", "rounds"):
+        for s in rnd["strategies"]:
+            for rid in s.get("run_ids") or []:
+                if s.get("baseline_run_dir"):
+                    out[rid] = s["baseline_run_dir"]
+    return out
+
+
 def _extra(m: dict) -> dict:
     """Rank 0's extra ground truth (strategy, parameters, the baseline it names)."""
     extra = (m.get("ground_truth") or {}).get("extra") or {}
@@ -67,17 +87,24 @@ def _durations(ctx, runs: list[tuple[Path, dict]]) -> str:
 
 
 def _runs_table(ctx, adv: dict, base: list) -> str:
+    cp = _counterparts(ctx)
     rows = ""
     for fam, runs in sorted(adv.items()):
         for d, m in runs:
+            named = _extra(m).get("baseline") or "—"
+            used = cp.get(m["run_id"])
+            against = (f"<code>{html.escape(used)}</code>" if used else
+                       f"<code>{html.escape(named)}</code> (named; no recorded run used)")
             rows += (f"<tr><td><code>{html.escape(m['run_id'])}</code></td><td>{html.escape(fam)}</td>"
-                     f"<td><code>{html.escape(_extra(m).get('baseline') or '—')}</code></td>"
-                     f"<td>{_durations(ctx, [(d, m)])}</td></tr>")
+                     f"<td>{against}</td><td>{_durations(ctx, [(d, m)])}</td></tr>")
+    used_dirs = {Path(v).name for v in cp.values()}
     for d, m in base:
-        rows += (f"<tr><td><code>{html.escape(m['run_id'])}</code></td><td>benign baseline</td><td>—</td>"
+        note = ("benign baseline" if m["run_id"] in used_dirs else
+                "benign baseline, recorded for strategy settings not recorded yet")
+        rows += (f"<tr><td><code>{html.escape(m['run_id'])}</code></td><td>{note}</td><td>—</td>"
                  f"<td>{_durations(ctx, [(d, m)])}</td></tr>")
-    return ("<table><tr><th>run</th><th>strategy</th><th>benign baseline it names</th><th>workload time</th></tr>"
-            f"{rows}</table>")
+    return ("<table class='wide'><tr><th>run</th><th>strategy</th><th>benign counterpart (cost and figure)</th>"
+            f"<th>workload time</th></tr>{rows}</table>")
 
 
 def _same_runs_every_round(rounds: list) -> bool:
@@ -93,11 +120,19 @@ def _intro(ctx, adv: dict, base: list) -> str:
         n_adv = sum(len(v) for v in adv.values())
         every = [r for v in adv.values() for r in v] + base
         root = input_path(ALL_INPUTS["redteam_traces"], ctx.results, ctx.data)
+        camp = (ctx.load("redteam") or {}).get("campaign") or {} if ctx.has("redteam") else {}
+        progress = (f" That is {ctx.num('redteam', 'campaign/recorded_runs', 'int')} of the "
+                    f"{ctx.num('redteam', 'campaign/planned_runs', 'int')} runs the red-team campaign plans: most "
+                    f"strategies and settings are not recorded yet, and each recorded setting has a single run, so "
+                    f"every detection rate below is all or nothing of a single run. These are first results, not a "
+                    f"measured evasion rate.") if {"recorded_runs", "planned_runs"} <= set(camp) else ""
         out.append(f"<p>Recorded so far under <code>{html.escape(str(root))}</code>: "
-                   f"{ctx.derived(n_adv, 'int', [('redteam_traces', 'labels/workload')])} adversarial runs of "
-                   f"{ctx.derived(len(adv), 'int', [('redteam_traces', 'labels/family')])} strategies and "
+                   f"{ctx.derived(n_adv, 'int', [('redteam_traces', 'labels/workload')])} adversarial "
+                   f"{plural(n_adv, 'run')} of {ctx.derived(len(adv), 'int', [('redteam_traces', 'labels/family')])} "
+                   f"{plural(len(adv), 'strategy', 'strategies')} and "
                    f"{ctx.derived(len(base), 'int', [('redteam_traces', 'labels/workload')])} benign baseline "
-                   f"run(s), each running its workload for {_durations(ctx, every)}.</p>"
+                   f"{plural(len(base), 'run')}, each running its workload for {_durations(ctx, every)}.{progress} "
+                   f"The benign counterpart of each run is a recorded data-parallel (DDP) run of the same model.</p>"
                    + _runs_table(ctx, adv, base))
     if not ctx.has("redteam"):
         out.append("<p>How many rounds the detectors played against these runs, how each round hardened them, what "
@@ -108,7 +143,8 @@ def _intro(ctx, adv: dict, base: list) -> str:
     items = "".join(f"<li>round {ctx.num('redteam', f'rounds/{i}/round', 'int')}: "
                     f"{ctx.num('redteam', f'rounds/{i}/hardening')}</li>"
                     for i, r in enumerate(rounds) if r.get("hardening"))
-    text = (f"<p>The detectors then played {ctx.derived(len(rounds), 'int', [('redteam', 'rounds')])} round(s) against "
+    text = (f"<p>The detectors then played {ctx.derived(len(rounds), 'int', [('redteam', 'rounds')])} "
+            f"{plural(len(rounds), 'round')} against "
             f"the recorded runs, each hardening them as <code>{html.escape(str(ctx.results / 'redteam.json'))}</code> "
             f"records:</p><ul>{items}</ul>")
     proto = ctx.value("redteam", "protocol") if "protocol" in ctx.load("redteam") else {}
@@ -124,17 +160,68 @@ def _intro(ctx, adv: dict, base: list) -> str:
     if proto.get("primary_detector"):
         text += f" Detection below is that of the {ctx.num('redteam', 'protocol/primary_detector')} detector."
     if proto.get("gpu_hour_overhead"):
-        text += (f" Cost: the GPU-hour overhead is {ctx.num('redteam', 'protocol/gpu_hour_overhead')}; the loss "
-                 f"penalties compare the adversary's loss with the baseline's at equal tokens and at equal GPU-hours.")
+        text += (f" <b>Cost.</b> The GPU-hour overhead is {ctx.num('redteam', 'protocol/gpu_hour_overhead')}; the "
+                 f"tables show it as GPU-hours per token relative to DDP (one plus the overhead: below one the strategy was "
+                 f"cheaper per token than its DDP counterpart, two means twice the GPU-hours). The loss penalties are the "
+                 f"adversary's training loss minus its counterpart's (cross-entropy; positive: the adversary learned "
+                 f"less) at equal tokens and at equal GPU-hours.")
     out.append(text + "</p>")
-    return "\n".join(out)
+    out.append(_benign_by_round(ctx, rounds, proto))
+    return "\n".join(x for x in out if x)
+
+
+def _benign_by_round(ctx, rounds: list, proto: dict) -> str:
+    """The hardened detector's benign accuracy and false-positive rate, re-measured in every round."""
+    name = proto.get("primary_detector")
+    if not name:
+        return ""
+    rows = ""
+    for i, r in enumerate(rounds):
+        b = (r.get("benign") or {}).get(name)
+        if not b:
+            continue
+        p = f"rounds/{i}/benign/{name}"
+        splits = ctx.num("redteam", f"{p}/splits", "int") if "splits" in b else "—"
+        acc = b.get("run_accuracy")
+        fpr = b.get("inference_fpr")
+        rows += (f"<tr><td>{ctx.num('redteam', f'rounds/{i}/round', 'int')}</td>"
+                 f"<td>{ctx.num('redteam', f'{p}/run_accuracy', 'pct') if acc is not None else '—'} "
+                 f"({verdict(TARGETS['detector.run_accuracy'].met(acc))})</td>"
+                 f"<td>{ctx.num('redteam', f'{p}/inference_fpr', 'pct') if fpr is not None else '—'} "
+                 f"({verdict(TARGETS['detector.inference_fpr'].met(fpr))})</td><td>{splits}</td></tr>")
+    if not rows:
+        return ""
+    return (f"<div class='keep'><p>Hardening must not cost benign accuracy. Each round re-measured the {html.escape(name)} detector "
+            f"on the benign runs, on fewer splits than the evaluation of {sec('s3_benign')} (so its numbers are noisier), against "
+            f"the targets of run accuracy ≥ {ctx.target('detector.run_accuracy', 'pct')} and inference "
+            f"false-positive rate ≤ {ctx.target('detector.inference_fpr', 'pct')}:</p>"
+            "<table><tr><th>round</th><th>benign run accuracy</th><th>inference false-positive rate</th>"
+            f"<th>splits</th></tr>{rows}</table></div>")
+
+
+def run_dir(ctx, p: str) -> Path:
+    """A run directory as results/redteam.json writes it (relative to the repository, ``data/...``), found
+    under this build's data root when the build runs elsewhere."""
+    d = Path(p)
+    if not (d / "manifest.json").is_file() and d.parts and d.parts[0] == "data":
+        d = ctx.data.joinpath(*d.parts[1:])
+    return d
+
+
+def data_source(ctx, d: Path, what: str) -> str:
+    """How a value computed from one run's samples names its source: ``data:<run under data>/samples.parquet#...``."""
+    try:
+        rel = d.resolve().relative_to(ctx.data.resolve())
+    except ValueError:
+        rel = Path(d.name)
+    return f"data:{rel.as_posix()}/samples.parquet#{what}"
 
 
 def _pair(ctx, runs: list[tuple[Path, dict]], entry: dict | None) -> tuple[Path, Path] | None:
     """One adversarial run and its benign counterpart: as results/redteam.json names them when it does,
     else the first recorded run and a recorded run of the baseline workload its manifest names."""
     if entry and entry.get("example_run_dir") and entry.get("baseline_run_dir"):
-        a, b = Path(entry["example_run_dir"]), Path(entry["baseline_run_dir"])
+        a, b = run_dir(ctx, entry["example_run_dir"]), run_dir(ctx, entry["baseline_run_dir"])
         if (a / "manifest.json").is_file() and (b / "manifest.json").is_file():
             return a, b
     d, m = runs[0]
@@ -146,26 +233,36 @@ def _pair(ctx, runs: list[tuple[Path, dict]], entry: dict | None) -> tuple[Path,
 
 
 def _rows(ctx, rounds: list, name: str) -> tuple[str, dict | None]:
-    rows, last = "", None
+    rows, last, notes = "", None, []
     for i, rnd in enumerate(rounds):
         for j, s in enumerate(rnd["strategies"]):
             if s["name"] != name:
                 continue
             p = f"rounds/{i}/strategies/{j}"
             last = s
+            over = s.get("gpu_hour_overhead")
+            cost = (ctx.derived(1 + over, "x", [("redteam", f"{p}/gpu_hour_overhead")]) if over is not None else "n/a")
+            n = len(s.get("run_ids") or [])
+            det = s.get("run_detection")
+            runs_cell = (f"{ctx.derived(round(det * n), 'int', [('redteam', f'{p}/run_detection'), ('redteam', f'{p}/run_ids')])}"
+                         f" of {ctx.derived(n, 'int', [('redteam', f'{p}/run_ids')])}"
+                         if n and det is not None else ctx.num('redteam', f'{p}/run_detection', 'pct'))
             rows += (f"<tr><td>{ctx.num('redteam', f'rounds/{i}/round', 'int')}</td>"
                      f"<td>{ctx.num('redteam', f'{p}/setting')}</td>"
                      f"<td>{ctx.num('redteam', f'{p}/window_detection', 'pct')}</td>"
-                     f"<td>{ctx.num('redteam', f'{p}/run_detection', 'pct')}</td>"
+                     f"<td>{runs_cell}</td>"
                      f"<td>{ctx.num('redteam', f'{p}/median_time_to_alert_s', 'f0')}</td>"
-                     f"<td>{ctx.num('redteam', f'{p}/gpu_hour_overhead', 'pct')}</td>"
-                     f"<td>{ctx.num('redteam', f'{p}/loss_penalty_equal_tokens', 'f3')}</td>"
-                     f"<td>{ctx.num('redteam', f'{p}/loss_penalty_equal_gpu_hours', 'f3')}</td></tr>")
+                     f"<td>{cost}</td>"
+                     f"<td>{ctx.num('redteam', f'{p}/loss_penalty_equal_tokens', 's3')}</td>"
+                     f"<td>{ctx.num('redteam', f'{p}/loss_penalty_equal_gpu_hours', 's3')}</td></tr>")
+            if s.get("cost_note") and s["cost_note"] not in notes:
+                notes.append(s["cost_note"])
     if not rows:
         return "", None
-    return ("<table><tr><th>round</th><th>setting</th><th>windows detected</th><th>runs detected</th>"
-            "<th>median time to alert (s)</th><th>GPU-hour overhead</th><th>loss penalty, equal tokens</th>"
-            f"<th>loss penalty, equal GPU-hours</th></tr>{rows}</table>"), last
+    foot = "".join(f"<p class='note'>Cost note from the results: {html.escape(n)}.</p>" for n in notes)
+    return ("<table class='wide'><tr><th>round</th><th>setting</th><th>windows detected</th><th>runs detected</th>"
+            "<th>median time to alert (s)</th><th>GPU-hours per token (× DDP)</th><th>loss penalty, equal tokens</th>"
+            f"<th>loss penalty, equal GPU-hours</th></tr>{rows}</table>{foot}"), last
 
 
 def _strategy(ctx, figs, name: str, runs: list, rounds: list | None) -> str:
@@ -184,14 +281,49 @@ def _strategy(ctx, figs, name: str, runs: list, rounds: list | None) -> str:
         if pair:
             adv_dir, base_dir = pair
             out.append(figs.embed(F.telemetry_pair_figure(adv_dir, base_dir), f"telemetry_{name}",
-                                  f"{html.escape(name)}: NVLink bytes and power of <code>{html.escape(adv_dir.name)}"
-                                  f"</code> (left) beside its benign counterpart <code>{html.escape(base_dir.name)}"
-                                  f"</code> (right), from the recorded traces."))
+                                  f"{html.escape(name)}: NVLink bytes per second (sent plus received, per GPU) and "
+                                  f"board power of <code>{html.escape(adv_dir.name)}</code> (left) beside its benign "
+                                  f"counterpart <code>{html.escape(base_dir.name)}</code> (right), on the same axes, "
+                                  f"from the recorded traces."))
         else:
             want = _extra(runs[0][1]).get("baseline") or "its baseline"
             out.append(f"<p class='note'>No benign run of <code>{html.escape(want)}</code> is recorded, so its "
                        f"telemetry is not shown beside one.</p>")
     return f"<div class='keep'>{''.join(out)}</div>{table}"  # heading, text and figure on one page
+
+
+def _round1_by_detector(ctx, rounds: list) -> str:
+    """Round 1 scored every detector as delivered: runs (windows) each one detected, per strategy setting."""
+    if not rounds:
+        return ""
+    strat = rounds[0]["strategies"]
+    dets: list[str] = []
+    for st in strat:
+        dets += [d for d in (st.get("by_detector") or {}) if d not in dets]
+    if len(dets) < 2:
+        return ""
+    rows = ""
+    for j, st in enumerate(strat):
+        p = f"rounds/0/strategies/{j}"
+        by = st.get("by_detector") or {}
+        label = html.escape(st["name"]) + (f" {ctx.num('redteam', f'{p}/setting')}" if st.get("setting") else "")
+        cells = ""
+        for d in dets:
+            v = by.get(d)
+            if not v or v.get("run_detection") is None:
+                cells += "<td>—</td>"
+                continue
+            w = (f" ({ctx.num('redteam', f'{p}/by_detector/{d}/window_detection', 'pct')})"
+                 if v.get("window_detection") is not None else "")
+            cells += f"<td>{ctx.num('redteam', f'{p}/by_detector/{d}/run_detection', 'pct')}{w}</td>"
+        rows += f"<tr><td>{label}</td>{cells}</tr>"
+    head = "".join(f"<th>{html.escape(d)}</th>" for d in dets)
+    later = sorted({d for r in rounds[1:] for d in (r.get("detectors") or [])})
+    then = (f" The later rounds scored only {ctx.derived(', '.join(later), 'str', [('redteam', 'rounds')])}."
+            if later and len(later) < len(dets) else "")
+    return ("<div class='keep'><p>In the first round every detector, as delivered, scored every strategy setting: share "
+            f"of runs detected, with the share of windows judged training in brackets.{then}</p>"
+            f"<table class='wide'><tr><th>strategy setting</th>{head}</tr>{rows}</table></div>")
 
 
 def render(ctx, figs) -> str:
@@ -203,6 +335,8 @@ def render(ctx, figs) -> str:
         names += [s["name"] for s in rnd["strategies"] if s["name"] not in names]
     if rounds:  # embedded before the strategies' figures, so figures number in page order
         intro += figs.embed(F.detection_by_round_figure(ctx.load("redteam")), "detection_by_round",
-                            "Share of each strategy's runs detected, by round (results/redteam.json).")
+                            "Detection by round: for each strategy setting, the share of its runs that alerted and "
+                            "of its windows judged training, by the detector each round used (results/redteam.json).")
+        intro += _round1_by_detector(ctx, rounds)
     body = [_strategy(ctx, figs, n, adv.get(n, []), rounds) for n in sorted(names)]
     return intro + "\n".join(body)

@@ -1,7 +1,11 @@
 """8. Recommendations, each grounded in a result; where the result is not measured yet, the text says
 which measurement decides it rather than assuming an outcome."""
 
+import html
+
 from ..ranking import rank
+from ..summary import detector_vs_targets, primary_detector
+from ..targets import TARGETS
 
 TITLE = "Recommendations"
 INPUTS = ("gpu_check", "detector", "redteam", "simulator")
@@ -22,27 +26,45 @@ def render(ctx, figs) -> str:
                                   "direction; treat them as supporting evidence only.")
                      + "</li>")
     if ctx.has("detector"):
+        name = primary_detector(ctx)
         dets = ctx.value("detector", "detectors")
-        best = max(dets, key=lambda d: (dets[d].get("run_accuracy") or 0))
-        rtb = dets.get("rt-baseline", {}).get("run_accuracy")
-        better = rtb is not None and (dets[best].get("run_accuracy") or 0) > rtb
-        items.append(f"<li><b>Deploy the {best} detector{' over an activity-only one' if better else ''}.</b> "
-                     f"It reached {ctx.num('detector', f'detectors/{best}/run_accuracy', 'pct')} run accuracy at "
-                     f"{ctx.num('detector', f'detectors/{best}/inference_fpr', 'pct')} inference false positives"
-                     + (f", against {ctx.num('detector', 'detectors/rt-baseline/run_accuracy', 'pct')} for the "
-                        f"reproduced baseline on the same splits" if rtb is not None else "") + ".</li>")
+        d = dets[name]
+        ok = all(TARGETS[k].met(d.get(k.split(".", 1)[1])) for k in
+                 ("detector.run_accuracy", "detector.inference_fpr", "detector.median_time_to_alert_s"))
+        if ok:
+            items.append(f"<li><b>Deploy the {html.escape(name)} detector.</b> On this data it reaches "
+                         f"{detector_vs_targets(ctx, name)}.</li>")
+        else:
+            items.append(f"<li><b>Do not act on single alerts yet; record more benign variety first.</b> The best "
+                         f"detector so far, {html.escape(name)}, reaches {detector_vs_targets(ctx, name)}. At that "
+                         f"false-positive rate an inspector would chase many benign inference jobs, and a training "
+                         f"family it never saw can pass unnoticed (worst held-out family: "
+                         f"{ctx.num('detector', f'detectors/{name}/lofo_min_family_detection', 'pct')} detected). "
+                         f"Use its verdicts to pick jobs for closer inspection, and finish the benign campaign before "
+                         f"relying on it.</li>")
     else:
         items.append("<li><b>Which detector to deploy</b> is decided by the benign evaluation. "
                      + ctx.missing("detector") + "</li>")
-    if ctx.has("redteam") and rank(ctx.load("redteam")):
-        top = rank(ctx.load("redteam"))[0]
+    ranked = rank(ctx.load("redteam")) if ctx.has("redteam") else []
+    if ranked and ranked[0]["score"] > 0:
+        top = ranked[0]
+        p = top["_path"]
         items.append(f"<li><b>Close the cheapest hole first.</b> The highest-scoring evasion was "
-                     f"<b>{top['name']}</b> ({ctx.num('redteam', top['_path'] + '/run_detection', 'pct')} of its "
-                     f"runs detected in its last round); countermeasures should target its signature before "
-                     f"strategies that cost the adversary more.</li>")
+                     f"<b>{html.escape(top['name'])}</b> ({ctx.num('redteam', p + '/run_detection', 'pct')} of its "
+                     f"runs detected in its last round, at "
+                     f"{ctx.derived(1 + top['gpu_hour_overhead'], 'x', [('redteam', p + '/gpu_hour_overhead')])} the "
+                     f"GPU-hours per token of DDP). Detection should cover its signature, training activity with "
+                     f"its synchronisation moved off the monitored interconnect, before strategies that cost the "
+                     f"adversary more; and since it evaded largely by training less per GPU-hour, a regime that also "
+                     f"bounds compute limits what it can gain.</li>")
+    elif ranked:
+        items.append("<li><b>Keep the red team going.</b> No recorded strategy setting evaded the detectors in its "
+                     "last round; most planned strategies are not recorded yet, and the ranking will say which hole "
+                     "to close once they are.</li>")
     else:
         items.append("<li><b>Which hole to close first</b> follows from the red-team ranking. "
-                     + ctx.missing("redteam") + "</li>")
+                     + (ctx.missing("redteam") if not ctx.has("redteam") else "No strategy has both a detection rate "
+                        "and a cost yet.") + "</li>")
     if ctx.has("simulator"):
         rows = ctx.value("simulator", "traffic_free")
         net_only = [i for i, r in enumerate(rows) if r["seen_by"] == ["network"]]

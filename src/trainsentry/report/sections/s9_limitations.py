@@ -80,6 +80,49 @@ def _campaigns(ctx) -> str:
             f"rest on the runs that are:<ul>{items}</ul></li>")
 
 
+def _measured_limits(ctx) -> str:
+    """Limits the results themselves show: targets missed, a baseline not evaluated, single runs."""
+    from ..summary import detector_vs_targets, primary_detector, sec
+    from ..targets import TARGETS
+    items = []
+    name = primary_detector(ctx)
+    if name:
+        d = ctx.value("detector", f"detectors/{name}")
+        if not all(TARGETS[k].met(d.get(k.split(".", 1)[1])) for k in
+                   ("detector.run_accuracy", "detector.inference_fpr", "detector.median_time_to_alert_s")):
+            items.append(f"<li><b>Detector targets missed.</b> {html.escape(name)}: {detector_vs_targets(ctx, name)} "
+                         f"({sec('s3_benign')}).</li>")
+        if "rt-baseline" not in ctx.value("detector", "detectors"):
+            shared = ctx.has("redteam") and "rt-baseline" in (
+                (ctx.value("redteam", "rounds") or [{}])[0].get("benign") or {})
+            items.append(f"<li><b>Thin comparison with the reproduced published classifier.</b> "
+                         f"{ctx.term('rt-baseline')} is implemented but not in the main evaluation, and the "
+                         f"recorded runs are too short for its windows and alert rule"
+                         + ("; the only side-by-side is the red team's first round, on a few shared splits"
+                            if shared else "; no side-by-side on our data exists yet")
+                         + f" ({sec('s3_benign')}).</li>")
+    if ctx.has("redteam"):
+        doc = ctx.load("redteam")
+        runs = {len(s.get("run_ids") or []) for r in doc["rounds"] for s in r["strategies"]}
+        if runs == {1}:
+            items.append(f"<li><b>One run per red-team setting.</b> Every detection rate in {sec('s5_redteam')} is "
+                         f"one run detected or not; the rates and the ranking will move as repeats are recorded.</li>")
+        for i, nr in enumerate(doc.get("not_run") or []):
+            if "power" in str(nr.get("strategy", "")).lower():
+                continue  # the power-capping item below says it, with the published finding
+            items.append(f"<li><b>Not run: {ctx.num('redteam', f'not_run/{i}/strategy')}.</b> "
+                         f"{ctx.num('redteam', f'not_run/{i}/why')}.</li>")
+    if ctx.has("agent_real") and ctx.value("agent_real", "agent/real/meets_target") is False:
+        real = ctx.value("agent_real", "agent/real")
+        driver = (", nearly all of it in the driver's answers to the reads"
+                  if real.get("sources_only_percent_of_one_core", 0) >= 0.9 * real["percent_of_one_core"] else "")
+        items.append(f"<li><b>Agent cost above target on a real node.</b> The agent used "
+                     f"{ctx.num('agent_real', 'agent/real/percent_of_one_core', 'f1', '% of one core')} against a "
+                     f"target of {ctx.num('agent_real', 'agent/real/target_percent_of_one_core', 'g2', '%')}{driver} "
+                     f"({sec('s2_monitor')}).</li>")
+    return "".join(items)
+
+
 def render(ctx, figs) -> str:
     missing = [i for i in ALL_INPUTS.values() if not is_present(i, ctx.results, ctx.data)]
     out = []
@@ -88,6 +131,7 @@ def render(ctx, figs) -> str:
         out.append("<p><b>This is a draft.</b> These inputs were not measured when it was built, and the "
                    f"sections that need them say so in place of numbers:</p><ul>{items}</ul>")
     out.append(f"""<ul>
+{_measured_limits(ctx)}
 <li><b>No power capping or clock limits.</b> The GPUs were lent, shared machines; changing their power
 limit or clocks is not allowed there (<code>configs/campaigns/redteam-r1.yaml</code> says so), so no
 strategy that throttles the hardware was run. The published work found clock throttling largely
