@@ -3,7 +3,14 @@
     python3 scripts/gpu/nvml_call_costs.py --out $OUT/nvml_call_costs.json
 
 For each call: N repetitions on GPU 0, process CPU time (user + system, all threads) and wall time
-per call. Tells which reads dominate the agent's CPU cost (benchmarks/bench_agent.py --real)."""
+per call. Tells which reads dominate the agent's CPU cost (benchmarks/bench_agent.py --real).
+
+``--spaced S`` also times every call the way the agent makes it: one call every S seconds (the
+agent's tick is 0.1 s), process CPU over the whole loop (sleeps included, so work the driver does
+in its own threads between calls counts) minus the same loop with no call, per call. Back-to-back
+repetitions may be served from a driver cache; on 2026-11-30 the agent measured about twice what
+the back-to-back table predicts (docs/performance.md), and this is the number that says whether
+that is the reason."""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 
 import pynvml as n
@@ -20,6 +28,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--spaced", type=float, default=0.0, metavar="S",
+                    help="also time each call made once every S seconds (0: skip)")
+    ap.add_argument("--spaced-n", type=int, default=40, help="calls per spaced measurement")
     args = ap.parse_args()
     n.nvmlInit()
     h = n.nvmlDeviceGetHandleByIndex(0)
@@ -40,8 +51,8 @@ def main() -> None:
     try:
         buf = n.nvmlGpmSampleAlloc()
         calls["gpm_sample_get"] = lambda: n.nvmlGpmSampleGet(h, buf)
-        # metrics-get between two samples 100 ms apart, with as many metrics as the agent asks (9)
-        # and with only the NVLink pair (60/61): is NVLink from GPM cheap enough for every tick?
+        # metrics-get between two samples 100 ms apart, with the agent's eight metrics plus metric 1
+        # (graphics util, not requested by the agent) and with only the NVLink pair (60/61).
         s1, s2 = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
         n.nvmlGpmSampleGet(h, s1)
         time.sleep(0.1)
@@ -84,10 +95,29 @@ def main() -> None:
         c1, w1 = time.process_time(), time.perf_counter()
         out[name] = {"cpu_us": round((c1 - c0) / args.n * 1e6, 1), "wall_us": round((w1 - w0) / args.n * 1e6, 1)}
         print(f"{name:45s} cpu {out[name]['cpu_us']:9.1f} us  wall {out[name]['wall_us']:9.1f} us")
-    res = {"calls": out, "gpm_metric_answers": metric_answers, "n": args.n, "gpu": n.nvmlDeviceGetName(h), "driver": n.nvmlSystemGetDriverVersion(),
+    spaced: dict[str, dict] = {}
+    if args.spaced > 0:
+        def loop(fn) -> float:
+            c0 = time.process_time()
+            nxt = time.perf_counter()
+            for _ in range(args.spaced_n):
+                if fn is not None:
+                    fn()
+                nxt += args.spaced
+                time.sleep(max(0.0, nxt - time.perf_counter()))
+            return time.process_time() - c0
+        base = loop(None)
+        spaced["_baseline_loop_cpu_us_per_period"] = round(base / args.spaced_n * 1e6, 1)
+        for name, fn in calls.items():
+            if name in out and "error" not in out[name]:
+                cpu = loop(fn) - base
+                spaced[name] = {"cpu_us": round(cpu / args.spaced_n * 1e6, 1)}
+                print(f"spaced {args.spaced:g} s  {name:38s} cpu {spaced[name]['cpu_us']:9.1f} us")
+    res = {"calls": out, **({"spaced_calls": spaced, "spaced_period_s": args.spaced,
+                             "spaced_n": args.spaced_n} if spaced else {}), "gpm_metric_answers": metric_answers, "n": args.n, "gpu": n.nvmlDeviceGetName(h), "driver": n.nvmlSystemGetDriverVersion(),
            "host_cores": os.cpu_count(), "python": platform.python_version(),
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "command": "python3 scripts/gpu/nvml_call_costs.py"}
+           "command": "python3 scripts/gpu/nvml_call_costs.py " + " ".join(sys.argv[1:])}
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
 
