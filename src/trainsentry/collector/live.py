@@ -190,7 +190,9 @@ class LiveProcessor:
             self.summary[node] = {"state": v["state"], "p_training": v["p_training"], "job": v["job"],
                                   "since": v["t_end"], "alerts": len(V.alerts(self.conn, "node", node, True))}
         t = time.perf_counter()
-        self.nodes, self.warmed_samples = warm.restore(self.conn, self.cfg, NodeState)
+        # the state beyond each buffer (jobs, idle floors, window clocks) and the buffers themselves
+        # come back from the store: a restart does not start a running job over
+        self.nodes, self.warmed_samples, self.restored = warm.restore(self.conn, self.cfg, NodeState)
         self.warm_s = time.perf_counter() - t
 
     def close(self) -> None:
@@ -203,7 +205,9 @@ class LiveProcessor:
                 "windows_judged": self.windows_judged, "nodes": len(self.nodes),
                 "window_s": self.cfg.window_s, "stride_s": self.cfg.stride_s,
                 "loopback_as_link": self.cfg.loopback_as_link,
-                "warmed": {"nodes": len(self.nodes), "samples": self.warmed_samples, "s": round(self.warm_s, 3)}}
+                "warmed": {"nodes": sum(1 for st in self.nodes.values() if st.table is not None),
+                           "samples": self.warmed_samples, "s": round(self.warm_s, 3)},
+                "restored": self.restored}
 
     def overview_state(self) -> tuple[dict[str, dict], list[dict]]:
         """(verdict summary per node, jobs with their latest verdict) for the dashboard's overview.
@@ -235,8 +239,8 @@ class LiveProcessor:
         tr = self.tracks.get(key)
         if tr is None:  # first sight since start: restore votes and the open alert from the database
             rule = self.cfg.alert
-            votes = deque((p is not None and p >= rule.threshold for _, p in V.last_p(self.conn, scope, subject, rule.n)),
-                          maxlen=rule.n)
+            votes = deque((state != "idle" and p is not None and p >= rule.threshold
+                           for _, state, p in V.last_p(self.conn, scope, subject, rule.n)), maxlen=rule.n)
             opened = V.alerts(self.conn, scope, subject, open_only=True)
             tr = self.tracks[key] = _Track(votes, opened[-1] if opened else None)
         return tr
@@ -351,8 +355,10 @@ class LiveProcessor:
         for v in node_verdicts + job_verdicts:
             self._vote(v, out)
             out["verdicts"].append(v)
+        # the node's state goes with the verdicts it led to, in their transaction (restored after a restart)
         ids = self.writer.write(out["verdicts"], out["new"],
-                                [(a["id"], a["p_max"], a["cleared_t"]) for a in out["updated"].values()], job_rows)
+                                [(a["id"], a["p_max"], a["cleared_t"]) for a in out["updated"].values()], job_rows,
+                                {ev.node: (ends[-1], st.snapshot())})
         for a, aid in zip(out["new"], ids):
             a["id"] = aid
         self._summarise(node_verdicts)

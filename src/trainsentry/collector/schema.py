@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..traces.schema import METRICS
 from .auth import DDL as _AUTH_DDL
-from .verdicts import DDL as _VERDICTS_DDL
+from .verdicts import DDL as _VERDICTS_DDL, NODE_STATE_DDL as _NODE_STATE_DDL
 
 SYNC_LEVELS = ("normal", "full")
 
@@ -110,6 +110,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
     (2, _AUTH_DDL),  # inspector tokens and login sessions (collector/auth.py)
     (3, _VERDICTS_DDL),  # live verdicts, alerts and jobs (collector/verdicts.py)
+    (4, _NODE_STATE_DDL),  # the live processor's per-node state, restored after a restart (collector/nodestate.py)
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
