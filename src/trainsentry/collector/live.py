@@ -10,8 +10,8 @@ per node, the last ``buffer_s`` seconds of samples. Every ``stride_s`` of the no
    across buffers and pauses by the offline job rule (:class:`.nodestate.NodeJob`);
 2. cuts the window with the one feature entry :func:`trainsentry.features.sliding_windows` and
    scores it with the detector (a trained artifact from ``models/``, else untrained comm-rules);
-3. names the state (:func:`classify`), keeps the evidence (``detector.explain`` plus why the state
-   was chosen) and runs the k-of-n alert rule (:class:`detect.alert.AlertRule`);
+3. names the state (:func:`classify`), keeps the evidence (``detector.explain`` as the detector
+   wrote it, plus why the state was chosen) and runs the k-of-n alert rule (:class:`detect.alert.AlertRule`);
 4. groups active nodes into jobs (:mod:`trainsentry.collector.livejobs`) and judges each job of
    several nodes on the union of its nodes' samples.
 
@@ -44,7 +44,7 @@ from ..features import sliding_windows
 from ..features.comm import ACTIVE_FLOOR_BPS
 from ..features.grid import to_grids
 from . import livejobs, verdicts as V, warm
-from .evidence import worded
+from .evidence import detector_lines
 from .hooks import CommittedBatch
 from .nodestate import LOOPBACK_LINK, NodeState
 from .schema import connect
@@ -271,7 +271,7 @@ class LiveProcessor:
                    active_at, gaps: list[tuple[float, float]], extra: list[str], job_of=None,
                    table: pa.Table | None = None) -> list[dict]:
         """Verdicts for windows ending at ``ends`` from feature ``rows`` (matched by end time);
-        ``table`` (the samples judged) says why a quantity the detector reports could not be measured."""
+        ``table`` (the samples judged) says why a quantity the detector could not measure is missing."""
         cfg = self.cfg
         by_end = {round(r["t_end"] / cfg.stride_s): r for r in rows}
         matched = [by_end.get(round(e / cfg.stride_s)) for e in ends]
@@ -295,8 +295,8 @@ class LiveProcessor:
                 evidence.append(f"this window lacks a sensor {self.detector.name} was always fitted with "
                                 f"({', '.join(getattr(self.detector, 'groups_seen_', []))}): judged by comm-rules with its "
                                 f"documented default thresholds instead")
-            if row is not None:
-                evidence += worded(det.explain(row), table)
+            if row is not None:  # the detector's own lines, passed through (collector/evidence.py)
+                evidence += detector_lines(det.explain(row), table, e - cfg.window_s, e)
             lost = [g for g in gaps if g[0] < e and g[1] > e - cfg.window_s]
             if lost:
                 evidence.append("window overlaps an unmonitored interval: " + ", ".join(
