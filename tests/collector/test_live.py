@@ -149,6 +149,31 @@ def test_ddp_goes_idle_to_training_and_alerts_then_survives_restart(db, client, 
         assert len(after) == 1 and after[0]["id"] == alerts[0]["id"] and after[0]["open"]
 
 
+def test_a_silence_is_unmonitored_in_the_verdict_api_and_in_the_evidence_of_the_windows_it_touches(client, agent):
+    stream = batches(DDP)
+    for i, b in enumerate(stream):
+        if not 20 <= i < 25:                     # 5 s of batches never sent: the node fell silent
+            assert agent.send(b).status_code == 200
+    assert client.app.state.bus.drain(30.0)
+    (gap,) = [g for g in get(client, "/v1/nodes/node-a/unmonitored", start=T0 - 10, end=T0 + 100)["intervals"]
+              if not g["open"]]
+    assert gap["reason"] == "silence" and gap["start"] == max(s["t"] for s in stream[19])
+    assert gap["end"] == min(s["t"] for s in stream[25])
+    body = get(client, "/v1/nodes/node-a/verdicts", start=T0 - 10, end=T0 + 100)
+    assert [(g["start"], g["end"]) for g in body["unmonitored"] if not g["open"]] == [(gap["start"], gap["end"])]
+    line = (f"window overlaps an unmonitored interval: {gap['start']:.1f}-{gap['end']:.1f} "
+            "(the verdict rests on the samples that arrived)")
+    for v in body["verdicts"]:
+        touches = v["t_start"] < gap["end"] and v["t_end"] > gap["start"]
+        assert (line in v["evidence"]) == touches, (v["t_start"], v["t_end"], v["evidence"])
+    assert any(line in v["evidence"] for v in body["verdicts"])
+    # the node has now been silent for more than 3 batch intervals (server clock): an open interval
+    time.sleep(3.2)
+    now = get(client, "/v1/nodes/node-a/verdict")
+    assert [(g["reason"], g["start"], g["end"]) for g in now["unmonitored"] if g["open"]] == \
+        [("silence", max(s["t"] for s in stream[-1]), None)]
+
+
 def test_one_way_send_goes_idle_to_inference_without_alert(client, agent):
     send_all(client, {"node-a": agent}, {"node-a": SEND})
     tl = timeline(client, "node-a")
