@@ -97,3 +97,41 @@ def client(db: Path, key: str, inspector_token: str):
 @pytest.fixture
 def agent(client: TestClient, key: str) -> Agent:
     return Agent(client, "node-a", key)
+
+
+class RealCollector:
+    """The collector as it runs in production: ``python -m trainsentry.collector.server`` in a
+    subprocess (uvicorn, the direct ingest path, the live processor), on ``db``; stop it with
+    :meth:`kill` (SIGKILL: nothing is flushed or closed in order) and start it again on the same file."""
+
+    def __init__(self, db: Path, env: dict[str, str] | None = None):
+        import os
+        import subprocess
+        import sys
+
+        import httpx
+
+        from trainsentry.collector.server import READY_PREFIX
+        src = str(Path(__file__).resolve().parents[2] / "src")
+        full_env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
+        self.proc = subprocess.Popen([sys.executable, "-m", "trainsentry.collector.server", "--db", str(db),
+                                      "--port", "0"], stdout=subprocess.PIPE, text=True, env=full_env)
+        line = self.proc.stdout.readline()
+        if not line.startswith(READY_PREFIX):
+            self.kill()
+            raise RuntimeError(f"collector did not start: {line!r}")
+        self.url = line[len(READY_PREFIX):].strip()
+        self.http = httpx.Client(base_url=self.url, timeout=30)
+
+    def get(self, path: str, token: str, **params) -> dict:
+        r = self.http.get(path, params=params, headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def kill(self) -> None:
+        import signal
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.proc.stdout.close()
+        if hasattr(self, "http"):
+            self.http.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 import pytest
@@ -60,10 +61,45 @@ def test_a_node_cannot_create_devices_without_bound(store):
     assert store.conn.execute("SELECT COUNT(*) FROM devices").fetchone()[0] == 0
 
 
-def test_unauthenticated_junk_cannot_grow_the_rejection_log(store):
+def _audit(path) -> list[tuple]:
+    c = sqlite3.connect(path)
+    try:
+        return c.execute("SELECT node, code, n FROM rejections ORDER BY rowid").fetchall()
+    finally:
+        c.close()
+
+
+def test_unauthenticated_junk_cannot_grow_the_rejection_log_yet_every_refusal_is_recorded(store):
+    store.enroll("n1")
+    t = 1_790_000_040.0  # the start of a minute
     err = IngestError(401, "unknown_node", "not enrolled")
-    for _ in range(5 * REJECTION_ROWS_PER_MINUTE):
-        store.record_rejection(err, "nobody", "127.0.0.1")
-    rows = store.conn.execute("SELECT COUNT(*) FROM rejections").fetchone()[0]
-    assert rows == REJECTION_ROWS_PER_MINUTE
-    assert store.rejections_not_logged == 4 * REJECTION_ROWS_PER_MINUTE
+    # a flood from one name, and one that puts a new name in every request
+    for i in range(5 * REJECTION_ROWS_PER_MINUTE):
+        store.record_rejection(err, "nobody", "127.0.0.1", now=t + i * 0.01)
+        store.record_rejection(err, f"junk-{i}", "127.0.0.1", now=t + i * 0.01)
+    # an enrolled node has its own budget: a flood of junk does not hide its refusals
+    bad = IngestError(401, "bad_signature", "HMAC does not match")
+    for i in range(3):
+        store.record_rejection(bad, "n1", "10.0.0.1", now=t + 1 + i)
+    rows = _audit(store.path)
+    assert len(rows) == REJECTION_ROWS_PER_MINUTE + 3      # one budget for every name that is not enrolled
+    assert store.rejections_not_logged == 9 * REJECTION_ROWS_PER_MINUTE
+    # the next minute: the rest of the last one is one row that counts them
+    store.record_rejection(err, "nobody", "127.0.0.1", now=t + 60.5)
+    rows = _audit(store.path)
+    summary = [r for r in rows if r[2] > 1]
+    assert summary == [(None, "unknown_node", 9 * REJECTION_ROWS_PER_MINUTE)]
+    assert len(rows) == REJECTION_ROWS_PER_MINUTE + 3 + 1 + 1
+    total = 2 * 5 * REJECTION_ROWS_PER_MINUTE + 3 + 1
+    assert sum(r[2] for r in rows) == total                # every refusal is in the table
+    assert store.rejections_unrecorded == 0
+
+
+def test_counted_refusals_are_written_when_the_store_closes(tmp_path):
+    s = Store(tmp_path / "c.db")
+    err = IngestError(400, "bad_request", "Content-Length is not a number")
+    for _ in range(REJECTION_ROWS_PER_MINUTE + 7):
+        s.record_rejection(err, None, "127.0.0.1")
+    s.close()
+    rows = _audit(tmp_path / "c.db")
+    assert sum(n for *_, n in rows) == REJECTION_ROWS_PER_MINUTE + 7 and rows[-1] == (None, "bad_request", 7)

@@ -116,6 +116,8 @@ def test_ddp_goes_idle_to_training_and_alerts_then_survives_restart(db, client, 
     # idle windows have no traffic to measure symmetry on: the evidence says so in words, never "nan"
     assert not [e for v in tl for e in v["evidence"] if re.search(r"\bnan\b", e)]
     assert any("too little NVLink traffic in this window" in e for e in tl[0]["evidence"]), tl[0]["evidence"]
+    # ... in a line of the collector's own: comm-rules' line is there in comm-rules' words
+    assert "TX/RX symmetry (worst GPU) n/a vs 0.7: score 0.00" in tl[0]["evidence"], tl[0]["evidence"]
 
     # restart: a new app over the same database serves the same verdicts and alert ...
     client.close()
@@ -145,6 +147,31 @@ def test_ddp_goes_idle_to_training_and_alerts_then_survives_restart(db, client, 
         assert len(timeline(c2, "node-a")) > n_windows
         after = get(c2, "/v1/nodes/node-a/alerts")["alerts"]
         assert len(after) == 1 and after[0]["id"] == alerts[0]["id"] and after[0]["open"]
+
+
+def test_a_silence_is_unmonitored_in_the_verdict_api_and_in_the_evidence_of_the_windows_it_touches(client, agent):
+    stream = batches(DDP)
+    for i, b in enumerate(stream):
+        if not 20 <= i < 25:                     # 5 s of batches never sent: the node fell silent
+            assert agent.send(b).status_code == 200
+    assert client.app.state.bus.drain(30.0)
+    (gap,) = [g for g in get(client, "/v1/nodes/node-a/unmonitored", start=T0 - 10, end=T0 + 100)["intervals"]
+              if not g["open"]]
+    assert gap["reason"] == "silence" and gap["start"] == max(s["t"] for s in stream[19])
+    assert gap["end"] == min(s["t"] for s in stream[25])
+    body = get(client, "/v1/nodes/node-a/verdicts", start=T0 - 10, end=T0 + 100)
+    assert [(g["start"], g["end"]) for g in body["unmonitored"] if not g["open"]] == [(gap["start"], gap["end"])]
+    line = (f"window overlaps an unmonitored interval: {gap['start']:.1f}-{gap['end']:.1f} "
+            "(the verdict rests on the samples that arrived)")
+    for v in body["verdicts"]:
+        touches = v["t_start"] < gap["end"] and v["t_end"] > gap["start"]
+        assert (line in v["evidence"]) == touches, (v["t_start"], v["t_end"], v["evidence"])
+    assert any(line in v["evidence"] for v in body["verdicts"])
+    # the node has now been silent for more than 3 batch intervals (server clock): an open interval
+    time.sleep(3.2)
+    now = get(client, "/v1/nodes/node-a/verdict")
+    assert [(g["reason"], g["start"], g["end"]) for g in now["unmonitored"] if g["open"]] == \
+        [("silence", max(s["t"] for s in stream[-1]), None)]
 
 
 def test_one_way_send_goes_idle_to_inference_without_alert(client, agent):
@@ -198,19 +225,26 @@ def test_live_path_loads_a_trained_artifact_and_falls_back_on_a_bad_one(tmp_path
     assert artifact.endswith("comm-rules.joblib") and "fused.joblib" in note
 
 
-def test_evidence_words_what_a_node_without_gpus_cannot_measure():
-    from trainsentry.collector.evidence import worded
+def test_detector_evidence_is_passed_through_and_the_collector_says_what_the_node_cannot_measure():
+    from trainsentry.collector.evidence import NA, detector_lines
     from trainsentry.telemetry.base import Reading
     from trainsentry.traces.io import columns_to_table, readings_to_columns
     net_only = columns_to_table(readings_to_columns("vm", [
         Reading("eth0", "net", T0 + i * 0.1, {"net_tx_bytes": 1000 * i, "net_rx_bytes": 1000 * i}) for i in range(20)]))
     lines = CommRules().explain({"comm.net.Bps": 2e4, "comm.net.sym": 1.0})  # no NVLink, no energy features
     assert any(re.search(r"\bnan\b", e) for e in lines)  # what the detector says on its own
-    out = worded(lines, net_only)
+    out = detector_lines(lines, net_only, T0, T0 + 2.0)
+    # one source: the detector's lines, in its order and words; a NaN is shown as n/a, nothing else changes
+    assert out[:-1] == [re.sub(r"\bnan\b", NA, e) for e in lines]
+    assert [a for a in lines if "nan" not in a] == [b for a, b in zip(lines, out) if "nan" not in a]
     assert not [e for e in out if re.search(r"\bnan\b", e)], out
-    assert any("no energy counter on this node (it reports no GPUs)" in e for e in out), out
-    # lines with numbers pass through unchanged
-    assert [a for a in lines if not re.search(r"\bnan\b", a)] == [a for a, b in zip(lines, out) if a == b]
+    # the collector's own line: why, on this node, from its samples (10 kB/s on its one interface)
+    assert out[-1] == ("n/a above: not measurable in this window: no NVLink data on this node (it reports no GPUs); "
+                       "no energy counter on this node (it reports no GPUs); too little network traffic in this "
+                       "window to measure it")
+    # it knows no detector's wording: any line of any detector is treated alike
+    assert detector_lines(["x = nan raises P", "y = 2"], net_only, T0, T0 + 2.0)[:2] == ["x = n/a raises P", "y = 2"]
+    assert detector_lines(["y = 2"], net_only, T0, T0 + 2.0) == ["y = 2"]   # nothing missing: nothing added
 
 
 def test_jobs_with_latest_is_each_jobs_newest_verdict(db, client):

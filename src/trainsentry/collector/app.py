@@ -17,6 +17,8 @@ Live processing subscribes with ``app.state.bus.subscribe(callback)``; see
 from __future__ import annotations
 
 import gc
+import logging
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -35,6 +37,8 @@ from .hooks import CommitBus, CommittedBatch
 from .live import install_live
 from .schema import connect
 from .store import IngestError, Store
+
+log = logging.getLogger("trainsentry.collector.app")
 
 
 def _json(obj, status: int = 200) -> Response:
@@ -173,6 +177,13 @@ class Collector:
             acc = self.store.ingest(node, signature, body, max_bytes=self.max_batch_bytes)
         except IngestError as e:
             return self.refuse(e, node, remote)
+        except sqlite3.Error as e:
+            # The store could not read or commit (disk full, I/O error, locked past the busy timeout):
+            # the transaction rolled back, nothing is acknowledged, and the agent keeps the batch and
+            # resends it on a 5xx. Said as JSON, counted and audited like any refusal.
+            log.error("batch from %r not stored: %s", node, e)
+            return self.refuse(IngestError(503, "store_unavailable", f"the batch was not stored ({e}); resend it"),
+                               node, remote)
         finally:
             if collecting:
                 gc.enable()
@@ -195,7 +206,8 @@ class Collector:
         return {"since_start": {"started_at": self.started_at, "accepted_batches": self.accepted_batches,
                                 "accepted_samples": self.accepted_samples, "duplicates": self.duplicates,
                                 "rejected": dict(sorted(self.rejected.items())),
-                                "rejections_not_logged": self.store.rejections_not_logged},
+                                "rejections_not_logged": self.store.rejections_not_logged,
+                                "rejections_unrecorded": self.store.rejections_unrecorded},
                 "total": query.totals(self.reader()), "bus": self.bus.stats()}
 
 

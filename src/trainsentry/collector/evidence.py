@@ -1,88 +1,82 @@
-"""Evidence an inspector can read: quantities that could not be measured are said in words.
+"""The detector's evidence, passed through; what this node could not measure, said by the collector.
 
-A detector's ``explain`` formats its numbers as they are; a quantity the window could not measure
-(a node without GPUs has no NVLink bytes, a GPU without an energy counter no bytes per joule, an
-idle window too little traffic for a symmetry) is NaN there and would read "nan" on the dashboard.
-The live path passes every evidence line through :func:`worded`, which replaces such a line (or
-the NaN inside it) by what was missing on *this* node, found from the node's own samples. Lines
-without NaN pass through unchanged, so the numbers the detector reports are never altered.
+One source for an explanation: a verdict's detector lines are the detector's own ``explain``
+output, in its words and order. The collector neither parses nor rewords them (it knows no
+detector's line formats). It changes one thing, the same for every detector and every line: a
+quantity the window could not measure is NaN in the detector's numbers, and the token ``nan`` is
+shown as ``n/a``, so no dashboard reads "nan".
+
+Why a quantity is missing is something the detector cannot know and the collector can: whether the
+node reports GPUs, NVLink or energy counters and network interfaces at all, and whether the window
+held enough traffic to measure. When a detector line has an ``n/a``, :func:`detector_lines` adds
+one line of the collector's own, from the node's samples in the window (:func:`unmeasured`).
 """
 
 from __future__ import annotations
 
 import re
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-NAN = re.compile(r"\bnan\b")
-SCORE = re.compile(r"(: score [-0-9.]+)$")
-# explain() lines of comm-rules (detect/rules.py), by how they start: what the line measures
-RULE_LINES = (("volume ", "volume per GPU", "chan"), ("TX/RX symmetry", "TX/RX symmetry", "chan"),
-              ("regularity:", "regularity (busy fraction, autocorrelation)", "chan"),
-              ("bytes per joule", "bytes per joule", "energy"),
-              ("bursts on all GPUs", "bursts on all GPUs at once", "nvlink"))
-# a learned detector's line: "<feature> = nan raises P(training) by ..."
-FEATURE_LINE = re.compile(r"^(?P<feat>\S+) = nan (?P<rest>.*)$")
+from ..features.comm import ACTIVE_FLOOR_BPS
+
+NA = "n/a"
+_NAN = re.compile(r"\bnan\b")
 
 
-def _measured(table: pa.Table | None, column: str) -> bool:
-    """Whether any sample of the window's buffer carries ``column``."""
-    return table is not None and column in table.column_names and pc.count(table.column(column)).as_py() > 0
+def _values(table: pa.Table, column: str) -> np.ndarray:
+    """The finite values of ``column`` (empty when the column is absent or all null)."""
+    if column not in table.column_names:
+        return np.zeros(0)
+    v = table.column(column).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    return v[np.isfinite(v)]
 
 
-def reasons(table: pa.Table | None) -> dict[str, str]:
-    """Why each kind of quantity may be missing on this node: 'nvlink', 'net', 'energy'."""
-    kinds = set(table.column("kind").to_pylist()) if table is not None and table.num_rows else set()
-    if "gpu" not in kinds:
-        nvlink = "no NVLink data on this node (it reports no GPUs)"
-        energy = "no energy counter on this node (it reports no GPUs)"
-    else:
-        nvlink = ("too little NVLink traffic in this window to measure it" if _measured(table, "nvlink_tx_Bps")
-                  else "no NVLink data on this node (its GPUs report no NVLink counters)")
-        energy = ("no energy counted in this window" if _measured(table, "energy_W")
-                  else "no energy counter on this node's GPUs")
-    net = ("too little network traffic in this window to measure it" if "net" in kinds
-           else "no network interface data on this node")
-    return {"nvlink": nvlink, "net": net, "energy": energy}
+def _busiest(table: pa.Table, prefix: str) -> float | None:
+    """The highest TX+RX rate (B/s) any sample of the table shows on ``prefix`` (nvlink, net); None
+    when the table has no such rates."""
+    tx, rx = _values(table, f"{prefix}_tx_Bps"), _values(table, f"{prefix}_rx_Bps")
+    if tx.size == 0 and rx.size == 0:
+        return None
+    return float(max(tx.max(initial=0.0), rx.max(initial=0.0)))
 
 
-def _feature_reason(feature: str, why: dict[str, str]) -> str:
-    if "bytes_per_J" in feature or "energy" in feature:
-        return why["energy"]
-    for ch in ("nvlink", "net"):
-        if feature.startswith(f"comm.{ch}."):
-            return why[ch]
-    return "not measurable in this window"
-
-
-def worded(lines: list[str], table: pa.Table | None) -> list[str]:
-    """``lines`` with every NaN replaced by the reason it could not be measured on this node."""
-    if not any(NAN.search(line) for line in lines):
-        return list(lines)
-    why = reasons(table)
-    chan = "nvlink"  # comm-rules names its channel on the line before the scores
+def unmeasured(table: pa.Table | None, t0: float, t1: float) -> list[str]:
+    """Why NVLink, network and energy quantities may be missing from the window ``(t0, t1]`` of
+    this node's samples (``table``: the node's buffer with derived rates); only what is missing."""
+    if table is None or table.num_rows == 0:
+        return ["no samples in this window"]
+    kinds = set(table.column("kind").to_pylist())
+    t = table.column("t")
+    window = table.filter(pc.and_(pc.greater(t, t0), pc.less_equal(t, t1)))
+    wkind = window.column("kind")
     out = []
-    for line in lines:
-        if "from the network channel" in line:
-            chan = "net"
-        elif "from the NVLink channel" in line:
-            chan = "nvlink"
-        if not NAN.search(line):
-            out.append(line)
-            continue
-        m = FEATURE_LINE.match(line)
-        if m:
-            out.append(f"{m['feat']} not measurable ({_feature_reason(m['feat'], why)}): {m['rest']}")
-            continue
-        rule = next((r for r in RULE_LINES if line.startswith(r[0])), None)
-        reason = why["energy"] if rule and rule[2] == "energy" else why["nvlink"] if rule and rule[2] == "nvlink" \
-            else why[chan]
-        score = SCORE.search(line)
-        head = line[:score.start()] if score else line
-        if rule and not re.search(r"\d", NAN.sub("", head.split(" vs ")[0])):
-            # every measured number on the line is missing: say what was measured and why not
-            out.append(f"{rule[1]}: not measurable, {reason}{score.group(1) if score else ''}")
-        else:  # some numbers are there: keep them, word the missing ones
-            out.append(NAN.sub("not measurable", line) + f" ({reason})")
+    if "gpu" not in kinds:
+        out += ["no NVLink data on this node (it reports no GPUs)", "no energy counter on this node (it reports no GPUs)"]
+    else:
+        gpus = window.filter(pc.equal(wkind, "gpu"))
+        nvlink = _busiest(gpus, "nvlink")
+        if nvlink is None and _busiest(table, "nvlink") is None:
+            out.append("no NVLink data on this node (its GPUs report no NVLink counters)")
+        elif nvlink is None or nvlink < ACTIVE_FLOOR_BPS["nvlink"]:
+            out.append("too little NVLink traffic in this window to measure it")
+        if _values(gpus, "energy_W").size == 0:
+            out.append("no energy counter on this node's GPUs" if _values(table, "energy_W").size == 0
+                       else "no energy counted in this window")
+    links = window.filter(pc.and_(pc.equal(wkind, "net"), pc.not_equal(window.column("device"), "lo")))
+    if "net" not in kinds:
+        out.append("no network interface data on this node")
+    elif (_busiest(links, "net") or 0.0) < ACTIVE_FLOOR_BPS["net"]:
+        out.append("too little network traffic in this window to measure it")
+    return out or ["the window's samples do not give it"]
+
+
+def detector_lines(lines: list[str], table: pa.Table | None, t0: float, t1: float) -> list[str]:
+    """The detector's ``lines`` as it wrote them (``nan`` shown as ``n/a``), then, if one of them has
+    an ``n/a``, the collector's line saying what this node could not measure in ``(t0, t1]``."""
+    out = [_NAN.sub(NA, line) for line in lines]
+    if out != list(lines):
+        out.append(f"{NA} above: not measurable in this window: " + "; ".join(unmeasured(table, t0, t1)))
     return out

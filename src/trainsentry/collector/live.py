@@ -10,8 +10,8 @@ per node, the last ``buffer_s`` seconds of samples. Every ``stride_s`` of the no
    across buffers and pauses by the offline job rule (:class:`.nodestate.NodeJob`);
 2. cuts the window with the one feature entry :func:`trainsentry.features.sliding_windows` and
    scores it with the detector (a trained artifact from ``models/``, else untrained comm-rules);
-3. names the state (:func:`classify`), keeps the evidence (``detector.explain`` plus why the state
-   was chosen) and runs the k-of-n alert rule (:class:`detect.alert.AlertRule`);
+3. names the state (:func:`classify`), keeps the evidence (``detector.explain`` as the detector
+   wrote it, plus why the state was chosen) and runs the k-of-n alert rule (:class:`detect.alert.AlertRule`);
 4. groups active nodes into jobs (:mod:`trainsentry.collector.livejobs`) and judges each job of
    several nodes on the union of its nodes' samples.
 
@@ -44,7 +44,7 @@ from ..features import sliding_windows
 from ..features.comm import ACTIVE_FLOOR_BPS
 from ..features.grid import to_grids
 from . import livejobs, verdicts as V, warm
-from .evidence import worded
+from .evidence import detector_lines
 from .hooks import CommittedBatch
 from .nodestate import LOOPBACK_LINK, NodeState
 from .schema import connect
@@ -190,7 +190,9 @@ class LiveProcessor:
             self.summary[node] = {"state": v["state"], "p_training": v["p_training"], "job": v["job"],
                                   "since": v["t_end"], "alerts": len(V.alerts(self.conn, "node", node, True))}
         t = time.perf_counter()
-        self.nodes, self.warmed_samples = warm.restore(self.conn, self.cfg, NodeState)
+        # the state beyond each buffer (jobs, idle floors, window clocks) and the buffers themselves
+        # come back from the store: a restart does not start a running job over
+        self.nodes, self.warmed_samples, self.restored = warm.restore(self.conn, self.cfg, NodeState)
         self.warm_s = time.perf_counter() - t
 
     def close(self) -> None:
@@ -203,7 +205,9 @@ class LiveProcessor:
                 "windows_judged": self.windows_judged, "nodes": len(self.nodes),
                 "window_s": self.cfg.window_s, "stride_s": self.cfg.stride_s,
                 "loopback_as_link": self.cfg.loopback_as_link,
-                "warmed": {"nodes": len(self.nodes), "samples": self.warmed_samples, "s": round(self.warm_s, 3)}}
+                "warmed": {"nodes": sum(1 for st in self.nodes.values() if st.table is not None),
+                           "samples": self.warmed_samples, "s": round(self.warm_s, 3)},
+                "restored": self.restored}
 
     def overview_state(self) -> tuple[dict[str, dict], list[dict]]:
         """(verdict summary per node, jobs with their latest verdict) for the dashboard's overview.
@@ -235,8 +239,8 @@ class LiveProcessor:
         tr = self.tracks.get(key)
         if tr is None:  # first sight since start: restore votes and the open alert from the database
             rule = self.cfg.alert
-            votes = deque((p is not None and p >= rule.threshold for _, p in V.last_p(self.conn, scope, subject, rule.n)),
-                          maxlen=rule.n)
+            votes = deque((state != "idle" and p is not None and p >= rule.threshold
+                           for _, state, p in V.last_p(self.conn, scope, subject, rule.n)), maxlen=rule.n)
             opened = V.alerts(self.conn, scope, subject, open_only=True)
             tr = self.tracks[key] = _Track(votes, opened[-1] if opened else None)
         return tr
@@ -267,7 +271,7 @@ class LiveProcessor:
                    active_at, gaps: list[tuple[float, float]], extra: list[str], job_of=None,
                    table: pa.Table | None = None) -> list[dict]:
         """Verdicts for windows ending at ``ends`` from feature ``rows`` (matched by end time);
-        ``table`` (the samples judged) says why a quantity the detector reports could not be measured."""
+        ``table`` (the samples judged) says why a quantity the detector could not measure is missing."""
         cfg = self.cfg
         by_end = {round(r["t_end"] / cfg.stride_s): r for r in rows}
         matched = [by_end.get(round(e / cfg.stride_s)) for e in ends]
@@ -291,8 +295,8 @@ class LiveProcessor:
                 evidence.append(f"this window lacks a sensor {self.detector.name} was always fitted with "
                                 f"({', '.join(getattr(self.detector, 'groups_seen_', []))}): judged by comm-rules with its "
                                 f"documented default thresholds instead")
-            if row is not None:
-                evidence += worded(det.explain(row), table)
+            if row is not None:  # the detector's own lines, passed through (collector/evidence.py)
+                evidence += detector_lines(det.explain(row), table, e - cfg.window_s, e)
             lost = [g for g in gaps if g[0] < e and g[1] > e - cfg.window_s]
             if lost:
                 evidence.append("window overlaps an unmonitored interval: " + ", ".join(
@@ -351,8 +355,10 @@ class LiveProcessor:
         for v in node_verdicts + job_verdicts:
             self._vote(v, out)
             out["verdicts"].append(v)
+        # the node's state goes with the verdicts it led to, in their transaction (restored after a restart)
         ids = self.writer.write(out["verdicts"], out["new"],
-                                [(a["id"], a["p_max"], a["cleared_t"]) for a in out["updated"].values()], job_rows)
+                                [(a["id"], a["p_max"], a["cleared_t"]) for a in out["updated"].values()], job_rows,
+                                {ev.node: (ends[-1], st.snapshot())})
         for a, aid in zip(out["new"], ids):
             a["id"] = aid
         self._summarise(node_verdicts)

@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from ..features import window_features
 from ..features.comm import cross_device_features
 from ..features.grid import to_grids
+from . import verdicts as V
 
 GRID_HZ = 10.0
 
@@ -121,7 +122,10 @@ class JobTracker:
             if node not in members:
                 continue
             rows.append({"job": job, "nodes": members, "start_t": start, "last_t": e})
-            if self.judged_until.get(job, -math.inf) >= e or any(nodes[m].last_end < e - 1e-6 for m in members):
+            if job not in self.judged_until:  # first sight since start: the store knows (a restart)
+                last = V.latest(proc.conn, "job", job)
+                self.judged_until[job] = last["t_end"] if last else -math.inf
+            if self.judged_until[job] >= e or any(nodes[m].last_end < e - 1e-6 for m in members):
                 continue  # already judged here, or a member has not reached this window yet
             self.judged_until[job] = e
             if len(members) == 1:

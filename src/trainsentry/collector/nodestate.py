@@ -13,7 +13,12 @@ What the live rule sees differs from the offline one in three places, all from t
 segment's signature is measured over the longest latest view of it (its last ≤ 30 s) rather than
 over all of it; the resumed segment's signature over what has been seen of it when the job is
 decided (its first seconds: a job name must not change under verdicts already written); and a GPU's
-idle floor is its lowest memory since the processor started (or warmed) rather than over the trace.
+idle floor is its lowest memory the processor has seen from the node rather than over the trace.
+
+What outlives the buffer (the job, the idle floors, the window clock) is written to the store with
+every verdict, in the same transaction (:meth:`NodeState.snapshot`, table ``live_node_state``), and
+read back when the collector restarts (:func:`trainsentry.collector.warm.restore`): a restart does
+not start a running job over (see docs/collector.md, "Restart").
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ LOOPBACK_LINK = "lo-as-link"
 # buffer's first sample); two bins of slack tell "the same segment again" from "a new one" (a new
 # one follows at least 2 s of idle, segment_stream's off time).
 SAME_SEGMENT_TOL_S = 1.0
+SNAPSHOT_VERSION = 1   # of NodeState.snapshot(); a snapshot of another version is not restored
 
 
 def _utc(t: float) -> str:
@@ -83,6 +89,19 @@ class NodeJob:
         if self.view is not None:
             self._fold_gap(mem, e)
 
+    def to_dict(self) -> dict:
+        view = None if self.view is None else {**vars(self.view), "gpus": list(self.view.gpus),
+                                               "mem_bytes": dict(self.view.mem_bytes)}
+        return {"start": self.start, "seg_start": self.seg_start, "seg_end": self.seg_end, "view": view,
+                "gap_min": dict(self.gap_min), "pauses": self.pauses, "last_pause": list(self.last_pause)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "NodeJob":
+        view = d["view"]
+        return cls(start=d["start"], seg_start=d["seg_start"], seg_end=d["seg_end"],
+                   view=None if view is None else Segment(**view), gap_min=dict(d["gap_min"]),
+                   pauses=int(d["pauses"]), last_pause=tuple(d["last_pause"]))
+
     def evidence(self, e: float) -> list[str]:
         out = [f"segment active since {_utc(self.seg_start)} ({e - self.seg_start:.0f} s before this window's end)"]
         if self.pauses:
@@ -119,6 +138,24 @@ class NodeState:
         self.samples.extend(s for s in samples if s["t"] >= cutoff)
         while self.samples and self.samples[0]["t"] < cutoff:
             self.samples.popleft()
+
+    def snapshot(self) -> dict:
+        """What this state knows beyond its sample buffer, as JSON-able data: the job, each GPU's
+        idle floor, the window clock and the job the node was last put in. (The buffer itself is
+        re-read from the samples table; see :func:`trainsentry.collector.warm.restore`.)"""
+        return {"v": SNAPSHOT_VERSION, "track": self.track.to_dict(), "mem_floor": dict(self.mem_floor),
+                "active_since": self.active_since, "last_end": self.last_end, "job": self.job}
+
+    @classmethod
+    def from_snapshot(cls, d: dict) -> "NodeState":
+        """The state a snapshot describes, with an empty buffer; ValueError if it is not one."""
+        if not isinstance(d, dict) or d.get("v") != SNAPSHOT_VERSION:
+            raise ValueError(f"not a version-{SNAPSHOT_VERSION} node state snapshot")
+        try:
+            return cls(track=NodeJob.from_dict(d["track"]), mem_floor=dict(d["mem_floor"]),
+                       active_since=d["active_since"], last_end=d["last_end"], job=d["job"])
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"malformed node state snapshot: {e!r}") from None
 
     def memory(self) -> list[tuple[float, str, float]]:
         """(t, GPU, memory bytes) of the buffer's GPU readings."""

@@ -170,7 +170,7 @@ def series(conn: sqlite3.Connection, node: str, start: float, end: float, step: 
 def totals(conn: sqlite3.Connection) -> dict:
     """Persistent totals over the whole database (survive restarts, unlike per-process counters)."""
     n_batches, n_samples = conn.execute("SELECT COUNT(*), COALESCE(SUM(n_samples), 0) FROM batches").fetchone()
-    rejected = {code: n for code, n in conn.execute("SELECT code, COUNT(*) FROM rejections GROUP BY code ORDER BY code")}
+    rejected = {code: n for code, n in conn.execute("SELECT code, SUM(n) FROM rejections GROUP BY code ORDER BY code")}
     n_gaps = conn.execute("SELECT reason, COUNT(*) FROM unmonitored GROUP BY reason").fetchall()
     return {"batches": n_batches, "samples": n_samples, "rejected": rejected,
             "unmonitored": {r: n for r, n in n_gaps}}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..traces.schema import METRICS
 from .auth import DDL as _AUTH_DDL
-from .verdicts import DDL as _VERDICTS_DDL
+from .verdicts import DDL as _VERDICTS_DDL, NODE_STATE_DDL as _NODE_STATE_DDL
 
 SYNC_LEVELS = ("normal", "full")
 
@@ -105,11 +105,16 @@ CREATE TABLE rejections (
 CREATE INDEX rejections_by_code ON rejections(code);
 """ + _samples_ddl()
 
+# Refusals past the per-minute row limit are one row that counts them (store.record_rejection).
+_V5 = "ALTER TABLE rejections ADD COLUMN n INTEGER NOT NULL DEFAULT 1;  -- refusals this row stands for\n"
+
 # (version, DDL). Append only: never edit a migration that has shipped.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
     (2, _AUTH_DDL),  # inspector tokens and login sessions (collector/auth.py)
     (3, _VERDICTS_DDL),  # live verdicts, alerts and jobs (collector/verdicts.py)
+    (4, _NODE_STATE_DDL),  # the live processor's per-node state, restored after a restart (collector/nodestate.py)
+    (5, _V5),  # rejections.n: one row may count the refusals past the per-minute row limit
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

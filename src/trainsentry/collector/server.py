@@ -102,7 +102,7 @@ def direct_ingest_protocol(collector):
     from .app import INGEST_PATH, ingest_headers
 
     status_lines = {status: f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n".encode()
-                    for status in (200, 400, 401, 409, 413, 500)}
+                    for status in (200, 400, 401, 409, 413, 500, 503)}
 
     path = INGEST_PATH.encode()
     limit = collector.max_batch_bytes

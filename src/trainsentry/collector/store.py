@@ -23,6 +23,7 @@ sample, the span between them is recorded as unmonitored (``silence``).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -42,8 +43,9 @@ MAX_SILENCE_INTERVAL_S = 10.0
 # timestamp would otherwise move the node's "last sample" past every real one and hide silences.
 MAX_FUTURE_S = 300.0
 MAX_DEVICES_PER_NODE = 256   # GPUs + interfaces + IB ports; a node cannot grow the device table at will
-# Detailed audit rows per (node, code) per minute; beyond that a refusal is only counted, so
-# unauthenticated junk cannot grow the database without bound.
+# Audit rows of their own per (node, code) per minute; the rest of the minute's refusals of that
+# key are one row that counts them, so junk cannot grow the database without bound (see
+# Store.record_rejection).
 REJECTION_ROWS_PER_MINUTE = 10
 _DETAIL_MAX = 500
 
@@ -51,9 +53,11 @@ _INSERT_SAMPLE = f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({',
 _INSERT_BATCH = ("INSERT INTO batches (node_id, seq, digest, prev, received_at, n_samples, t_first, t_last, "
                  "first_sample, last_sample, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _INSERT_DEVICE = "INSERT OR IGNORE INTO devices (node_id, device, kind, first_t) VALUES (?, ?, ?, ?)"
+_INSERT_REJECTION = "INSERT INTO rejections (at, node, status, code, remote, detail, n) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _INSERT_GAP = ("INSERT INTO unmonitored (node_id, start_t, end_t, reason, seq_from, seq_to, recorded_at) "
                "VALUES (?, ?, ?, ?, ?, ?, ?)")
 _SQLITE_INT_MAX = 2 ** 63 - 1
+log = logging.getLogger("trainsentry.collector.store")
 _DEV, _KIND, _T, _M = itemgetter("dev"), itemgetter("kind"), itemgetter("t"), itemgetter("m")
 _METRIC_SET = frozenset(SAMPLE_METRICS)
 _MAX_GROUPS = 8          # distinct metric sets in one batch before falling back to all-columns rows
@@ -214,10 +218,16 @@ class Store:
             self.conn.execute(f"PRAGMA journal_size_limit={self._checkpointer.max_wal_pages * page}")
         self._keys: dict[str, tuple[int, bytes]] = {}  # name -> (node_id, key); refreshed on a miss
         self._devices: set[tuple[int, str]] = set()     # (node_id, device) known to be in `devices`
-        self._rejection_rows: dict[tuple[str, str], tuple[int, int]] = {}  # (node, code) -> (minute, rows)
-        self.rejections_not_logged = 0
+        # refusals of the current minute per (enrolled node or "", code): rows written, and the rest
+        # as (count, last time, status), written as one row when the minute is over
+        self._rejection_minute = -1
+        self._rejection_rows: dict[tuple[str, str], int] = {}
+        self._suppressed: dict[tuple[str, str], list] = {}
+        self.rejections_not_logged = 0   # refusals without a row of their own (counted in a summary row)
+        self.rejections_unrecorded = 0   # refusals the audit could not write at all (the store failing)
 
     def close(self) -> None:
+        self._flush_suppressed()
         if self._checkpointer is not None:
             self._checkpointer.close()
         self.conn.close()
@@ -276,6 +286,8 @@ class Store:
 
     def ingest(self, node: str | None, signature: str | None, body: bytes, max_bytes: int | None = None) -> Accepted:
         """Authenticate, parse, chain-check and commit one batch, or raise IngestError with nothing stored."""
+        if self._suppressed and int(time.time() // 60) != self._rejection_minute:
+            self._flush_suppressed()  # the past minute's counted refusals, if no refusal came since
         if max_bytes is not None and len(body) > max_bytes:
             raise IngestError(413, "too_large", f"batch of {len(body)} bytes exceeds the limit of {max_bytes}")
         node_id = self.authenticate(node, signature, body)
@@ -392,22 +404,50 @@ class Store:
                               for g in gaps])
 
     # -- rejections -----------------------------------------------------------------------------
-    def record_rejection(self, err: IngestError, node: str | None, remote: str | None) -> None:
-        """Keep an audit row for a refused batch (its body is not kept: it may be hostile and large).
+    def record_rejection(self, err: IngestError, node: str | None, remote: str | None,
+                         now: float | None = None) -> None:
+        """Record a refused batch in ``rejections`` (never its body: it may be hostile and large).
 
-        At most ``REJECTION_ROWS_PER_MINUTE`` rows per (node, code) per minute; the rest are counted
-        in ``rejections_not_logged`` (and in the app's per-code counters) but not written."""
-        key = ((node or "")[:128], err.code)
-        minute = int(time.time() // 60)
-        seen_minute, rows = self._rejection_rows.get(key, (minute, 0))
-        if seen_minute != minute:
-            rows = 0
-            if len(self._rejection_rows) > 10_000:  # forget old keys; many node names are junk
+        Every refusal is recorded. The first ``REJECTION_ROWS_PER_MINUTE`` of a minute per (node,
+        code) get a row each (time, claimed node, status, code, remote address, detail); the rest of
+        that minute are one row with their count in ``n`` and the time of the last, written at the
+        first refusal of a later minute or when the store closes (a SIGKILL loses at most the current
+        minute's count; the per-process counters have it). The node of that key is the claimed name
+        only when it is enrolled: senders that are not, whatever name they put in each request, share
+        one key, so the table grows by at most (enrolled nodes + 1) × codes × (limit + 1) rows a
+        minute. If the store itself fails, the refusal is counted in ``rejections_unrecorded``."""
+        now = time.time() if now is None else now
+        claimed = (node or "")[:128]
+        try:
+            minute = int(now // 60)
+            if minute != self._rejection_minute:
+                self._flush_suppressed()
+                self._rejection_minute = minute
                 self._rejection_rows.clear()
-        if rows >= REJECTION_ROWS_PER_MINUTE:
-            self.rejections_not_logged += 1
-            return
-        self._rejection_rows[key] = (minute, rows + 1)
-        self.conn.execute("INSERT INTO rejections (at, node, status, code, remote, detail) VALUES (?, ?, ?, ?, ?, ?)",
-                          (time.time(), (node or "")[:128] or None, err.status, err.code, remote,
-                           err.detail[:_DETAIL_MAX]))
+            key = (claimed if claimed and self._lookup_key(claimed) is not None else "", err.code)
+            rows = self._rejection_rows.get(key, 0)
+            if rows >= REJECTION_ROWS_PER_MINUTE:
+                entry = self._suppressed.setdefault(key, [0, now, err.status])
+                entry[0] += 1
+                entry[1] = now
+                self.rejections_not_logged += 1
+                return
+            self._rejection_rows[key] = rows + 1
+            self.conn.execute(_INSERT_REJECTION, (now, claimed or None, err.status, err.code, remote,
+                                                  err.detail[:_DETAIL_MAX], 1))
+        except sqlite3.Error as e:
+            self.rejections_unrecorded += 1
+            log.error("refusal %s from %r not recorded: %s", err.code, claimed, e)
+
+    def _flush_suppressed(self) -> None:
+        """One row per key for the refusals of the past minute that had no row of their own."""
+        pending, self._suppressed = self._suppressed, {}
+        try:
+            for (node, code), (n, last, status) in sorted(pending.items()):
+                who = f"node {node}" if node else "senders that are not enrolled nodes"
+                self.conn.execute(_INSERT_REJECTION, (
+                    last, node or None, status, code, None,
+                    f"{n} more refusals {code} from {who} in that minute, counted here rather than a row each", n))
+        except sqlite3.Error as e:
+            self.rejections_unrecorded += sum(v[0] for v in pending.values())
+            log.error("summary of %d suppressed refusals not recorded: %s", len(pending), e)

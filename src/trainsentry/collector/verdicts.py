@@ -10,8 +10,13 @@ Tables (migration in :mod:`trainsentry.collector.schema`, DDL here):
   cleared (NULL while open), the highest P(training) seen while open and the evidence of the
   window that fired it.
 * ``jobs``: the current membership of every job the live processor has formed.
+* ``live_node_state`` (migration 4, :data:`NODE_STATE_DDL`): per node, what the live processor
+  knows beyond its sample buffer (its job, the GPUs' idle memory floors, its window clock; JSON of
+  :meth:`trainsentry.collector.nodestate.NodeState.snapshot`), written in the same transaction as
+  the verdicts it led to and read back by a restarted processor.
 
-Everything the API answers is read from these tables, so verdicts survive a collector restart.
+Everything the API answers is read from these tables, so verdicts survive a collector restart, and
+so does the state that the next verdicts are computed from.
 """
 
 from __future__ import annotations
@@ -59,6 +64,15 @@ CREATE TABLE jobs (
 );
 """
 
+NODE_STATE_DDL = """
+CREATE TABLE live_node_state (
+  node TEXT PRIMARY KEY,
+  t_end REAL NOT NULL,           -- end of the node's last judged window when this was written
+  state TEXT NOT NULL,           -- JSON: nodestate.NodeState.snapshot()
+  updated_at REAL NOT NULL       -- server clock
+);
+"""
+
 _VERDICT_COLS = "scope, subject, t_start, t_end, state, p_training, detector, artifact, evidence, job, computed_at"
 
 
@@ -83,9 +97,10 @@ class VerdictWriter:
         self.conn = conn
 
     def write(self, verdicts: list[dict], new_alerts: list[dict], updates: list[tuple[int, float, float | None]],
-              jobs: list[dict] | None = None) -> list[int]:
+              jobs: list[dict] | None = None, node_states: dict[str, tuple[float, dict]] | None = None) -> list[int]:
         """One transaction: verdict rows, new alerts (their ids returned, in order), updates of
-        alerts written before as (id, p_max, cleared_t), and job rows."""
+        alerts written before as (id, p_max, cleared_t), job rows, and the live state of nodes as
+        {node: (last judged window end, snapshot)}: stored state and verdicts never disagree."""
         c, now, ids = self.conn, time.time(), []
         c.execute("BEGIN IMMEDIATE")
         try:
@@ -104,6 +119,8 @@ class VerdictWriter:
             for j in jobs or []:
                 c.execute("INSERT OR REPLACE INTO jobs (job, nodes, start_t, last_t, updated_at) VALUES (?,?,?,?,?)",
                           (j["job"], json.dumps(j["nodes"]), j["start_t"], j["last_t"], now))
+            c.executemany("INSERT OR REPLACE INTO live_node_state (node, t_end, state, updated_at) VALUES (?,?,?,?)",
+                          [(n, t, json.dumps(st, default=float), now) for n, (t, st) in (node_states or {}).items()])
             c.execute("COMMIT")
         except BaseException:
             if c.in_transaction:
@@ -141,11 +158,16 @@ def timeline(conn: sqlite3.Connection, scope: str, subject: str, start: float, e
     return [_verdict(r) for r in rows]
 
 
-def last_p(conn: sqlite3.Connection, scope: str, subject: str, n: int) -> list[tuple[float, float | None]]:
-    """(t_end, P) of the last n windows, oldest first."""
-    rows = conn.execute("SELECT t_end, p_training FROM verdicts WHERE scope = ? AND subject = ? "
+def last_p(conn: sqlite3.Connection, scope: str, subject: str, n: int) -> list[tuple[float, str, float | None]]:
+    """(t_end, state, P) of the last n windows, oldest first."""
+    rows = conn.execute("SELECT t_end, state, p_training FROM verdicts WHERE scope = ? AND subject = ? "
                         "ORDER BY t_end DESC LIMIT ?", (scope, subject, n)).fetchall()
     return rows[::-1]
+
+
+def node_states(conn: sqlite3.Connection) -> dict[str, tuple[float, str]]:
+    """{node: (last judged window end, snapshot JSON)} as the live processor last wrote them."""
+    return {n: (t, st) for n, t, st in conn.execute("SELECT node, t_end, state FROM live_node_state")}
 
 
 def alerts(conn: sqlite3.Connection, scope: str, subject: str | None = None, open_only: bool = False) -> list[dict]:

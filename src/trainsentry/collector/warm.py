@@ -1,16 +1,29 @@
-"""Warm the live processor's per-node buffers from the store when it starts.
+"""Restore the live processor's per-node state from the store when it starts.
 
-Without this a restarted collector starts every node's buffer empty, and the first verdict after
-a restart waits for a full window (8 s) of *new* samples. The samples are in the database already:
-for each node heard from recently, the last ``window_s`` (plus one second, so counters have a
-previous reading to turn into a rate at the window's start) of its samples are read back, in the
-wire form the bus delivers, together with its unmonitored intervals in that span. The next window
-is set after the node's last judged one, so nothing already judged is judged again and the first
-new batch that completes a window gets its verdict at once.
+The store is the source of truth; a restarted processor starts from what it holds, not from zero:
+
+* **what outlives the buffer** — each node's job (first-seen start of its latest segment, its end
+  and signature, the lowest memory of the current pause, the pauses linked so far), the GPUs' idle
+  memory floors, the job the node was last put in and its last judged window — is the snapshot
+  written with the node's verdicts, in their transaction (table ``live_node_state``, see
+  :meth:`trainsentry.collector.nodestate.NodeState.snapshot`). It is restored for every node that
+  has one, however long ago: a node that comes back after its job's longest pause (10 min) starts a
+  new job by the job rule itself, and its idle floors are still known.
+* **the sample buffer** — for each node heard from in the last hour, the samples of the last
+  ``buffer_s`` (30 s) before its latest one: exactly what the buffer of a processor that never
+  stopped holds, so segmentation sees the same segments; with its unmonitored intervals in that
+  span, found through the indexed batches table. Samples committed after the last judged window
+  (the processor runs behind ingest) are among them and are judged with the next batch.
+
+The next window is set after the node's last judged one, so nothing already judged is judged
+again and the first new batch that completes a window gets its verdict at once. The k-of-n votes
+and open alerts are read back from the verdict and alert tables by the processor itself.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import sqlite3
 import time
@@ -18,7 +31,9 @@ import time
 from . import verdicts as V
 from .schema import SAMPLE_METRICS
 
-# Nodes silent for longer than this (server clock) are not warmed: a node that comes back after
+log = logging.getLogger("trainsentry.collector.warm")
+
+# Nodes silent for longer than this (server clock) get no buffer: a node that comes back after
 # an hour starts a new buffer anyway (its old samples fall outside any window of the new ones).
 WARM_MAX_AGE_S = 3600.0
 _COLS = ", ".join(("device", "kind", "t", *SAMPLE_METRICS))
@@ -40,24 +55,31 @@ def node_samples(conn: sqlite3.Connection, node_id: int, since_t: float) -> list
             for r in rows]
 
 
-def restore(conn: sqlite3.Connection, cfg, make_state, now: float | None = None) -> tuple[dict, int]:
-    """({node: state} with warmed buffers, samples read). ``make_state`` builds an empty NodeState."""
+def restore(conn: sqlite3.Connection, cfg, make_state, now: float | None = None) -> tuple[dict, int, dict]:
+    """({node: state}, samples read, {"states": nodes whose snapshot was restored, "unusable":
+    {node: why}}). ``make_state`` is the NodeState class."""
     now = time.time() if now is None else now
-    nodes, n = {}, 0
-    span_s = cfg.window_s + 1.0
+    nodes, n, unusable = {}, 0, {}
+    for name, (t_end, raw) in sorted(V.node_states(conn).items()):
+        try:
+            nodes[name] = make_state.from_snapshot(json.loads(raw))
+        except ValueError as e:  # a snapshot this version cannot read: that node starts afresh, said
+            unusable[name] = str(e)
+            log.error("live state of node %s not restored: %s", name, e)
+    restored = len(nodes)
     for node_id, name, last_t in conn.execute(
             "SELECT node_id, name, last_t FROM nodes WHERE last_t IS NOT NULL AND last_seen >= ? ORDER BY name",
             (now - WARM_MAX_AGE_S,)).fetchall():
-        samples = node_samples(conn, node_id, last_t - span_s)
+        samples = node_samples(conn, node_id, last_t - cfg.buffer_s)
         if not samples:
             continue
-        st = make_state()
+        st = nodes.get(name) or nodes.setdefault(name, make_state())
         st.add(samples, cfg.buffer_s)
         st.gaps = [(s, e) for s, e in conn.execute(
-            "SELECT start_t, end_t FROM unmonitored WHERE node_id = ? AND end_t >= ?", (node_id, last_t - span_s))]
+            "SELECT start_t, end_t FROM unmonitored WHERE node_id = ? AND end_t >= ?", (node_id, last_t - cfg.buffer_s))]
+        st.table = st.build_table(name, cfg.loopback_as_link)  # a peer's view for jobs across nodes
         v = V.latest(conn, "node", name)
         if v is not None:  # continue after the last judged window, never re-judge it
             st.next_k = math.floor(v["t_end"] / cfg.stride_s + 1e-9) + 1
-        nodes[name] = st
         n += len(samples)
-    return nodes, n
+    return nodes, n, {"states": restored, "unusable": unusable}

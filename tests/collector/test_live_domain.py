@@ -1,0 +1,118 @@
+"""The live out-of-domain fallback, end to end: the real server with the committed fused model.
+
+``models/fused.joblib`` was fitted on H200 runs that always had four sensors (GPU activity, NVLink,
+PCIe, network: ``sensors_always_seen`` in models/fused.json). A window lacking any of them is one
+the trees never saw; ``Detector.out_of_domain`` sends it to comm-rules with its default thresholds,
+and the evidence says so. Three nodes stream the same recorded 2-GPU DDP run (data/redteam-r1,
+retimed, 1 s signed batches) into ``python -m trainsentry.collector.server``:
+
+* ``h200``: as recorded, every sensor there: judged by the fused artifact;
+* ``no-pcie``: the GPUs' PCIe (GPM) counters removed: judged by comm-rules, said in the evidence;
+* ``cpu``: only the network interfaces, no GPU at all: the same.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import Agent, RealCollector
+
+from test_live import GIB, IDLE_MEM_BYTES, T0, readings, with_network
+from test_live_jobs import RUN, splice
+from trainsentry.collector.auth import enroll_inspector_in
+from trainsentry.collector.store import Store
+from trainsentry.telemetry.replay import read_trace_readings
+
+SECONDS = 50.0   # of each stream (training from 2.5 s in the recording, 4 s in the network-only one)
+MODELS = Path(__file__).resolve().parents[2] / "models"
+FALLBACK = re.compile(r"^this window lacks a sensor fused was always fitted with \((.*)\): judged by comm-rules "
+                      r"with its documented default thresholds instead$")
+
+
+def variants() -> dict[str, list]:
+    rs = [r for r in splice([read_trace_readings(RUN)]) if r.t < T0 + SECONDS]
+    no_pcie = [replace(r, values={k: v for k, v in r.values.items() if "pcie" not in k}) for r in rs]
+    # a node without GPUs whose network carries DDP-shaped exchange (test_live's inter-node part of a
+    # DDP job: a quarter of the probe's recorded NVLink bursts), the shape of the demo's gloo training
+    net_ddp = [r for r in with_network(readings([("idle", 4.0, IDLE_MEM_BYTES), ("ddp", SECONDS - 4.0, 20 * GIB)], T0))
+               if r.kind == "net"]
+    return {"h200": rs, "no-pcie": no_pcie, "cpu": net_ddp}
+
+
+def per_second(readings) -> list[list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for r in sorted(readings, key=lambda r: (r.t, r.device)):
+        out.setdefault(int((r.t - T0) // 1.0), []).append(r.to_wire())
+    return [out[k] for k in sorted(out)]
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory) -> dict[str, list[dict]]:
+    db = tmp_path_factory.mktemp("domain") / "collector.db"
+    streams = {n: per_second(rs) for n, rs in variants().items()}
+    store = Store(db)
+    keys = {n: store.enroll(n) for n in streams}
+    store.close()
+    token = enroll_inspector_in(db, "inspector-1")
+    col = RealCollector(db, {"TRAINSENTRY_MODELS": str(MODELS)})
+    try:
+        assert col.get("/v1/live", token)["detector"] == "fused"
+        agents = {n: Agent(col.http, n, k) for n, k in keys.items()}
+        for i in range(max(map(len, streams.values()))):
+            for n, bs in streams.items():
+                if i < len(bs):
+                    r = agents[n].send(bs[i])
+                    assert r.status_code == 200, r.text
+        want = {n: math.floor(max(s["t"] for s in bs[-1]) / 2.0 + 1e-9) * 2.0 for n, bs in streams.items()}
+        deadline = time.monotonic() + 180
+        while any((col.get(f"/v1/nodes/{n}/verdict", token).get("window") or {}).get("end") != e
+                  for n, e in want.items()):
+            assert time.monotonic() < deadline, "the live processor did not catch up"
+            time.sleep(0.2)
+        return {n: col.get(f"/v1/nodes/{n}/verdicts", token, start=T0 - 10, end=T0 + 1000)["verdicts"]
+                for n in streams}
+    finally:
+        col.kill()
+
+
+def judged(tl: list[dict]) -> list[dict]:
+    """Windows that had features (a detector scored them)."""
+    return [v for v in tl if v["p_training"] is not None]
+
+
+def test_a_window_with_every_sensor_the_model_knows_is_judged_by_it(verdicts):
+    seen = json.loads((MODELS / "fused.json").read_text())["detector"]["sensors_always_seen"]
+    assert seen == ["act", "comm.net", "comm.nvlink", "comm.pcie"]
+    tl = judged(verdicts["h200"])
+    assert len(tl) > 15
+    for v in tl:
+        assert v["detector"] == "fused" and v["artifact"].endswith("models/fused.joblib"), v
+        assert not [e for e in v["evidence"] if FALLBACK.match(e)]
+        assert any(e.startswith("P(training) = ") and "(fused: boosted trees" in e for e in v["evidence"])
+
+
+@pytest.mark.parametrize("node", ["no-pcie", "cpu"])
+def test_a_window_lacking_a_sensor_the_model_always_had_is_judged_by_comm_rules_and_says_so(verdicts, node):
+    tl = judged(verdicts[node])
+    assert len(tl) > 15
+    # what the rules say of it: DDP over NVLink without the PCIe counters, and over the network of a
+    # node without GPUs (the shape of the demo's gloo training, which fused called 'other')
+    assert tl[-1]["state"] == "training", tl[-1]["evidence"]
+    for v in tl:
+        assert v["detector"] == "comm-rules" and v["artifact"] is None, v
+        why = [m for e in v["evidence"] if (m := FALLBACK.match(e))]
+        assert len(why) == 1 and why[0][1] == "act, comm.net, comm.nvlink, comm.pcie", v["evidence"]
+        # the P(training) of the verdict is the one comm-rules' own explanation states
+        p_line = next(e for e in v["evidence"] if e.startswith("P(training) = ") and "channel" in e)
+        assert p_line.startswith(f"P(training) = {v['p_training']:.2f} from the "), (p_line, v["p_training"])
+        assert not any("boosted trees" in e for e in v["evidence"])
+        # the model in use is still named (what would have judged it), after the state's reason
+        assert any(e.startswith("detector fused from ") for e in v["evidence"])
+
+
