@@ -193,7 +193,8 @@ def test_refusal_evidence_and_data_needed_reach_the_docs(synth_root, tmp_path, m
     res = json.loads((tmp_path / "flops.json").read_text())
     chk = res["power_only_check"]
     assert chk["all_runs"]["runs"] == 12 and chk["all_runs"]["E_per_TFLOP_J"] > 0
-    assert set(chk["references"]) == {"flops_on_energy", "gpu_seconds"}
+    assert set(chk["references"]) == set(chk["references_causal_half"]) == {"flops_on_energy", "gpu_seconds"}
+    assert chk["all_runs_causal_half"]["E_per_TFLOP_J"] > 0
     d = res["energy_diagnostics"]
     assert d["runs_at_power_limit"] + d["runs_below_power_limit"] == 12
     assert len(d["below_limit_runs"]) == d["runs_below_power_limit"]

@@ -237,6 +237,15 @@ def _refusal_or_defect(result: dict) -> list[str]:
                    f" ({half['t_stat']:.1f} standard errors) and it fails {alt['splits_failed']} of"
                    f" {po['splits_attempted']} splits instead of {po['splits_failed']}. Part of what energy cannot see"
                    " is counted work that was never done.")
+        rh = chk.get("references_causal_half") or {}
+        if alt["median_abs_pct_error"] is not None and {"flops_on_energy", "gpu_seconds"} <= set(rh):
+            fh, gh = rh["flops_on_energy"], rh["gpu_seconds"]
+            out[-1] += (f" Against that truth its median error is {alt['median_abs_pct_error']:.1f} %, and the"
+                        f" regression that cannot fail reaches {fh['median_abs_pct_error']:.1f} % against"
+                        f" {gh['median_abs_pct_error']:.1f} % for time alone"
+                        + (": a slope that stands above its noise still does not predict better than time."
+                           if fh["median_abs_pct_error"] >= 0.9 * gh["median_abs_pct_error"]
+                           and alt["median_abs_pct_error"] >= 0.9 * gh["median_abs_pct_error"] else "."))
     return out
 
 

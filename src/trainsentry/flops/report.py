@@ -118,6 +118,8 @@ def power_only_check(runs, n_splits: int, seed: int) -> dict:
                     "P_overhead_W": float(coef[1]), "t_stat": float(coef[0] / se) if finite else None,
                     "runs": int(y.size)}
     out["references"] = reference_pass(runs, n_splits, seed)
+    if len(views) > 1:
+        out["references_causal_half"] = reference_pass(runs.causal_half(), n_splits, seed)
     return out
 
 
