@@ -123,3 +123,17 @@ def test_three_input_and_fusion_still_calibrate_at_the_power_limit():
     assert three.coef["E_per_TFLOP_J"] == pytest.approx(0.44, rel=0.05)
     fused = make("fusion").fit(X, y)
     assert np.median(np.abs(fused.predict(X) / y - 1)) < 0.02
+
+
+def test_energy_diagnostics_split_the_correlation_at_the_power_limit():
+    from trainsentry.flops.estimators import energy_diagnostics
+    X, y = _capped_runs(n=12)
+    d = energy_diagnostics(X, y)
+    assert d["runs_at_power_limit"] == 12 and d["runs_below_power_limit"] == 0
+    assert d["corr_net_energy_flops_below_limit"] is None and abs(d["corr_net_energy_flops_at_limit"]) < 0.7
+    # three runs well below the limit whose joules follow their FLOPs
+    X["mean_power_W"][:3] = 2 * 400.0
+    X["net_energy_J"][:3] = 0.5 * y[:3] / 1e12
+    d = energy_diagnostics(X, y)
+    assert (d["runs_at_power_limit"], d["runs_below_power_limit"]) == (9, 3)
+    assert d["corr_net_energy_flops_below_limit"] > 0.99

@@ -156,5 +156,52 @@ def test_failures_and_reasons_reach_the_results_and_the_docs(synth_root, tmp_pat
     po = res["estimators"]["power_only"]
     assert po["splits_failed"] == 2 and po["failures"][0]["reason"] == "test: cannot calibrate"
     doc = (tmp_path / "flops.md").read_text()
-    assert "| (b) power-only linear | 2 / 4 | unbounded |" in doc
+    assert "| power only | 2 / 4 | unbounded |" in doc
     assert "failed 2 of 4 splits" in doc and "*test: cannot calibrate*" in doc and "odd split 1" in doc
+
+
+def _runset(X, y):
+    from trainsentry.flops.dataset import RunSet
+    n = y.size
+    ids = [f"run{i}" for i in range(n)]
+    return RunSet({k: np.asarray(v, dtype=float) for k, v in X.items()}, y, ids, [f"cfg{i}" for i in range(n)],
+                  ["w"] * n, ["fam"] * n)
+
+
+def test_references_say_whether_energy_knows_more_than_time():
+    """At the power limit a regression of FLOPs on energy and time, which cannot fail, is no better than time
+    alone; below the limit, where the joules follow the FLOPs, it is far better."""
+    from trainsentry.flops.evaluate import reference_pass
+    from flops.test_estimators import _capped_runs
+    X, y = _capped_runs(n=15)
+    X["gpus"] = np.full(y.size, 2.0)
+    capped = reference_pass(_runset(X, y), n_splits=30)
+    fe, gs = capped["flops_on_energy"], capped["gpu_seconds"]
+    assert fe["splits"] == gs["splits"] == 30 and fe["predictions"] == gs["predictions"]
+    assert fe["median_abs_pct_error"] > 0.8 * gs["median_abs_pct_error"] > 5.0
+    X["net_energy_J"] = 0.4 * y / 1e12 + 300.0 * X["duration_s"]
+    below = reference_pass(_runset(X, y), n_splits=30)
+    assert below["flops_on_energy"]["median_abs_pct_error"] < 0.2 * below["gpu_seconds"]["median_abs_pct_error"]
+
+
+def test_refusal_evidence_and_data_needed_reach_the_docs(synth_root, tmp_path, monkeypatch):
+    _flaky_make(monkeypatch, "power_only")
+    r = CliRunner().invoke(app, ["flops-eval", "--data", str(synth_root), "--splits", "4", "--no-segmentation",
+                                 "--results", str(tmp_path / "flops.json"), "--figures", str(tmp_path / "fig"),
+                                 "--docs", str(tmp_path / "flops.md"), "--models", str(tmp_path / "models")])
+    assert r.exit_code == 0, r.output
+    res = json.loads((tmp_path / "flops.json").read_text())
+    chk = res["power_only_check"]
+    assert chk["all_runs"]["runs"] == 12 and chk["all_runs"]["E_per_TFLOP_J"] > 0
+    assert set(chk["references"]) == set(chk["references_causal_half"]) == {"flops_on_energy", "gpu_seconds"}
+    assert chk["all_runs_causal_half"]["E_per_TFLOP_J"] > 0
+    d = res["energy_diagnostics"]
+    assert d["runs_at_power_limit"] + d["runs_below_power_limit"] == 12
+    assert len(d["below_limit_runs"]) == d["runs_below_power_limit"]
+    doc = " ".join((tmp_path / "flops.md").read_text().split())
+    assert "### Refusal, or a defect of the fit?" in doc
+    fe = chk["references"]["flops_on_energy"]
+    assert f"{fe['median_abs_pct_error']:.1f} % median absolute error (p90 {fe['p90_abs_pct_error']:.1f} %)" in doc
+    assert "## What data would make power alone well-posed" in doc
+    assert "*Runs below the power limit.*" in doc and "*Runs of varied length.*" in doc
+    assert "| power only | (b) |" in doc and "| tensor + three-input fusion | (e) |" in doc

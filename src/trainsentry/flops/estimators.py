@@ -171,8 +171,12 @@ def energy_diagnostics(X: dict[str, np.ndarray], y: np.ndarray) -> dict:
     per_gpu = _col(X, "mean_power_W") / np.maximum(_col(X, "gpus"), 1.0)
     capped = per_gpu >= CAPPED_FRACTION * H200_POWER_LIMIT_W
     eff = y / np.maximum(e, 1.0)
+
+    def corr(sel) -> float | None:
+        return float(np.corrcoef(e[sel], y[sel])[0, 1]) if sel.sum() > 2 and np.ptp(e[sel]) > 0 else None
     return {"runs": int(y.size), "power_limit_W_per_gpu": H200_POWER_LIMIT_W, "capped_fraction": CAPPED_FRACTION,
-            "runs_at_power_limit": int(capped.sum()),
+            "runs_at_power_limit": int(capped.sum()), "runs_below_power_limit": int((~capped).sum()),
+            "corr_net_energy_flops_at_limit": corr(capped), "corr_net_energy_flops_below_limit": corr(~capped),
             "mean_power_W_per_gpu_min": float(per_gpu.min()), "mean_power_W_per_gpu_max": float(per_gpu.max()),
             "duration_s_min": float(t.min()), "duration_s_max": float(t.max()),
             "net_energy_J_min": float(e.min()), "net_energy_J_max": float(e.max()),
@@ -220,12 +224,16 @@ class EnergyModel(Estimator):
         v = _col(X, self.TERM_FEATURES[k])
         return v / 1e12 if k in ("tb", "nvl_tb") else v
 
-    def _fit(self, X, y) -> None:
+    def energy_per_tflop(self, X, y) -> tuple[np.ndarray, float]:
+        """The weighted non-negative fit in energy space: (constants, standard error of E_per_TFLOP)."""
         e = _col(X, "net_energy_J")
-        A = np.column_stack([y / 1e12] + [self._term(X, k) for k in self.terms])
+        A = np.column_stack([np.asarray(y, dtype=np.float64) / 1e12] + [self._term(X, k) for k in self.terms])
         w = 1.0 / np.maximum(np.abs(e), 1.0) ** 2
         coef = _wls_nonneg(A, e, w)
-        se = _first_coef_se(A, e, w, coef)
+        return coef, _first_coef_se(A, e, w, coef)
+
+    def _fit(self, X, y) -> None:
+        coef, se = self.energy_per_tflop(X, y)
         if not (coef[0] > 0 and coef[0] >= MIN_SLOPE_T * se):
             raise FitFailure(ENERGY_UNCONSTRAINED, f"E_per_TFLOP = {coef[0]:.3g} ± {se:.2g} J (needs ≥ {MIN_SLOPE_T:g}"
                              f" standard errors above 0) over {y.size} runs" + _energy_note(X, y))

@@ -159,3 +159,49 @@ def best_estimator(result: dict) -> str:
     if not scored:
         raise ValueError("no estimator has a bounded median error (each failed on half the splits or more)")
     return min(scored, key=scored.get)
+
+
+# -- references for power alone: what energy and time can say when the energy model cannot be inverted --------
+
+def _flops_on_energy(Xc: dict, yc: np.ndarray, Xe: dict) -> np.ndarray:
+    """FLOPs = α·E_net + β·t, least squares weighted by 1/FLOPs² (relative errors), no sign constraints.
+
+    The regression the other way round from power only's: FLOPs on the inputs, not energy on FLOPs,
+    so there is no energy per TFLOP to divide by and it is well-posed whenever E_net and t are not
+    proportional (β < 0 is power only's overhead, −P_overhead / E_per_TFLOP). When the joules do not
+    follow the FLOPs it shrinks α and predicts from time."""
+    A = lambda X: np.column_stack([X["net_energy_J"], X["duration_s"]])  # noqa: E731
+    sw = 1.0 / yc
+    scale = np.maximum(np.abs(A(Xc)).max(axis=0), 1e-30)
+    coef = np.linalg.lstsq(A(Xc) * sw[:, None] / scale, yc * sw, rcond=None)[0] / scale
+    return A(Xe) @ coef
+
+
+def _gpu_seconds(Xc: dict, yc: np.ndarray, Xe: dict) -> np.ndarray:
+    """FLOPs = R × GPU-seconds, R the calibration runs' geometric-mean FLOPs per GPU-second: time alone."""
+    g = lambda X: X["duration_s"] * np.maximum(X["gpus"], 1.0)  # noqa: E731
+    return float(np.exp(np.mean(np.log(yc / g(Xc))))) * g(Xe)
+
+
+REFERENCES = {
+    "flops_on_energy": ("FLOPs regressed on net energy and duration", _flops_on_energy),
+    "gpu_seconds": ("the calibration runs' FLOPs per GPU-second × GPU-seconds (time alone)", _gpu_seconds),
+}
+
+
+def reference_pass(runs: RunSet, n_splits: int = 200, seed: int = 0) -> dict:
+    """Held-out errors of the REFERENCES on the protocol's splits (same seed, so the same splits).
+
+    Not estimators of the comparison: they say whether a power-only fit that cannot fail would know
+    more about FLOPs than time alone does."""
+    splits = grouped_splits(runs.configs, n_splits, seed=seed)
+    out = {}
+    for key, (description, predict) in REFERENCES.items():
+        errs = []
+        for cal, ev in splits:
+            Xc = {k: v[cal] for k, v in runs.X.items()}
+            Xe = {k: v[ev] for k, v in runs.X.items()}
+            pred = np.maximum(predict(Xc, runs.flops[cal], Xe), 1e9)
+            errs.append(100.0 * (pred - runs.flops[ev]) / runs.flops[ev])
+        out[key] = {"description": description, **_summary(np.concatenate(errs)), "splits": n_splits}
+    return out

@@ -14,13 +14,21 @@ import numpy as np
 # The seed study's medians on 2 × V100 (anchors.md §3), for the comparison column only.
 SEED_STUDY_MEDIAN_PCT = {"three_input": 15.1, "power_only": 12.9, "mlp": 10.4, "residual_mlp": 10.4}
 TARGET_PCT = 5.0
-LABELS = {"three_input": "(a) 3-input energy", "power_only": "(b) power-only linear", "mlp": "(c) MLP, log features",
-          "residual_mlp": "(d) residual MLP on (b)", "tensor": "(e) tensor activity",
-          "fusion": "(e) tensor + 3-input energy fusion"}
+# One readable name per estimator, the same in the tables, the figures and the report (report/figures.py
+# FLOP_LABELS); issue 5's item letters (a)–(e) are given once, in ITEMS, since (e) covers two estimators.
+LABELS = {"three_input": "three-input energy", "power_only": "power only", "mlp": "MLP on log features",
+          "residual_mlp": "residual MLP on power only", "tensor": "tensor activity",
+          "fusion": "tensor + three-input fusion"}
+ITEMS = {"three_input": "a", "power_only": "b", "mlp": "c", "residual_mlp": "d", "tensor": "e", "fusion": "e"}
 
 
 def _fmt(x, spec=".1f", suffix=" %") -> str:
     return "—" if x is None else f"{x:{spec}}{suffix}"
+
+
+def _r(x: float) -> str:
+    """A correlation, signed, with no "-0.00"."""
+    return "0.00" if abs(x) < 0.005 else f"{x:+.2f}"
 
 
 def _unb(x) -> str:
@@ -41,7 +49,7 @@ def markdown(result: dict, figs: list[Path]) -> str:
         f" {pr['configurations'] - round(pr['cal_fraction'] * pr['configurations'])} held-out configurations, and the"
         f" seed study had 88. Best here: **{LABELS[best]}** at **{bm:.1f} %** median absolute error on held-out"
         f" configurations, which {'meets' if bm <= TARGET_PCT else 'does not meet'} the {TARGET_PCT:.0f} % target.", "",
-        *_inputs(), "",
+        *_inputs(), "", *_estimators(names), "",
         "## Protocol",
         f"{pr['splits']} random splits of the {pr['configurations']} training configurations ({pr['runs']} runs,"
         f" families: {', '.join(result['families'])}), seed {pr['seed']}: {pr['cal_fraction']:.0%} of configurations"
@@ -99,6 +107,15 @@ def _inputs() -> list[str]:
             "- tensor-pipe activity (GPM any-tensor utilisation weighted by SM clock / 1980 MHz)."]
 
 
+def _estimators(names: list[str]) -> list[str]:
+    from .estimators import make
+    return ["## Estimators",
+            "Issue 5 lists them as items (a)–(e); (e) is two estimators. Each is named the same way in the tables,"
+            " the figures and the report.", "",
+            "| estimator | issue 5 item | model |", "|---|---|---|",
+            *(f"| {LABELS[n]} | ({ITEMS[n]}) | `{make(n).description}` |" for n in names)]
+
+
 def _segmentation_note(seg: dict) -> list[str]:
     if seg.get("error"):
         return [f"*With detector segmentation*: not evaluated ({seg['error']})."]
@@ -147,28 +164,116 @@ def _energy(result: dict) -> list[str]:
            f" (×{d['net_energy_J_max'] / d['net_energy_J_min']:.2f}), while FLOPs span"
            f" ×{d['flops_max'] / d['flops_min']:.2f}. The correlation between net energy and FLOPs is"
            f" {d['corr_net_energy_flops']:.2f}."]
+    r_at, r_below = d.get("corr_net_energy_flops_at_limit"), d.get("corr_net_energy_flops_below_limit")
+    if r_at is not None:
+        out[-1] += (f" Among the {d['runs_at_power_limit']} runs at the limit it is {_r(r_at)}"
+                    + (f"; among the {d['runs_below_power_limit']} below it, {_r(r_below)}" if r_below is not None
+                       else "") + ".")
+        if abs(r_at) < 0.3:
+            out[-1] += " What energy says about FLOPs here comes from the runs below the limit."
     po = result["estimators"].get("power_only")
+    chk = result.get("power_only_check") or {}
     if capped and po and po["splits_failed"]:
         out += ["", "Most runs are therefore about as long as each other and sit at the power limit. They all spend about"
-                " the same joules, whatever they compute, so energy measures time at the limit, not work. Power alone"
-                " (b) models energy as energy per TFLOP × TFLOPs plus overhead power × time. On"
+                " the same joules, whatever they compute, so energy measures time at the limit, not work. Power only"
+                " models energy as energy per TFLOP × TFLOPs plus overhead power × time, and inverts that. On"
                 f" {po['splits_failed']} of {po['splits_attempted']} calibration sets its energy per TFLOP was zero or"
-                " less than two standard errors above zero. In that case the fit refuses, naming the reason, instead"
-                " of dividing by an undetermined constant, and each refusal counts as a failure above. (d) is built on"
-                " (b) and fails with it."]
+                f" less than {chk.get('min_slope_t', 2):g} standard errors above zero. In that case the fit refuses,"
+                " naming the reason, instead of dividing by an undetermined constant, and each refusal counts as a"
+                " failure above. The residual MLP on power only is built on it and fails with it."]
+        al = chk.get("all_runs")
+        if al and al.get("t_stat") is not None:
+            out[-1] += (f" On all {al['runs']} runs the energy per TFLOP is {al['E_per_TFLOP_J']:.3g} ±"
+                        f" {al['E_per_TFLOP_se_J']:.2g} J ({al['t_stat']:.1f} standard errors), so"
+                        + (" the saved model calibrates; a calibration set without enough of the runs below the limit"
+                           " does not." if al["t_stat"] >= chk.get("min_slope_t", 2) else " no model is saved."))
+    out += _refusal_or_defect(result)
     out += ["", "Two physically grounded variants of power alone were considered, and neither can work on these runs."
             " *Energy × a measured efficiency* (FLOPs = η × net energy) needs one FLOP-per-joule figure for all"
             f" runs, but FLOP per net joule varies ×{d['flops_per_net_joule_max_over_min']:.2f} across them."
             " *Power above idle over the steady-state part only* changes the integral but not the problem: at the"
             " limit the steady-state power is the same for every run. What energy does say about FLOPs on these runs"
-            " is how the joules split between tensor work and memory traffic. The three-input model (a) separates"
+            " is how the joules split between tensor work and memory traffic. The three-input model separates"
             " those, which is why it, and the fusion built on it, still calibrate."]
     cal = result.get("calibrated_on_all_runs", {})
     for n in ("three_input", "power_only"):
         if n in cal:
             consts = ", ".join(f"{k} = {v:.4g}" for k, v in cal[n]["coef"].items())
             out += ["", f"{LABELS[n]} constants (all runs): {consts}"]
+    return out + [""] + _data_needed(result)
+
+
+def _refusal_or_defect(result: dict) -> list[str]:
+    """Whether power only's failures are the data's answer or the fit's, from power_only_check."""
+    chk, d = result.get("power_only_check") or {}, result["energy_diagnostics"]
+    po = result["estimators"].get("power_only")
+    refs = chk.get("references") or {}
+    if not po or not po["splits_failed"] or not {"flops_on_energy", "gpu_seconds"} <= set(refs):
+        return []
+    fe, gs = refs["flops_on_energy"], refs["gpu_seconds"]
+    no_better = fe["median_abs_pct_error"] >= 0.9 * gs["median_abs_pct_error"]
+    out = ["", "### Refusal, or a defect of the fit?",
+           "The inputs are not degenerate. Durations are all about the same"
+           f" ({d['duration_s_min']:.0f}–{d['duration_s_max']:.0f} s), so overhead power × time acts as a constant,"
+           f" and FLOPs vary ×{d['flops_max'] / d['flops_min']:.2f}: the fit in energy space is a line with a"
+           " well-determined constant. What is missing is its slope, and two checks say the refusal is the data's"
+           " answer rather than the fit's:",
+           f"- *A fit that cannot fail* exists: regress FLOPs on net energy and duration, the other way round, so"
+           f" there is no constant to divide by. On the same {fe['splits']} splits it reaches"
+           f" {fe['median_abs_pct_error']:.1f} % median absolute error (p90 {fe['p90_abs_pct_error']:.1f} %), against"
+           f" {gs['median_abs_pct_error']:.1f} % (p90 {gs['p90_abs_pct_error']:.1f} %) for time alone, each held-out"
+           " run given the calibration runs' FLOPs per GPU-second."
+           + (" It is no better than time alone: it would turn each failure into a number, but the number is what"
+              " time says, not what energy measured. So power only keeps refusing and its failures stay counted."
+              if no_better else
+              " It does better than time alone, so energy carries some information here even where the inverted"
+              " model cannot be calibrated.")]
+    half = chk.get("all_runs_causal_half")
+    alt = ((result.get("with_causal_half") or {}).get("estimators") or {}).get("power_only")
+    if half and half.get("t_stat") is not None and alt:
+        out.append("- *The ground truth.* FlopCounterMode counts causal attention in full, work a causal kernel"
+                   " skips and spends no energy on. Against FLOPs with causal attention counted as half, power only's"
+                   f" energy per TFLOP on all runs is {half['E_per_TFLOP_J']:.3g} ± {half['E_per_TFLOP_se_J']:.2g} J"
+                   f" ({half['t_stat']:.1f} standard errors) and it fails {alt['splits_failed']} of"
+                   f" {po['splits_attempted']} splits instead of {po['splits_failed']}. Part of what energy cannot see"
+                   " is counted work that was never done.")
+        rh = chk.get("references_causal_half") or {}
+        if alt["median_abs_pct_error"] is not None and {"flops_on_energy", "gpu_seconds"} <= set(rh):
+            fh, gh = rh["flops_on_energy"], rh["gpu_seconds"]
+            out[-1] += (f" Against that truth its median error is {alt['median_abs_pct_error']:.1f} %, and the"
+                        f" regression that cannot fail reaches {fh['median_abs_pct_error']:.1f} % against"
+                        f" {gh['median_abs_pct_error']:.1f} % for time alone"
+                        + (": a slope that stands above its noise still does not predict better than time."
+                           if fh["median_abs_pct_error"] >= 0.9 * gh["median_abs_pct_error"]
+                           and alt["median_abs_pct_error"] >= 0.9 * gh["median_abs_pct_error"] else "."))
     return out
+
+
+def _data_needed(result: dict) -> list[str]:
+    """What the lab could record so that power alone is well-posed."""
+    d = result["energy_diagnostics"]
+    below = d.get("below_limit_runs") or []
+    return ["## What data would make power alone well-posed",
+            "For the lab, so that the next campaigns record it:",
+            f"1. *Runs below the power limit.* Energy per TFLOP can only be measured where board power still rises"
+            f" with the FLOP rate. Here {d.get('runs_below_power_limit', d['runs'] - d['runs_at_power_limit'])} of"
+            f" {d['runs']} runs average below {d['capped_fraction']:.0%} of the"
+            f" {d['power_limit_W_per_gpu']:.0f} W limit" + (f" ({', '.join(f'`{r}`' for r in below)})" if below else "")
+            + ". Each family needs configurations that leave the tensor cores partly idle, at several FLOP rates:"
+            " small batches or micro-batches, small or deep-narrow models, short sequences, a data loader or"
+            " host synchronisation that stalls. The lent H200s forbid lowering the power limit; where"
+            " `nvidia-smi -pl` is allowed, one configuration run at two or three power caps gives the slope directly.",
+            f"2. *Runs of varied length.* Every run lasts {d['duration_s_min']:.0f}–{d['duration_s_max']:.0f} s, so"
+            " overhead power × time cannot be told from a fixed energy per run (warm-up, clock ramp, the final"
+            " synchronisation): the time term acts as a constant. The same configuration at two or three step"
+            " counts (say half, once and three times the present budget) fits the overhead from time itself and"
+            " spreads energy and FLOPs over a wider range.",
+            "",
+            "Both are needed. At the limit a longer run spends more joules because it lasts longer, not because it"
+            " computes more, so varied length alone fixes the overhead but not the energy per TFLOP; runs below the"
+            " limit give that slope, and varied length keeps it from being confused with a per-run constant. Each run"
+            " should keep the idle seconds before it that the baseline is measured from, and its manifest the model"
+            " shape and token count (for the causal-attention convention above)."]
 
 
 def _tensor(result: dict) -> list[str]:
@@ -177,8 +282,9 @@ def _tensor(result: dict) -> list[str]:
         return []
     c, ds, pk = t["counted"], t["datasheet_peak_flops"], t["peak_at_feature_clock_flops"]
     out = ["## Tensor activity against the datasheet peak",
-           f"Estimator (e) divides FLOPs by tensor-busy GPU-seconds. Fitted on all {c['runs']} runs, it credits each"
-           f" busy second with {c['rate_flops_per_busy_s'] / 1e12:.0f} TFLOP. That is {c['of_datasheet_peak']:.0%} of"
+           "The tensor activity estimator divides FLOPs by tensor-busy GPU-seconds. Fitted on all"
+           f" {c['runs']} runs, it credits each busy second with {c['rate_flops_per_busy_s'] / 1e12:.0f} TFLOP."
+           f" That is {c['of_datasheet_peak']:.0%} of"
            f" the H200's {ds / 1e12:.1f} TFLOP/s dense BF16 datasheet peak, and a tensor pipe cannot do more than its"
            f" peak. Per run, the rate ranges {c['min'] / 1e12:.0f}–{c['max'] / 1e12:.0f} TFLOP. Two things push the"
            " rate up without any extra work being done:",
@@ -216,16 +322,24 @@ def _tensor(result: dict) -> list[str]:
     return out
 
 
+def _same_length_at_limit(result: dict) -> bool:
+    """Most runs at the power limit and all within 10 % of one duration (sentences below depend on it)."""
+    d = result.get("energy_diagnostics") or {}
+    return bool(d) and 2 * d["runs_at_power_limit"] > d["runs"] and d["duration_s_max"] <= 1.1 * d["duration_s_min"]
+
+
 def _seed_study(result: dict) -> list[str]:
     pr, best = result["protocol"], result["best"]
     bm = result["estimators"][best]["median_abs_pct_error"]
-    return ["## Against the seed study",
-            "The seed FLOP-estimation study used 2 × V100 with NVLink and system-level signals only (see"
+    text = ("The seed FLOP-estimation study used 2 × V100 with NVLink and system-level signals only (see"
             " `/work/shared/reference/anchors.md` §3). It reached median absolute errors of 15.1 % with its"
             " 3-input energy model, 12.9 % with power alone and 10.4 % with its MLPs, over 88 configurations and"
             f" 10 trials each. Here, on {pr['runs']} H200 training runs over {pr['configurations']} configurations, the"
-            f" best is {LABELS[best]} at {bm:.1f} %. The seed study's power-only result does not carry over to these"
-            " runs, which are all about the same length (see *Energy and the power limit*)."]
+            f" best is {LABELS[best]} at {bm:.1f} %.")
+    if _same_length_at_limit(result):
+        text += (" The seed study's power-only result does not carry over to these runs, which are all about the same"
+                 " length and mostly at the power limit (see *Energy and the power limit*).")
+    return ["## Against the seed study", text]
 
 
 def _per_family(est: dict) -> list[str]:
@@ -265,6 +379,14 @@ def _per_configuration(result: dict) -> list[str]:
 
 def _caveats(result: dict) -> list[str]:
     pr = result["protocol"]
+    d = result.get("energy_diagnostics") or {}
+    mlp = []
+    if d and d["duration_s_max"] <= 1.1 * d["duration_s_min"]:
+        mlp = [f"- All runs last {d['duration_s_min']:.0f}–{d['duration_s_max']:.0f} s. The two MLPs standardise each"
+               " log feature over their calibration runs, so duration reaches them as jitter scaled to unit"
+               " variance, and a run of another length lies far outside what they were fitted on: their estimates"
+               " for such runs (the red-team rounds ran longer) are extrapolations. The energy and tensor models"
+               " scale with time by construction."]
     return ["## Caveats",
             f"- {pr['runs']} runs over {pr['configurations']} configurations, all about the same length: the errors"
             " are indicative, not a ranking. Longer, shorter or power-unlimited runs would test the energy models"
@@ -278,4 +400,5 @@ def _caveats(result: dict) -> list[str]:
             " traces do not record the enforced power limit; the 700 W used above is the datasheet figure.",
             "- Red-team workloads (`adv.*`) are left out of calibration and scoring: they are meant to face the"
             " frozen estimator (`models/flops.json`), as in the seed study.",
+            *mlp,
             f"- Runs skipped while loading: {len(result.get('skipped', []))}."]

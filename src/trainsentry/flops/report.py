@@ -7,14 +7,16 @@ numbers are read from the result dict (markdown.py), never typed in.
 from __future__ import annotations
 
 import json
+import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
 
 from .dataset import load_runs
-from .estimators import ESTIMATORS, energy_diagnostics, make
-from .evaluate import best_estimator, run_protocol
-from .features import SM_CLOCK_MAX_MHZ
+from .estimators import CAPPED_FRACTION, ESTIMATORS, MIN_SLOPE_T, EnergyModel, energy_diagnostics, make
+from .evaluate import best_estimator, reference_pass, run_protocol
+from .features import H200_POWER_LIMIT_W, SM_CLOCK_MAX_MHZ
 from .live import provenance, save_model
 from .markdown import LABELS, SEED_STUDY_MEDIAN_PCT, TARGET_PCT, markdown
 
@@ -38,7 +40,11 @@ def regenerate(data: str | Path, n_splits: int = 200, seed: int = 0, results: st
                    "target_median_abs_pct_error": TARGET_PCT, "seed_study_median_abs_pct_error": SEED_STUDY_MEDIAN_PCT,
                    "families": sorted(set(runs.families)), "truth": "FlopCounterMode as recorded (causal attention in full)",
                    "energy_diagnostics": energy_diagnostics(runs.X, runs.flops),
+                   "power_only_check": power_only_check(runs, n_splits, seed),
                    "tensor_rate_check": tensor_rate_check(runs)})
+    per_gpu = runs.X["mean_power_W"] / np.maximum(runs.X["gpus"], 1.0)
+    result["energy_diagnostics"]["below_limit_runs"] = [
+        runs.run_ids[i] for i in np.flatnonzero(per_gpu < CAPPED_FRACTION * H200_POWER_LIMIT_W)]
     if with_segmentation:
         progress("the same splits over the detector's segmentation")
         result["with_segmentation"] = secondary_pass(lambda: load_runs(data, interval="segment"), n_splits, seed, progress)
@@ -97,6 +103,26 @@ def secondary_pass(load, n_splits: int, seed: int, progress) -> dict:
     return out
 
 
+def power_only_check(runs, n_splits: int, seed: int) -> dict:
+    """Is power only's refusal the data's answer or the fit's? Its energy per TFLOP on all runs (and under
+    causal-half truth) with its standard error, and, on the same splits, what a fit that cannot fail knows."""
+    po = EnergyModel(("t",), name="power_only")
+    out = {"min_slope_t": MIN_SLOPE_T}
+    views = [("all_runs", runs.X, runs.flops)]
+    if runs.attention_flops is not None and np.isfinite(runs.attention_flops).all():
+        views.append(("all_runs_causal_half", runs.X, runs.flops - 0.5 * runs.attention_flops))
+    for key, X, y in views:
+        coef, se = po.energy_per_tflop(X, y)
+        finite = math.isfinite(se) and se > 0  # an exact or rank-deficient fit has no usable standard error
+        out[key] = {"E_per_TFLOP_J": float(coef[0]), "E_per_TFLOP_se_J": float(se) if finite else None,
+                    "P_overhead_W": float(coef[1]), "t_stat": float(coef[0] / se) if finite else None,
+                    "runs": int(y.size)}
+    out["references"] = reference_pass(runs, n_splits, seed)
+    if len(views) > 1:
+        out["references_causal_half"] = reference_pass(runs.causal_half(), n_splits, seed)
+    return out
+
+
 def tensor_rate_check(runs) -> dict:
     """FLOPs per tensor-busy GPU-second per run, under both truth conventions, against the tensor cores' peak.
 
@@ -133,61 +159,133 @@ def write_figures(result: dict, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
 
     def save(fig, name: str) -> Path:
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
+        fig.savefig(out / name, dpi=110, bbox_inches="tight")
         plt.close(fig)
         return out / name
 
-    figs = [save(_est_vs_true(plt, result), "flops_est_vs_true.png"), save(_errors(plt, result), "flops_errors.png")]
+    figs = [save(est_vs_true_figure(plt, result), "flops_est_vs_true.png"),
+            save(errors_figure(plt, result), "flops_errors.png")]
     trc = result.get("tensor_rate_check", {})
     if any(r["attention_share"] is not None for r in trc.get("per_run", [])):
-        figs.append(save(_tensor_rate(plt, trc), "flops_tensor_rate.png"))
+        figs.append(save(tensor_rate_figure(plt, trc), "flops_tensor_rate.png"))
     return figs
 
 
-def _est_vs_true(plt, result: dict):
+# Axes are labelled in plain numbers (no mathtext powers of ten, which overlap on a log axis spanning less
+# than a decade and print font warnings where the math fonts are missing).
+MANTISSAS = (1, 1.5, 2, 3, 5, 7)
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Ticks at 1, 1.5, 2, 3, 5, 7 × 10^k inside [lo, hi], thinned to at most 6 so their labels never crowd."""
+    ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+             for m in MANTISSAS if lo <= m * 10.0 ** k <= hi]
+    while len(ticks) > 6:
+        ticks = ticks[::2]
+    return ticks
+
+
+def plain(v: float) -> str:
+    """0.1, 1, 2.5, 10, 100: a tick label with neither exponent nor minus sign."""
+    return f"{v:.6g}"
+
+
+def _failed_note(e: dict) -> str:
+    return f"{e['splits_failed']} of {e['splits_attempted']} splits failed" if e.get("splits_failed") else ""
+
+
+def est_vs_true_figure(plt, result: dict):
+    """Held-out estimate against truth per run and estimator, both axes in units of 10^k FLOPs."""
+    from matplotlib.ticker import FixedLocator, NullLocator
     rows = result["per_run"]
-    fig, axes = plt.subplots(2, 3, figsize=(12, 8), sharex=True, sharey=True)
+    names = list(result["estimators"])
+    ncol = 3
+    nrow = -(-len(names) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(11, 3.7 * nrow), sharex=True, sharey=True, squeeze=False)
     y = np.asarray([r["true_flops"] for r in rows])
-    lim = (y.min() / 2, y.max() * 2)
-    for ax, name in zip(axes.flat, ESTIMATORS):
+    lim = (y.min() / 1.6, y.max() * 1.6)  # set by the truth; an estimate beyond it is drawn on the edge
+    k = int(math.floor(math.log10(math.sqrt(lim[0] * lim[1]))))
+    ticks = log_ticks(*lim)
+    labels = [plain(t / 10.0 ** k) for t in ticks]
+    for ax, name in zip(axes.flat, names):
         e = result["estimators"][name]
-        pred = np.asarray([np.nan if r.get(name) is None else r[name] for r in rows])
-        ax.loglog(lim, lim, color="0.6", lw=1)
-        ax.scatter(y, pred, s=12, alpha=0.7)
+        pred = np.asarray([np.nan if r.get(name) is None else r[name] for r in rows], dtype=float)
+        ax.plot(lim, lim, color="0.6", lw=1)
+        inside = (pred >= lim[0]) & (pred <= lim[1])
+        ax.scatter(y[inside], pred[inside], s=14, alpha=0.75)
+        off = np.isfinite(pred) & ~inside
+        if off.any():
+            ax.scatter(y[off], np.clip(pred[off], lim[0] * 1.04, lim[1] / 1.04), s=28, marker="x", color="tab:red",
+                       clip_on=False, label=f"{int(off.sum())} off the scale, drawn at its edge")
+            ax.legend(fontsize=7, loc="upper left")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
         m = e.get("median_abs_pct_error")
-        title = LABELS[name] + (f"\nmedian |err| {m:.1f} %" if m is not None else "\nmedian unbounded")
-        if e["splits_failed"]:
-            title += f", failed {e['splits_failed']}/{e['splits_attempted']} splits"
-        ax.set_title(title, fontsize=9)
+        sub = f"median |error| {m:.1f} %" if m is not None else "median |error| unbounded"
+        if e.get("splits_failed"):
+            sub += f"\n{_failed_note(e)}: runs shown from the rest"
+        ax.set_title(f"{LABELS[name]}\n{sub}", fontsize=9)
         ax.set_xlim(lim)
         ax.set_ylim(lim)
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(FixedLocator(ticks))
+            axis.set_minor_locator(NullLocator())
+        ax.set_xticklabels(labels)
+        ax.set_yticklabels(labels)
+        ax.tick_params(labelsize=8, labelbottom=True, labelleft=True)
+        ax.grid(True, color="0.92", lw=0.6)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
     for ax in axes[-1]:
-        ax.set_xlabel("true FLOPs (FlopCounterMode)")
+        ax.set_xlabel(f"true FLOPs (FlopCounterMode), units of 1e{k}", fontsize=8)
     for ax in axes[:, 0]:
-        ax.set_ylabel("estimated FLOPs (held out)")
-    fig.suptitle("Estimated vs true FLOPs per training run (geometric mean over the splits it was held out and scored)",
-                 fontsize=10)
+        ax.set_ylabel(f"estimated FLOPs (held out), units of 1e{k}", fontsize=8)
+    fig.suptitle("Estimated against true FLOPs per training run: geometric mean of its estimates over the splits"
+                 " that held it out", fontsize=10)
+    fig.tight_layout()
     return fig
 
 
-def _errors(plt, result: dict):
+def errors_figure(plt, result: dict):
+    """|error| per run (of its held-out mean estimate) and estimator, on a log axis labelled in plain percent."""
+    from matplotlib.ticker import FixedLocator, NullLocator
     rows = result["per_run"]
-    names = [n for n in ESTIMATORS if any(r.get(n) is not None for r in rows)]
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.boxplot([np.abs([100 * (r[n] - r["true_flops"]) / r["true_flops"] for r in rows if r.get(n) is not None])
-                for n in names], whis=(5, 95), showfliers=True)
-    ax.set_xticks(range(1, len(names) + 1), [LABELS[n] for n in names], rotation=20, fontsize=8)
-    ax.set_yscale("symlog", linthresh=1)
-    ax.axhline(TARGET_PCT, color="tab:red", lw=1, ls="--", label=f"target {TARGET_PCT:.0f} %")
-    ax.set_ylabel("|error| % per run (held-out mean estimate)")
-    ax.legend(fontsize=8)
+    names = [n for n in result["estimators"] if any(r.get(n) is not None for r in rows)]
+    errs = [np.abs([100 * (r[n] - r["true_flops"]) / r["true_flops"] for r in rows if r.get(n) is not None])
+            for n in names]
+    floor = 0.1  # |errors| below 0.1 % are drawn at 0.1 % (a log axis has no 0)
+    shown = [np.maximum(e, floor) for e in errs]
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    ax.boxplot(shown, whis=(5, 95), showfliers=False, widths=0.5)
+    for i, e in enumerate(shown, 1):
+        ax.scatter(i + np.linspace(-0.15, 0.15, len(e)), e, s=10, alpha=0.6, color="#4a7bb7", zorder=3)
+    ax.set_yscale("log")
+    top = max(float(np.max(e)) for e in shown) * 1.5
+    ax.set_ylim(floor / 1.3, max(top, 20.0))
+    ticks = [t for t in (0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000) if t <= ax.get_ylim()[1]]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_yticklabels([plain(t) for t in ticks])
+    xl = []
+    for n in names:
+        e = result["estimators"][n]
+        xl.append(textwrap.fill(LABELS[n], 16, break_on_hyphens=False)
+                  + (f"\n({_failed_note(e)})" if e.get("splits_failed") else ""))
+    ax.set_xticks(range(1, len(names) + 1), xl, fontsize=8)
+    target = result.get("target_median_abs_pct_error", TARGET_PCT)
+    ax.axhline(target, color="tab:red", lw=1, ls="--", label=f"target for the median: {plain(target)} %")
+    ax.grid(True, axis="y", color="0.92", lw=0.6)
+    ax.set_ylabel("|error| per run, % (log scale)")
+    ax.set_title("Error of each run's held-out estimate (box: quartiles, whiskers: 5th–95th percentile;"
+                 f" below {plain(floor)} % drawn at {plain(floor)} %)", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
     return fig
 
 
-def _tensor_rate(plt, trc: dict):
+def tensor_rate_figure(plt, trc: dict):
     pts = [r for r in trc["per_run"] if r["attention_share"] is not None]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(8, 4.6))
     share = [100 * r["attention_share"] for r in pts]
     ax.scatter(share, [r["counted_flops_per_busy_s"] / 1e12 for r in pts],
                label="FLOPs as recorded (causal attention in full)")
@@ -199,5 +297,8 @@ def _tensor_rate(plt, trc: dict):
                label=f"the same tensor cores at {trc['feature_clock_mhz']:.0f} MHz")
     ax.set_xlabel("causal attention share of the recorded FLOPs (%)")
     ax.set_ylabel("TFLOP per tensor-busy GPU-second")
-    ax.legend(fontsize=7)
+    ax.set_title("FLOPs per tensor-busy second, per training run", fontsize=10)
+    ax.grid(True, color="0.92", lw=0.6)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
     return fig
