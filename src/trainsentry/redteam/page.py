@@ -60,12 +60,28 @@ def _flops(doc: dict) -> list[str]:
               "not know the interval counts). A setting moves the estimator only when its error leaves the range "
               f"of the estimator's own held-out errors on benign configurations ({f.get('held_out_folds', '?')} folds of "
               "configurations, each predicted by a fit on the others).", "",
-              "| estimator | benign held-out median \\|error\\| | benign held-out range |", "|---|---|---|"]
+              "| estimator | benign held-out median \\|error\\| | benign held-out range | failed folds |",
+              "|---|---|---|---|"]
     for n, b in f["benign_held_out"].items():
-        lines.append(f"| `{n}`{' (headline)' if n == head else ''} | {_f(b['median_abs_pct_error'])} % | "
-                     f"{_f(b['min_pct_error'])} % to {_f(b['max_pct_error'])} % |")
+        failed = b.get("failed_folds", 0)
+        med = (f"{_f(b['median_abs_pct_error'])} %" if b["median_abs_pct_error"] is not None
+               else "unbounded (failed folds reach the median)")
+        rng = (f"{_f(b['min_pct_error'])} % to {_f(b['max_pct_error'])} %" if b.get("min_pct_error") is not None
+               else "–")
+        why = "; ".join(f"{x['reason']} ({x['folds']})" for x in b.get("failures", []))
+        folds = f"{failed} of {b.get('folds', '?')}" + (f": {why}" if failed else "")
+        done = " (completed folds)" if failed and b.get("min_pct_error") is not None else ""
+        lines.append(f"| `{n}`{' (headline)' if n == head else ''} | {med} | {rng}{done} | {folds} |")
+    failed_any = {n: b for n, b in f["benign_held_out"].items() if b.get("failed_folds")}
+    if failed_any:
+        lines += ["", "Failed folds are counted, not skipped: an estimator that cannot be calibrated on a fold's "
+                  "runs predicts nothing for them, and those runs count as unbounded errors in its median "
+                  "(the rule of `trainsentry flops-eval`); its range covers the folds it completed."]
+    for n, why in (f.get("not_calibrated") or {}).items():
+        lines += ["", f"`{n}` could not be calibrated on all benign training runs and scores no red-team run: {why}."]
     names = f["estimators"]
-    lines += ["", f"Headline estimator: `{head}` (lowest held-out median |error|). Errors per setting (median over "
+    lines += ["", f"Headline estimator: `{head}` (lowest held-out median |error|, failed folds counted as unbounded "
+              "errors). Errors per setting (median over "
               "its runs; control rows are benign runs recorded beside the strategies):", "",
               "| role | strategy | setting | runs | jobs found | headline, true interval | headline, segmented | "
               "outside benign range | " + " | ".join(f"`{n}`" for n in names) + " |",
@@ -76,6 +92,8 @@ def _flops(doc: dict) -> list[str]:
         lines.append(f"| {r['role']} | {r['name']} | {r['setting']} | {r['runs']} | {_f(r['segmented_jobs'], digits=0)} | "
                      f"{_f(r.get('headline_pct_error'))} % | {_f(r.get('headline_pct_error_segmented'))} % | {out} | "
                      + " | ".join(f"{_f(r['pct_error'][n])} %" for n in names) + " |")
+    for r in f.get("runs_not_scored") or []:
+        lines += ["", f"Not scored by the FLOP estimators: `{r['run_id']}` ({r['name']} {r['setting']}): {r['error']}."]
     controls_out = [r for r in f["settings"] if r["role"] == "control" and r.get("outside_benign_range")]
     if controls_out:
         lines += ["", f"**Caution:** {len(controls_out)} benign control run(s) recorded beside the strategies "
