@@ -299,13 +299,14 @@ def test_a_surrogate_run_without_a_surrogate_file_is_flagged(tmp_path):
     from trainsentry.redteam.rounds import run_notes
     notes = {}
     for name, params in (("fallback", {"gate": "surrogate", "scorer": "proxy"}),
-                         ("real", {"gate": "surrogate", "scorer": "sklearn"}), ("proxy", {"gate": "proxy", "scorer": "proxy"})):
+                         ("real", {"gate": "surrogate", "scorer": "sklearn"}), ("proxy", {"gate": "proxy", "scorer": "proxy"}),
+                         ("trees", {"gate": "surrogate", "scorer": "trees"})):
         (tmp_path / name).mkdir()
         (tmp_path / name / "manifest.json").write_text(json.dumps(
             {"ground_truth": {"extra": {"0": {"strategy_params": params}}}}))
         notes[name] = run_notes([SimpleNamespace(dir=tmp_path / name, run=SimpleNamespace(run_id=name))])
     assert len(notes["fallback"]) == 1 and "fell back to the proxy scorer" in notes["fallback"][0]
-    assert notes["real"] == [] and notes["proxy"] == []
+    assert notes["real"] == [] and notes["proxy"] == [] and notes["trees"] == []
 
 
 def test_surrogate_command_writes_a_model_the_workload_gate_loads(data, tmp_path):
@@ -319,6 +320,19 @@ def test_surrogate_command_writes_a_model_the_workload_gate_loads(data, tmp_path
     assert rep["runs"] == 12 and 0 < rep["detector_positive_windows"] < rep["windows"]
     assert rep["command"].startswith("trainsentry redteam surrogate --benign ")
     SklearnScorer(str(out))
+    assert rep["window_s"] == 8.0                 # the copy's window (comm-rules reads the 8 s window features)
+    # the default file: JSON trees with the report inside, which the workload loads without scikit-learn
+    trees = tmp_path / "sur.json"
+    res = CliRunner().invoke(app, ["redteam", "surrogate", "--benign", str(data["benign"]), "--adversarial",
+                                   str(data["adv"]), "--detector", "comm-rules", "--out", str(trees),
+                                   "--cache", str(data["cache"])])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(trees.read_text())
+    assert doc["window_s"] == 8.0 and doc["report"]["runs"] == 12 and doc["report"]["detector_copy"] == "comm-rules"
+    assert not (tmp_path / "sur.json.json").exists()
+    from trainsentry.workloads.adversarial_serve import load_scorer
+    scorer, kind = load_scorer(str(trees))
+    assert kind == "trees" and scorer.window_s == 8.0
     res = CliRunner().invoke(app, ["redteam", "surrogate", "--benign", str(tmp_path / "nope"), "--out", str(out)])
     assert res.exit_code == 2 and "no such directory" in " ".join(res.output.split())
 

@@ -82,7 +82,9 @@ LIMITS = ["The evader does not adapt between rounds: every round re-scores the s
           "and later measure how a detector hardened with other strategies' runs generalises to a strategy it never "
           "saw, not an arms race. An adaptive evader would record new runs against the hardened detector.",
           "adv.whitebox.surrogate-lora gates its training with a saved surrogate only when the campaign passes "
-          "overrides {surrogate_path: FILE} (`trainsentry redteam surrogate` writes one); without it the workload "
+          "overrides {surrogate_path: FILE} (`trainsentry redteam surrogate` writes one: models/redteam-surrogate.json, "
+          "the fused detector's copy fitted on data/h200 judging the windows of data/h200 and data/redteam-r1, "
+          "learned from what the workload measures of itself over the detector's 8 s window); without it the workload "
           "falls back to the proxy scorer and the run is flagged in its setting's notes."]
 
 
@@ -417,7 +419,7 @@ def run_notes(runs: list[AdvRun]) -> list[str]:
         extra = _manifest(a.dir).get("ground_truth", {}).get("extra") or {}
         params = next((e.get("strategy_params") for e in extra.values() if isinstance(e, dict)
                        and e.get("strategy_params")), None) or {}
-        if params.get("gate") == "surrogate" and params.get("scorer") != "sklearn":
+        if params.get("gate") == "surrogate" and params.get("scorer") not in ("sklearn", "trees"):
             notes.add(f"{a.run.run_id}: no surrogate file was given, so the gate fell back to the "
                       f"{params.get('scorer')} scorer: a proxy-gated run, not a white-box surrogate run")
     return sorted(notes)
