@@ -294,7 +294,9 @@ def figures(doc: dict, out: Path) -> list[Path]:
                 series.setdefault(f"{s['name']} {s['setting']}", []).append((rnd["round"], 100 * s["run_detection"]))
     for i, (label, pts) in enumerate(sorted(series.items())):
         dx = 0.25 * (i / max(1, len(series) - 1) - 0.5)      # spread overlapping series sideways
-        ax.plot([p[0] + dx for p in pts], [p[1] for p in pts], marker="o", lw=1, label=label)
+        # ten colours cycle: the marker changes with each cycle, so 40 settings stay distinguishable
+        ax.plot([p[0] + dx for p in pts], [p[1] for p in pts], marker="osD^v<>px*"[(i // 10) % 10], lw=1,
+                color=f"C{i % 10}", label=label)
     ax.set_xticks([r["round"] for r in doc["rounds"]])
     ax.set(xlabel="round", ylabel="runs detected, %", ylim=(-5, 105),
            title=f"Detection by round ({doc['protocol']['primary_detector']})")
