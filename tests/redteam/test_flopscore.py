@@ -11,7 +11,10 @@ import pytest
 
 from flops.fixtures.probe_traces import synthetic_runs
 from trainsentry.flops.dataset import load_runs
-from trainsentry.redteam.flopscore import flop_scores, held_out_errors
+from trainsentry.flops.estimators import FitFailure
+from trainsentry.flops.estimators import make as real_make
+from trainsentry.redteam import flopscore
+from trainsentry.redteam.flopscore import benign_summary, flop_scores, held_out_errors
 
 
 def _adversarial_copy(src, dst, workload, flops_factor):
@@ -43,9 +46,10 @@ def test_every_benign_configuration_is_held_out_once(scored):
     _, root = scored
     runs = load_runs(root / "benign")
     errs = held_out_errors(runs, ("power_only", "tensor"), seed=0, folds=4)
-    assert {n: e.size for n, e in errs.items()} == {"power_only": len(runs), "tensor": len(runs)}
+    assert {n: h.errors.size for n, h in errs.items()} == {"power_only": len(runs), "tensor": len(runs)}
+    assert all(h.failures == [] and h.folds == 4 for h in errs.values())
     # the synthetic truth is proportional to tensor activity: held out, tensor stays within a few %
-    assert np.median(np.abs(errs["tensor"])) < 10
+    assert np.median(np.abs(errs["tensor"].errors)) < 10
 
 
 def test_hidden_compute_is_under_reported_beyond_the_benign_range(scored):
@@ -80,3 +84,57 @@ def test_page_flags_a_benign_control_outside_the_range(scored):
         r["role"] = "control"                 # the hidden-compute run, read as a benign run beside the strategies
     text = "\n".join(_flops({"flop_estimator": flipped}))
     assert "**Caution:** 1 benign control run(s)" in text and "(flops)" in text
+
+
+class _Refuses:
+    """An estimator whose calibration refuses, as an energy model does without a resolved slope."""
+
+    def fit(self, X, y):
+        raise FitFailure("energy per TFLOP not resolved", "t = 0.4 < 2")
+
+
+def _flaky(calls):
+    """``make`` where estimator "flaky" (tensor activity underneath) refuses every other fit."""
+    def make(name, seed=0):
+        if name != "flaky":
+            return real_make(name, seed=seed)
+        calls.append(name)
+        return _Refuses() if len(calls) % 2 else real_make("tensor", seed=seed)
+    return make
+
+
+def test_failed_folds_are_counted_not_skipped(scored, monkeypatch):
+    _, root = scored
+    runs = load_runs(root / "benign")
+    monkeypatch.setattr(flopscore, "make", _flaky([]))
+    h = held_out_errors(runs, ("tensor", "flaky"), seed=0, folds=4)["flaky"]
+    # folds 0 and 2 refused: their runs are failures with the reason, the others predicted
+    assert [f["fold"] for f in h.failures] == [0, 2]
+    assert {f["reason"] for f in h.failures} == {"energy per TFLOP not resolved"}
+    assert h.errors.size + h.failed_predictions == len(runs) and h.failed_predictions > 0
+    b = benign_summary(h)
+    assert (b["failed_folds"], b["folds"], b["failed_predictions"]) == (2, 4, h.failed_predictions)
+    assert b["failures"] == [{"reason": "energy per TFLOP not resolved", "folds": 2, "runs": h.failed_predictions,
+                              "example": "energy per TFLOP not resolved: t = 0.4 < 2"}]
+    # half the runs unpredicted: the median lies among the unbounded errors
+    assert b["median_abs_pct_error"] is None and b["min_pct_error"] is not None
+
+
+def test_an_estimator_with_failed_folds_is_reported_and_never_the_headline(scored, monkeypatch):
+    import copy
+
+    from trainsentry.redteam.page import _flops
+    _, root = scored
+    monkeypatch.setattr(flopscore, "make", _flaky([]))
+    monkeypatch.setattr(flopscore, "ESTIMATORS", ("tensor", "flaky"))
+    runs = [{"dir": root / "adv" / "adv.accum.k8-r0", "name": "accum", "setting": "k8", "role": "strategy"},
+            {"dir": root / "adv" / "missing-r0", "name": "accum", "setting": "k32", "role": "strategy"}]
+    doc = flop_scores([root / "benign"], runs, seed=0)
+    assert doc["headline"] == "tensor"
+    assert doc["failed_folds"] == {"flaky": 3} and doc["benign_held_out"]["tensor"]["failed_folds"] == 0
+    # the 7th call (calibration on every benign run) refused too: named, with the reason, scoring nothing
+    assert "energy per TFLOP not resolved" in doc["not_calibrated"]["flaky"] and doc["estimators"] == ["tensor"]
+    assert [(r["run_id"], r["setting"]) for r in doc["runs_not_scored"]] == [("missing-r0", "k32")]
+    text = "\n".join(_flops({"flop_estimator": copy.deepcopy(doc)}))
+    assert "| 3 of 6: energy per TFLOP not resolved (3) |" in text and "unbounded" in text
+    assert "`flaky` could not be calibrated" in text and "Not scored by the FLOP estimators: `missing-r0`" in text

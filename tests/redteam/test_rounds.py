@@ -263,14 +263,24 @@ def test_campaign_coverage_lists_what_is_not_recorded_and_never_scores_it(cli_do
     assert by_no[6]["recorded"] == ["adv.accum.k32", "adv.accum.k8"]
     assert cov["baselines"] == [{"run_id": "train.ddp.w1536-l24-base-r0", "workload": "train.ddp.w1536-l24",
                                  "status": "not recorded yet"}]
-    # missing strategies appear in the coverage table only: no round row, no rank, no "not ranked" entry
+    # missing strategies are never scored: no round row, no rank, no "not ranked" entry ...
     for rnd in doc["rounds"]:
         assert not {s["name"] for s in rnd["strategies"]} & {"split", "throttle"}
     assert not {r["name"] for r in doc["ranking"] + doc["unranked"]} & {"split", "throttle"}
-    after_coverage = text.split("## Data and scoring", 1)[1]
-    assert not re.search(r"^\| (split|throttle) \|", after_coverage, re.M)
-    assert "throttle" not in after_coverage and "adv.split" not in after_coverage
+    rounds_text = text.split("## Data and scoring", 1)[1].split("## Ranking", 1)[0]
+    assert not re.search(r"^\| (split|throttle) \|", rounds_text, re.M)
+    assert "throttle" not in rounds_text and "adv.split" not in rounds_text
     assert "| 3 | Throttling (micro-pauses, low utilisation) | – | `adv.throttle.pause50ms` | – |" in text
+    # ... but each is named as not run beside the ranking, with its issue strategy and why
+    missing = {(m["workload"], m["status"]) for m in doc["not_run_yet"] if m["workload"]}
+    assert missing == {("adv.throttle.pause50ms", "not run yet"), ("adv.split.gap6", "failed to record")}
+    assert {m["issue_strategy"] for m in doc["not_run_yet"] if m["status"] == "no run planned in the campaign"} == {
+        5, 7, 8, 9, 10, 11}
+    ranking = text.split("## Ranking", 1)[1].split("\n## ", 1)[0]
+    assert "* issue strategy 3 (Throttling (micro-pauses, low utilisation)): not run yet: `adv.throttle.pause50ms`" in ranking
+    assert "(Run splitting (idle gaps, separate processes)): failed to record: `adv.split.gap6`" in ranking
+    assert "* issue strategy 5 (Per-step gradient compression (PowerSGD, top-k)): no run planned in the campaign" in ranking
+    assert "* Not run at all: power capping and clock limits" in ranking
 
 
 def test_power_capping_and_the_limits_of_the_rounds_are_stated(cli_doc):
@@ -289,13 +299,14 @@ def test_a_surrogate_run_without_a_surrogate_file_is_flagged(tmp_path):
     from trainsentry.redteam.rounds import run_notes
     notes = {}
     for name, params in (("fallback", {"gate": "surrogate", "scorer": "proxy"}),
-                         ("real", {"gate": "surrogate", "scorer": "sklearn"}), ("proxy", {"gate": "proxy", "scorer": "proxy"})):
+                         ("real", {"gate": "surrogate", "scorer": "sklearn"}), ("proxy", {"gate": "proxy", "scorer": "proxy"}),
+                         ("trees", {"gate": "surrogate", "scorer": "trees"})):
         (tmp_path / name).mkdir()
         (tmp_path / name / "manifest.json").write_text(json.dumps(
             {"ground_truth": {"extra": {"0": {"strategy_params": params}}}}))
         notes[name] = run_notes([SimpleNamespace(dir=tmp_path / name, run=SimpleNamespace(run_id=name))])
     assert len(notes["fallback"]) == 1 and "fell back to the proxy scorer" in notes["fallback"][0]
-    assert notes["real"] == [] and notes["proxy"] == []
+    assert notes["real"] == [] and notes["proxy"] == [] and notes["trees"] == []
 
 
 def test_surrogate_command_writes_a_model_the_workload_gate_loads(data, tmp_path):
@@ -309,6 +320,103 @@ def test_surrogate_command_writes_a_model_the_workload_gate_loads(data, tmp_path
     assert rep["runs"] == 12 and 0 < rep["detector_positive_windows"] < rep["windows"]
     assert rep["command"].startswith("trainsentry redteam surrogate --benign ")
     SklearnScorer(str(out))
+    assert rep["window_s"] == 8.0                 # the copy's window (comm-rules reads the 8 s window features)
+    # the default file: JSON trees with the report inside, which the workload loads without scikit-learn
+    trees = tmp_path / "sur.json"
+    res = CliRunner().invoke(app, ["redteam", "surrogate", "--benign", str(data["benign"]), "--adversarial",
+                                   str(data["adv"]), "--detector", "comm-rules", "--out", str(trees),
+                                   "--cache", str(data["cache"])])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(trees.read_text())
+    assert doc["window_s"] == 8.0 and doc["report"]["runs"] == 12 and doc["report"]["detector_copy"] == "comm-rules"
+    assert not (tmp_path / "sur.json.json").exists()
+    from trainsentry.workloads.adversarial_serve import load_scorer
+    scorer, kind = load_scorer(str(trees))
+    assert kind == "trees" and scorer.window_s == 8.0
     res = CliRunner().invoke(app, ["redteam", "surrogate", "--benign", str(tmp_path / "nope"), "--out", str(out)])
     assert res.exit_code == 2 and "no such directory" in " ".join(res.output.split())
 
+
+
+def _relabel(src: Path, dst: Path, family: str, setting: str) -> None:
+    """A copy of a recorded run as another strategy's setting (the manifest's labels only)."""
+    import shutil
+    shutil.copytree(src, dst)
+    m = json.loads((dst / "manifest.json").read_text())
+    m["run_id"], m["labels"]["family"], m["labels"]["workload"] = dst.name, family, f"adv.{family}.{setting}"
+    (dst / "manifest.json").write_text(json.dumps(m))
+    first, last, _ = SPANS[src.name]
+    SPANS[dst.name] = (first, last, family)
+
+
+def test_sibling_families_of_one_issue_strategy_are_left_out_together(data, tmp_path):
+    """PowerSGD and top-k are one issue strategy (5): the detector scoring either saw neither."""
+    adv = tmp_path / "adv"
+    adv.mkdir()
+    _relabel(data["adv"] / "adv.accum.k8-base-r0", adv / "adv.powersgd.r4-base-r0", "powersgd", "r4")
+    _relabel(data["adv"] / "adv.kvdisguise.step-p2k-base-r0", adv / "adv.topk.k1pct-base-r0", "topk", "k1pct")
+    _relabel(data["adv"] / "adv.diloco.h50-base-r0", adv / "adv.diloco.h50-base-r0", "diloco", "h50")
+    SpyRules.log.clear()
+    doc = run_rounds([data["benign"]], [adv], 2, n_splits=1, cache_dir=data["cache"], factories={"spy": SpyRules},
+                     primary="spy", score_flops=False)
+    assert doc["protocol"]["held_out_units"] == {"powersgd": "issue strategy 5", "topk": "issue strategy 5",
+                                                 "diloco": "issue strategy 1"}
+    for s in doc["rounds"][1]["strategies"]:
+        t = s["trained_on"]
+        if s["name"] in ("powersgd", "topk"):
+            assert t["strategies"] == ["diloco"] and t["held_out"] == ["powersgd", "topk"]
+        else:
+            assert t["strategies"] == ["powersgd", "topk"] and t["held_out"] == ["diloco"]
+    for fitted_on, t_end in SpyRules.log:
+        fit_strategies = {SPANS[i][2] for i in fitted_on} - {""}
+        scored = _strategies_at(t_end)
+        assert not (fit_strategies & scored), (fit_strategies, scored)
+        if scored & {"powersgd", "topk"}:
+            assert not fit_strategies & {"powersgd", "topk"}
+
+
+def test_benign_numbers_are_reported_against_the_detector_targets(cli_doc):
+    doc, text, _ = cli_doc
+    assert doc["protocol"]["detector_targets"] == {"run_accuracy": ">= 0.99", "inference_fpr": "<= 0.01",
+                                                   "median_time_to_alert_s": "<= 20"}
+    for rnd in doc["rounds"]:
+        for b in rnd["benign"].values():
+            t = b["targets"]
+            assert t["run_accuracy"]["met"] == (b["run_accuracy"] >= 0.99)
+            assert t["inference_fpr"]["met"] == (b["inference_fpr"] <= 0.01)
+            # two inference runs held out: a 1 % FPR cannot be shown, and the results say so
+            assert b["inference_runs_held_out"] == 2 and t["inference_fpr"]["resolvable"] is False
+            assert b["inference_fpr_bound_at_zero_alerts"] == pytest.approx(1 - 0.05 ** 0.5)
+    assert "run accuracy (target >= 0.99)" in text and "inference FPR, runs (target <= 0.01)" in text
+    assert "the ≤ 1 % target cannot be shown on this data" in text
+    fused1 = doc["rounds"][0]["benign"]["fused"]
+    row = next(line for line in text.split("## Round 1", 1)[1].splitlines() if line.startswith("| `fused` |"))
+    assert row.startswith(f"| `fused` | {100 * fused1['run_accuracy']:.1f} %" + (" ✓" if fused1["targets"]["run_accuracy"]["met"]
+                                                                               else " ✗"))
+
+
+def test_a_setting_without_loss_data_is_not_ranked_and_says_why(cli_doc):
+    doc, _, _ = cli_doc
+    changed = json.loads(json.dumps(doc))
+    top = rank_strategies(changed)[0][0]
+    s = next(x for x in changed["rounds"][-1]["strategies"] if (x["name"], x["setting"]) == (top["name"], top["setting"]))
+    s["loss_penalty_equal_tokens"] = s["loss_penalty_equal_gpu_hours"] = None
+    ranked, unranked = rank_strategies(changed)
+    assert (top["name"], top["setting"]) not in {(r["name"], r["setting"]) for r in ranked}
+    why = next(u["why"] for u in unranked if (u["name"], u["setting"]) == (top["name"], top["setting"]))
+    assert why.startswith("no loss penalty")
+    assert f"* {top['name']} {top['setting']}: no loss penalty" in render(changed)
+
+
+def test_round_one_on_replaced_features_is_not_called_as_delivered(cli_doc):
+    from trainsentry.redteam.rounds import DELIVERED_FEATURE_VERSION, blue_side
+    doc, text, _ = cli_doc
+    assert doc["protocol"]["round_1_as_delivered"] is True and "not the detector as delivered" not in text
+    changed = json.loads(json.dumps(doc))
+    changed["protocol"].update(round_1_as_delivered=False, feature_version=DELIVERED_FEATURE_VERSION + 1,
+                               blue_side_changes=blue_side(DELIVERED_FEATURE_VERSION + 1))
+    for rnd in changed["rounds"]:
+        rnd["feature_version"] = DELIVERED_FEATURE_VERSION + 1
+    page = render(changed)
+    assert "**Round 1 is not the detector as delivered:**" in page
+    assert "round 1 included" in page and "training data only" not in page

@@ -4,6 +4,8 @@ files: the run trained (loss falls), and its traffic has the shape the strategy 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from pathlib import Path
 
@@ -22,14 +24,26 @@ FALLS = ["adv.diloco.h10", "adv.diloco.h50-int8", "adv.diloco.streaming-h50", "a
          "adv.throttle.lowutil", "adv.shape.pid", "adv.cover.flatten", "adv.cover.tp-decoy", "adv.pp.1f1b-mb8"]
 
 
-def _launch(out: Path, nproc: int, names: list[str], steps: int) -> dict[str, dict]:
+def _launch(out: Path, nproc: int, names: list[str], steps: int, more: list[dict] = ()) -> dict[str, dict]:
     runs = [{"run_id": n, "workload": n, "max_steps": steps, "seconds": 120} for n in names]
+    runs += [{"max_steps": steps, "seconds": 120, **m} for m in more]
     return run_plan(out, runs, nproc, [str(HERE / "adv_worker.py")], timeout=400)
+
+
+# A surrogate as `trainsentry redteam surrogate` writes it (JSON trees), reduced to one split: P(training)
+# is high once more than half of the last 0.25 s was training. Passed as the campaign passes it: overrides.
+SURROGATE = {"format": "trainsentry-surrogate-trees/1", "features": ["train_frac"], "baseline": 0.0, "window_s": 0.25,
+             "trees": [{"feature": [0, 0, 0], "threshold": [0.5, 0.0, 0.0], "left": [1, 0, 0], "right": [2, 0, 0],
+                        "leaf": [0, 1, 1], "value": [0.0, -5.0, 5.0]}]}
 
 
 @pytest.fixture(scope="module")
 def truths(tmp_path_factory) -> dict[str, dict]:
-    return _launch(tmp_path_factory.mktemp("adv2"), 2, adversarial.names(), STEPS)
+    out = tmp_path_factory.mktemp("adv2")
+    (out / "surrogate.json").write_text(json.dumps(SURROGATE))
+    more = [{"run_id": "surrogate-from-file", "workload": "adv.whitebox.surrogate-lora",
+             "overrides": {"surrogate_path": str(out / "surrogate.json")}}]
+    return _launch(out, 2, adversarial.names(), STEPS, more)
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +224,22 @@ def test_online_and_whitebox_serve_real_tokens(truths):
     wb = ex(truths["adv.whitebox.proxy-lora"])
     assert wb["gate_history"] and wb["strategy_params"]["scorer"] == "proxy"
     assert coll(truths["adv.whitebox.proxy-lora"])["all_reduce"] == STEPS * wb["lora_params"] * 4
+
+
+def test_whitebox_gate_uses_the_surrogate_file_the_campaign_passes(truths):
+    t = truths["surrogate-from-file"]
+    assert t["ok"], t["errors"]
+    params = ex(t)["strategy_params"]
+    assert params["scorer"] == "trees" and params["surrogate_path"].endswith("surrogate.json")
+    assert params["surrogate_sha1"] == hashlib.sha1(Path(params["surrogate_path"]).read_bytes()).hexdigest()
+    # the gate measured over the window the surrogate was fitted for, not the workload's own
+    assert params["window_s"] == SURROGATE["window_s"] and params["window_s_config"] == cfg(
+        "adv.whitebox.surrogate-lora")["window_s"]
+    history = ex(t)["gate_history"]
+    assert history and all(ok == (p < params["threshold"]) for _, p, ok in history)
+    assert {round(p, 3) for _, p, _ in history} <= {0.007, 0.993}         # only the two leaves of the file
+    # without the file the same workload falls back to the proxy scorer, which the results flag
+    assert ex(truths["adv.whitebox.surrogate-lora"])["strategy_params"]["scorer"] == "proxy"
 
 
 # --- N > 2 ------------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trainsentry.redteam.surrogate import fit_surrogate, self_features
-from trainsentry.workloads.adversarial_serve import FEATURES, SklearnScorer
+from trainsentry.redteam.surrogate import fit_surrogate, self_features, to_trees
+from trainsentry.workloads.adversarial_serve import FEATURES, SklearnScorer, TreeScorer, load_scorer
 
 
 def manifest(cls, steps=10, step_s=1.0, phases=None, nbytes=4_000_000):
@@ -53,3 +53,23 @@ def test_the_saved_surrogate_loads_in_the_workload_gate(tmp_path):
     assert scorer({**base, "train_frac": 0.9}) > 0.5 > scorer({**base, "train_frac": 0.1})
     with pytest.raises(ValueError, match="nothing for a surrogate to learn"):
         fit_surrogate(table.assign(label=1))
+
+
+def test_exported_trees_give_the_models_probabilities_without_sklearn(tmp_path):
+    import json
+    rng = np.random.default_rng(1)
+    X = pd.DataFrame(rng.uniform(0, 1, size=(600, len(FEATURES))), columns=list(FEATURES))
+    X["log10_bytes_per_s"] *= 10
+    label = ((X["train_frac"] > 0.4) & (X["log10_bytes_per_s"] > 4)).astype(int)
+    model, _ = fit_surrogate(X.assign(label=label, run=[f"r{i % 6}" for i in range(600)]))
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({**to_trees(model), "window_s": 8.0}))
+    scorer, kind = load_scorer(str(path))
+    assert kind == "trees" and isinstance(scorer, TreeScorer) and scorer.window_s == 8.0
+    mine = np.array([scorer(r) for r in X.to_dict("records")])
+    assert np.allclose(mine, model.predict_proba(X)[:, 1], atol=1e-9)
+    with pytest.raises(ValueError, match="not the configured"):
+        TreeScorer(str(path), ["train_frac"])
+    path.write_text(json.dumps({**to_trees(model), "format": "something-else"}))
+    with pytest.raises(ValueError, match="not a trainsentry-surrogate-trees/1 file"):
+        TreeScorer(str(path))

@@ -112,9 +112,11 @@ def surrogate(
     adversarial: list[Path] = typer.Option([], "--adversarial", help="More recorded runs whose windows the copy "
                                            "judges for the surrogate to learn from (repeatable)"),
     detector: str = typer.Option("fused", "--detector", help="The detector the adversary copies"),
-    out: Path = typer.Option(Path("models/redteam-surrogate.joblib"), "--out", help="Surrogate file (joblib); "
-                             "its report is written beside it as .json"),
-    window_s: float = typer.Option(30.0, "--window-s", help="The gate's window (the workload's window_s)"),
+    out: Path = typer.Option(Path("models/redteam-surrogate.json"), "--out", help="Surrogate file: JSON trees "
+                             "with their report (the workload evaluates them without scikit-learn), or a .joblib "
+                             "model with its report beside it as .json"),
+    window_s: float | None = typer.Option(None, "--window-s", help="The gate's window, s (default: the detector "
+                                          "copy's window, 8 s for fused; the JSON file carries it to the workload)"),
     seed: int = typer.Option(0, "--seed"),
     cache: Path | None = typer.Option(None, "--cache", help="Feature cache (default ~/.cache/trainsentry/features)"),
 ) -> None:
@@ -130,7 +132,7 @@ def surrogate(
             raise typer.Exit(2)
     parts = ["trainsentry", "redteam", "surrogate", *[a for d in benign for a in ("--benign", str(d))],
              *[a for d in adversarial for a in ("--adversarial", str(d))], "--detector", detector, "--out", str(out),
-             "--window-s", str(window_s), "--seed", str(seed)]
+             *(["--window-s", str(window_s)] if window_s is not None else []), "--seed", str(seed)]
     try:
         rep = build(benign, adversarial, detector, out, cache or default_cache_dir(), window_s, seed,
                     command=shlex.join(parts))
@@ -140,4 +142,4 @@ def surrogate(
     agree = rep["held_out_agreement"]
     console.print(f"wrote {out}: {rep['windows']} windows of {rep['runs']} runs, {rep['detector_positive_windows']} "
                   f"judged training by the {detector} copy; held-out agreement "
-                  f"{'–' if agree is None else f'{agree:.1%}'}")
+                  f"{'–' if agree is None else f'{agree:.1%}'}; window {rep['window_s']:g} s")

@@ -30,6 +30,19 @@ NOT_RUN = [{"strategy": "power capping and clock limits (issue strategy 11)",
             "why": "not run: changing power limits or clocks is not allowed on the shared GPU machines"}]
 
 
+def issue_strategy(family: str) -> int | None:
+    """The issue's strategy number a workload family builds (None for a family the issue does not list)."""
+    return next((no for no, _, fams in ISSUE_STRATEGIES if family in fams), None)
+
+
+def held_out_unit(family: str) -> str:
+    """What rounds 2+ leave out together: every family of one issue strategy ("issue strategy 5":
+    powersgd and topk), so the hardened detector never saw the strategy it scores, not even in a
+    sibling setting; a family the issue does not list is its own unit."""
+    no = issue_strategy(family)
+    return f"issue strategy {no}" if no is not None else f"family {family}"
+
+
 def family_of(workload: str) -> str | None:
     """``adv.<family>.<setting>`` → family; None for a benign workload."""
     parts = workload.split(".")

@@ -16,15 +16,25 @@ benign configurations it was not calibrated on (configurations dealt into 8 fold
 by a fit on the others). The headline estimator is the one with the lowest held-out median |error|
 (the criterion ``flops-eval`` uses to pick ``models/flops.json``, there on 200 random splits).
 A saved model (``--flops-model``, e.g. ``models/flops.json``) is scored beside them as ``saved``.
+
+Failures are counted, never skipped (as ``trainsentry flops-eval`` does,
+:mod:`trainsentry.flops.evaluate`): a held-out fold an estimator cannot be calibrated on (a
+:class:`~trainsentry.flops.estimators.FitFailure` or any other ValueError) is recorded with its
+reason and its runs count as unbounded errors in the estimator's median (``None`` when they reach
+it, and such an estimator cannot be the headline); its range is over the folds it completed. An
+estimator that cannot be calibrated on all benign runs is listed in ``not_calibrated``; a red-team
+run that cannot be scored is in ``runs_not_scored``, with the error.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..flops.dataset import RunSet, load_runs
+from ..flops.evaluate import quantile_with_failures
 from ..flops.estimators import ESTIMATORS, Estimator, make
 from ..flops.features import interval_features, stack
 from ..traces.io import read_trace
@@ -54,24 +64,57 @@ def calibration_set(benign_dirs: list[Path]) -> RunSet:
 FOLDS = 8
 
 
-def held_out_errors(runs: RunSet, names: tuple[str, ...], seed: int, folds: int = FOLDS) -> dict[str, np.ndarray]:
+@dataclass
+class HeldOut:
+    """One estimator's held-out % errors over the folds it completed, and the folds it failed."""
+    errors: np.ndarray
+    folds: int
+    failures: list[dict] = field(default_factory=list)   # {"fold", "runs", "reason", "message"}
+
+    @property
+    def failed_predictions(self) -> int:
+        return int(sum(f["runs"] for f in self.failures))
+
+
+def held_out_errors(runs: RunSet, names: tuple[str, ...], seed: int, folds: int = FOLDS) -> dict[str, HeldOut]:
     """Held-out % errors per estimator: configurations (sorted) dealt round-robin into ``folds``
-    groups; each group predicted by a fit on all the others (every configuration held out once)."""
+    groups; each group predicted by a fit on all the others (every configuration held out once).
+    A fold whose fit or prediction raises ValueError is recorded as a failure with its reason."""
     configs = sorted(set(runs.configs))
     fold_of = {c: i % max(1, min(folds, len(configs))) for i, c in enumerate(configs)}
     fold = np.asarray([fold_of[c] for c in runs.configs])
+    ks = sorted(set(fold.tolist()))
     errs: dict[str, list[float]] = {n: [] for n in names}
-    for k in sorted(set(fold.tolist())):
+    failed: dict[str, list[dict]] = {n: [] for n in names}
+    for k in ks:
         test, train = np.flatnonzero(fold == k), np.flatnonzero(fold != k)
         Xtr = {c: v[train] for c, v in runs.X.items()}
         Xte = {c: v[test] for c, v in runs.X.items()}
         for n in names:
             try:
                 pred = make(n, seed=seed).fit(Xtr, runs.flops[train]).predict(Xte)
-            except ValueError:
+            except ValueError as e:
+                failed[n].append({"fold": int(k), "runs": int(test.size),
+                                  "reason": getattr(e, "reason", None) or str(e), "message": str(e)})
                 continue
             errs[n] += (100.0 * (pred - runs.flops[test]) / runs.flops[test]).tolist()
-    return {n: np.asarray(v) for n, v in errs.items()}
+    return {n: HeldOut(np.asarray(errs[n]), len(ks), failed[n]) for n in names}
+
+
+def benign_summary(h: HeldOut) -> dict:
+    """Median |error| with failed predictions counted as unbounded (None when they reach it), range
+    over completed predictions, and the failures grouped by reason."""
+    e = h.errors
+    by_reason: dict[str, list[dict]] = {}
+    for f in h.failures:
+        by_reason.setdefault(f["reason"], []).append(f)
+    return {"median_abs_pct_error": quantile_with_failures(np.abs(e), h.failed_predictions, 0.5),
+            "min_pct_error": float(np.min(e)) if e.size else None,
+            "max_pct_error": float(np.max(e)) if e.size else None,
+            "held_out_predictions": int(e.size), "failed_predictions": h.failed_predictions,
+            "folds": h.folds, "failed_folds": len(h.failures),
+            "failures": [{"reason": r, "folds": len(v), "runs": sum(x["runs"] for x in v), "example": v[0]["message"]}
+                         for r, v in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))]}
 
 
 def _pct(est: float, truth: float) -> float:
@@ -117,18 +160,19 @@ def flop_scores(benign_dirs: list[Path], scored: list[dict], seed: int = 0, save
         return {"error": str(e)}
     held = held_out_errors(cal, ESTIMATORS, seed)
     estimators: dict[str, Estimator] = {}
+    not_calibrated: dict[str, str] = {}
     for n in ESTIMATORS:
         try:
             estimators[n] = make(n, seed=seed).fit(cal.X, cal.flops)
-        except ValueError:
-            continue
+        except ValueError as e:
+            not_calibrated[n] = str(e)
     if saved_model is not None:
         from ..flops.live import load_model
         estimators["saved"] = load_model(saved_model)
-    benign = {n: {"median_abs_pct_error": float(np.median(np.abs(e))), "min_pct_error": float(np.min(e)),
-                  "max_pct_error": float(np.max(e)), "held_out_predictions": int(e.size)}
-              for n, e in held.items() if e.size and n in estimators}
-    headline = min(benign, key=lambda n: benign[n]["median_abs_pct_error"]) if benign else None
+    benign = {n: benign_summary(h) for n, h in held.items()}
+    bounded = {n: b["median_abs_pct_error"] for n, b in benign.items()
+               if n in estimators and b["median_abs_pct_error"] is not None and b["held_out_predictions"]}
+    headline = min(bounded, key=bounded.get) if bounded else None
     rows = []
     for s in scored:
         try:
@@ -155,5 +199,9 @@ def flop_scores(benign_dirs: list[Path], scored: list[dict], seed: int = 0, save
     return {"calibrated_on": {"dirs": [str(d) for d in benign_dirs], "runs": len(cal),
                               "configurations": len(set(cal.configs)), "skipped": cal.skipped},
             "estimators": list(estimators), "benign_held_out": benign, "headline": headline,
+            "not_calibrated": not_calibrated,
+            "failed_folds": {n: b["failed_folds"] for n, b in benign.items() if b["failed_folds"]},
+            "runs_not_scored": [{k: r.get(k) for k in ("run_id", "name", "setting", "role", "error")}
+                                for r in rows if "error" in r],
             "held_out_folds": min(FOLDS, len(set(cal.configs))),
             "saved_model": str(saved_model) if saved_model else None, "settings": settings, "runs": rows}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .rounds import EFFECTIVENESS, effectiveness, json_default, rank_strategies
+from .rounds import EFFECTIVENESS, effectiveness, json_default, not_run_yet, rank_strategies
 
 def _f(x, pct: bool = False, digits: int = 1) -> str:
     if x is None:
@@ -60,12 +60,28 @@ def _flops(doc: dict) -> list[str]:
               "not know the interval counts). A setting moves the estimator only when its error leaves the range "
               f"of the estimator's own held-out errors on benign configurations ({f.get('held_out_folds', '?')} folds of "
               "configurations, each predicted by a fit on the others).", "",
-              "| estimator | benign held-out median \\|error\\| | benign held-out range |", "|---|---|---|"]
+              "| estimator | benign held-out median \\|error\\| | benign held-out range | failed folds |",
+              "|---|---|---|---|"]
     for n, b in f["benign_held_out"].items():
-        lines.append(f"| `{n}`{' (headline)' if n == head else ''} | {_f(b['median_abs_pct_error'])} % | "
-                     f"{_f(b['min_pct_error'])} % to {_f(b['max_pct_error'])} % |")
+        failed = b.get("failed_folds", 0)
+        med = (f"{_f(b['median_abs_pct_error'])} %" if b["median_abs_pct_error"] is not None
+               else "unbounded (failed folds reach the median)")
+        rng = (f"{_f(b['min_pct_error'])} % to {_f(b['max_pct_error'])} %" if b.get("min_pct_error") is not None
+               else "–")
+        why = "; ".join(f"{x['reason']} ({x['folds']})" for x in b.get("failures", []))
+        folds = f"{failed} of {b.get('folds', '?')}" + (f": {why}" if failed else "")
+        done = " (completed folds)" if failed and b.get("min_pct_error") is not None else ""
+        lines.append(f"| `{n}`{' (headline)' if n == head else ''} | {med} | {rng}{done} | {folds} |")
+    failed_any = {n: b for n, b in f["benign_held_out"].items() if b.get("failed_folds")}
+    if failed_any:
+        lines += ["", "Failed folds are counted, not skipped: an estimator that cannot be calibrated on a fold's "
+                  "runs predicts nothing for them, and those runs count as unbounded errors in its median "
+                  "(the rule of `trainsentry flops-eval`); its range covers the folds it completed."]
+    for n, why in (f.get("not_calibrated") or {}).items():
+        lines += ["", f"`{n}` could not be calibrated on all benign training runs and scores no red-team run: {why}."]
     names = f["estimators"]
-    lines += ["", f"Headline estimator: `{head}` (lowest held-out median |error|). Errors per setting (median over "
+    lines += ["", f"Headline estimator: `{head}` (lowest held-out median |error|, failed folds counted as unbounded "
+              "errors). Errors per setting (median over "
               "its runs; control rows are benign runs recorded beside the strategies):", "",
               "| role | strategy | setting | runs | jobs found | headline, true interval | headline, segmented | "
               "outside benign range | " + " | ".join(f"`{n}`" for n in names) + " |",
@@ -76,6 +92,8 @@ def _flops(doc: dict) -> list[str]:
         lines.append(f"| {r['role']} | {r['name']} | {r['setting']} | {r['runs']} | {_f(r['segmented_jobs'], digits=0)} | "
                      f"{_f(r.get('headline_pct_error'))} % | {_f(r.get('headline_pct_error_segmented'))} % | {out} | "
                      + " | ".join(f"{_f(r['pct_error'][n])} %" for n in names) + " |")
+    for r in f.get("runs_not_scored") or []:
+        lines += ["", f"Not scored by the FLOP estimators: `{r['run_id']}` ({r['name']} {r['setting']}): {r['error']}."]
     controls_out = [r for r in f["settings"] if r["role"] == "control" and r.get("outside_benign_range")]
     if controls_out:
         lines += ["", f"**Caution:** {len(controls_out)} benign control run(s) recorded beside the strategies "
@@ -109,6 +127,56 @@ def _costs(doc: dict) -> list[str]:
     return lines + [""]
 
 
+def _benign(rnd: dict, proto: dict, alt_names: list[str]) -> list[str]:
+    """The round's re-measured benign numbers against the detector targets."""
+    tgt = proto.get("detector_targets") or {}
+    mark = lambda t: "" if not t or t.get("met") is None else (" ✓" if t["met"] else " ✗")  # noqa: E731
+    head = (f"run accuracy (target {tgt['run_accuracy']})" if "run_accuracy" in tgt else "run accuracy",
+            f"inference FPR, runs (target {tgt['inference_fpr']})" if "inference_fpr" in tgt else "inference FPR (runs)",
+            f"median time to alert, s (target {tgt['median_time_to_alert_s']})"
+            if "median_time_to_alert_s" in tgt else "median time to alert, s")
+    lines = ["", f"Benign runs, re-measured this round ({proto['benign_splits']} configuration-grouped splits, "
+             "mean over test sides; median time to alert over the held-out training runs of every split)"
+             + (f", against {proto['detector_targets_source']} (✓ met, ✗ not met)" if tgt else "") + ":", "",
+             f"| detector | {head[0]} | {head[1]} | {head[2]} | other FPR (runs) | training detection | "
+             + " | ".join(f"inference FPR {a}" for a in alt_names) + " |",
+             "|---|---|---|---|---|---|" + "---|" * len(alt_names)]
+    for n, b in rnd["benign"].items():
+        t = b.get("targets") or {}
+        lines.append(f"| `{n}` | {_f(b['run_accuracy'], True)}{mark(t.get('run_accuracy'))} | "
+                     f"{_f(b['inference_fpr'], True)}{mark(t.get('inference_fpr'))} | "
+                     f"{_f(b.get('median_time_to_alert_s'))}{mark(t.get('median_time_to_alert_s'))} | "
+                     f"{_f(b['other_fpr'], True)} | {_f(b['training_detection'], True)} | " + " | ".join(
+                         _f(b["alternative_alert_rules"][a]["inference_fpr"], True) for a in alt_names) + " |")
+    bounds = {b["inference_runs_held_out"]: b["inference_fpr_bound_at_zero_alerts"] for b in rnd["benign"].values()
+              if b.get("inference_fpr_bound_at_zero_alerts") is not None}
+    for k, bound in bounds.items():
+        if bound > 0.01:
+            lines += ["", f"{k} distinct inference runs were held out: even with none alerting, a 95 % upper bound on "
+                      f"the inference FPR would be {100 * bound:.0f} %, so the ≤ 1 % target cannot be shown on this data "
+                      "(that needs about 300 held-out inference runs); a ✓ there is a point estimate."]
+    return lines + [""]
+
+
+def _not_run(doc: dict) -> list[str]:
+    """Campaign entries without a recorded run, each named: not scored, so neither ranked nor unranked."""
+    if doc.get("campaign") is None:
+        lines = ["No campaign file was given: which planned strategies are not run yet is not known here."]
+    else:
+        missing = doc.get("not_run_yet")
+        missing = not_run_yet(doc) if missing is None else missing
+        lines = ["Not run yet, so not ranked (campaign entries without a recorded run: nothing was measured, "
+                 "neither an evasion nor a catch):" if missing else "Every campaign entry has a recorded run.", ""]
+        groups: dict[tuple, list] = {}
+        for m in missing:
+            groups.setdefault((m["issue_strategy"], m["title"], m["status"]), []).append(m["workload"])
+        for (no, title, status), ws in groups.items():
+            names = ", ".join(f"`{w}`" for w in ws if w)
+            lines.append(f"* issue strategy {no} ({title}): {status}" + (f": {names}" if names else ""))
+    lines += [""] + [f"* Not run at all: {n['strategy']}: {n['why']}." for n in doc.get("not_run", [])]
+    return lines + [""]
+
+
 def render(doc: dict) -> str:
     """docs/redteam.md from the results document; the ranking is recomputed from its numbers."""
     d, proto = doc["data"], doc["protocol"]
@@ -135,7 +203,15 @@ def render(doc: dict) -> str:
             "loss penalty, equal GPU-hours | FLOP error (headline) | effectiveness |")
     for rnd in doc["rounds"]:
         dets = rnd.get("detectors", proto["detectors"])
-        lines += [f"## Round {rnd['round']}", "", f"Monitor: {rnd['hardening']}.", "", head,
+        fv = rnd.get("feature_version")
+        lines += [f"## Round {rnd['round']}", "", f"Monitor: {rnd['hardening']}"
+                  + (f"; window features version {fv}" if fv is not None else "") + "."]
+        if rnd["round"] == 1 and proto.get("round_1_as_delivered") is False:
+            lines += ["", f"**Round 1 is not the detector as delivered:** the detectors were delivered on window "
+                      f"features version {proto['delivered_feature_version']}, this round ran on version {fv} (the "
+                      "hardened features replace the delivered ones in the code). Score round 1 with the delivered "
+                      "code for the as-delivered numbers."]
+        lines += ["", head,
                   "|---|---|---|---|---|" + "---|" * len(alt_names) + "---|---|---|---|---|---|"]
         for s in rnd["strategies"]:
             alts = " | ".join(_f(s["alternative_alert_rules"][a]["run_detection"], True, 0) for a in alt_names)
@@ -155,35 +231,31 @@ def render(doc: dict) -> str:
         for s in rnd["strategies"]:
             lines.append(f"| {s['name']} | {s['setting']} | " + " | ".join(
                 _f(s["by_detector"][n]["run_detection"], True, 0) for n in dets) + " |")
-        lines += ["", f"Benign runs, re-measured this round ({proto['benign_splits']} configuration-grouped splits, "
-                  "mean over test sides):", "",
-                  "| detector | run accuracy | inference FPR (runs) | other FPR (runs) | training detection | "
-                  + " | ".join(f"inference FPR {a}" for a in alt_names) + " |",
-                  "|---|---|---|---|---|" + "---|" * len(alt_names)]
-        for n, b in rnd["benign"].items():
-            lines.append(f"| `{n}` | {_f(b['run_accuracy'], True)} | {_f(b['inference_fpr'], True)} | "
-                         f"{_f(b['other_fpr'], True)} | {_f(b['training_detection'], True)} | " + " | ".join(
-                             _f(b["alternative_alert_rules"][a]["inference_fpr"], True) for a in alt_names) + " |")
-        lines.append("")
+        lines += _benign(rnd, proto, alt_names)
     ranked, unranked = rank_strategies(doc)
     lines += ["## Ranking", "", f"Effectiveness = {EFFECTIVENESS}: the share of runs the monitor missed per GPU-hour "
               "relative to benign training. Computed from the table of the last round, over the recorded settings "
-              "only.", "",
-              "| rank | strategy | setting | runs detected | windows detected | GPU-hour overhead | effectiveness |",
-              "|---|---|---|---|---|---|---|"]
+              "only; the loss penalties are shown beside it (an evasion that wrecks training is not a threat).", "",
+              "| rank | strategy | setting | runs detected | windows detected | GPU-hour overhead | "
+              "loss penalty, equal tokens | loss penalty, equal GPU-hours | effectiveness |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in ranked:
         lines.append(f"| {r['rank']} | {r['name']} | {r['setting']} | {_f(r['run_detection'], True, 0)} | "
                      f"{_f(r['window_detection'], True)} | {_f(r['gpu_hour_overhead'], True)} | "
-                     f"{_f(r['score'], digits=2)} |")
+                     f"{_f(r.get('loss_penalty_equal_tokens'), digits=3)} | "
+                     f"{_f(r.get('loss_penalty_equal_gpu_hours'), digits=3)} | {_f(r['score'], digits=2)} |")
     if unranked:
-        lines += ["", "Not ranked: " + "; ".join(f"{r['name']} {r['setting']} ({r['why']})" for r in unranked) + "."]
+        lines += ["", "Recorded but not ranked:", ""] + [f"* {r['name']} {r['setting']}: {r['why']}" for r in unranked]
+    lines += [""] + _not_run(doc)
     lines += [""] + _flops(doc) + _costs(doc)
     lines += ["## Method", "",
               "* **Round 1** scores every adversarial run with each detector fitted on the benign runs only, "
               "through the detector factories and cached window features of `trainsentry eval`, frozen "
               "(`trainsentry.redteam.evasion.score_evasion`).",
               "* **Rounds 2 and later**: leave one strategy out. The detector that scores a strategy (`labels.family`) "
-              "was fitted on the benign runs plus the adversarial runs of every other strategy; what each was "
+              "was fitted on the benign runs plus the adversarial runs of every other strategy of the issue: the "
+              "families of one issue strategy (PowerSGD and top-k; cover traffic and shaping; pipeline and online "
+              "learning) are left out together, so no sibling setting is seen either; what each was "
               "fitted on is in `results/redteam.json` (`trained_on`). Hardening per round: "
               + "; ".join(f"{k}: {v}" for k, v in proto["hardening"].items()) + ". Detectors hardened: "
               + ", ".join(f"`{n}`" for n in proto.get("hardened_detectors", proto["detectors"])) + ".",
@@ -222,7 +294,9 @@ def figures(doc: dict, out: Path) -> list[Path]:
                 series.setdefault(f"{s['name']} {s['setting']}", []).append((rnd["round"], 100 * s["run_detection"]))
     for i, (label, pts) in enumerate(sorted(series.items())):
         dx = 0.25 * (i / max(1, len(series) - 1) - 0.5)      # spread overlapping series sideways
-        ax.plot([p[0] + dx for p in pts], [p[1] for p in pts], marker="o", lw=1, label=label)
+        # ten colours cycle: the marker changes with each cycle, so 40 settings stay distinguishable
+        ax.plot([p[0] + dx for p in pts], [p[1] for p in pts], marker="osD^v<>px*"[(i // 10) % 10], lw=1,
+                color=f"C{i % 10}", label=label)
     ax.set_xticks([r["round"] for r in doc["rounds"]])
     ax.set(xlabel="round", ylabel="runs detected, %", ylim=(-5, 105),
            title=f"Detection by round ({doc['protocol']['primary_detector']})")

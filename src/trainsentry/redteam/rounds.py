@@ -39,9 +39,10 @@ from ..detect.base import Detector
 from ..detect.dataset import Run, load_run, stack
 from ..detect.evaluate import (ALTERNATIVE_RULES, RunOutcome, config_splits, detector_factories, fit_and_score,
                                run_metrics)
+from ..features import FEATURE_VERSION
 from ..traces.io import iter_runs
 from .cost import LOSS_BASIS, load_truth, run_cost, score_costs
-from .coverage import NOT_RUN, campaign_coverage
+from .coverage import NOT_RUN, campaign_coverage, held_out_unit
 from .evasion import by_family, score_evasion
 from .flopscore import flop_scores
 
@@ -52,14 +53,38 @@ HARDENING = {1: "as delivered: fitted on the benign runs only",
              2: "adds the recorded adversarial runs of every other strategy to the fitting data",
              3: "as round 2, with each strategy's runs repeated so that its windows weigh about as much as all "
                 f"benign training windows together (at most {MAX_BALANCE}x)"}
+# The detector issue's targets (issue 4, "Done when"), held out by configuration; every round's
+# re-measured benign numbers are reported against them.
+TARGETS = {"run_accuracy": (">=", 0.99), "inference_fpr": ("<=", 0.01), "median_time_to_alert_s": ("<=", 20.0)}
+TARGETS_SOURCE = ("the detector issue's targets for `fused` on held-out configurations: run accuracy >= 99 %, "
+                  "inference false-positive rate <= 1 %, median time to alert <= 20 s")
+# The window-feature code the detectors were delivered with (models/fused.joblib, fitted on data/h200 at
+# FEATURE_VERSION 1). Round 1 is "as delivered" only when it runs on these features: hardened features
+# that replace them in place (a new FEATURE_VERSION) make round 1 a benign-only fit of the hardened
+# features instead, and the results say so (protocol.round_1_as_delivered).
+DELIVERED_FEATURE_VERSION = 1
 EFFECTIVENESS = "(1 - run_detection) / (1 + max(gpu_hour_overhead, 0)), in the last round"
 BLUE_SIDE = ("training data only: each round refits the same detectors (same features, same alert rule, same "
              "thresholds) with more adversarial runs in the fitting data; no feature, rule or threshold changes")
+
+
+def blue_side(feature_version: int = FEATURE_VERSION) -> str:
+    """What the blue side changed between rounds, as far as this command can tell."""
+    if feature_version == DELIVERED_FEATURE_VERSION:
+        return BLUE_SIDE
+    return (f"training data (each round refits with more adversarial runs), on window features of version "
+            f"{feature_version} where the detectors were delivered on version {DELIVERED_FEATURE_VERSION}: the "
+            "feature change applies to every round, round 1 included, so round 1 is not the detector as delivered "
+            "but the hardened features fitted on benign runs only; alert rule and thresholds unchanged")
+
+
 LIMITS = ["The evader does not adapt between rounds: every round re-scores the same recorded runs, so rounds 2 "
           "and later measure how a detector hardened with other strategies' runs generalises to a strategy it never "
           "saw, not an arms race. An adaptive evader would record new runs against the hardened detector.",
           "adv.whitebox.surrogate-lora gates its training with a saved surrogate only when the campaign passes "
-          "overrides {surrogate_path: FILE} (`trainsentry redteam surrogate` writes one); without it the workload "
+          "overrides {surrogate_path: FILE} (`trainsentry redteam surrogate` writes one: models/redteam-surrogate.json, "
+          "the fused detector's copy fitted on data/h200 judging the windows of data/h200 and data/redteam-r1, "
+          "learned from what the workload measures of itself over the detector's 8 s window); without it the workload "
           "falls back to the proxy scorer and the run is flagged in its setting's notes."]
 
 
@@ -73,6 +98,11 @@ class AdvRun:
     dir: Path
     strategy: str
     setting: str
+
+    @property
+    def unit(self) -> str:
+        """What rounds 2+ leave out together with this run (coverage.held_out_unit)."""
+        return held_out_unit(self.strategy)
 
 
 def hardening(round_no: int) -> str:
@@ -194,8 +224,10 @@ def _mean(xs: list) -> float | None:
 def benign_metrics(factory: Callable[[], Detector], benign: list[Run], extra: list[Run],
                    splits: list[tuple[set, set]], advance=None) -> dict:
     """Run accuracy and false-positive rates on the test sides of configuration-grouped splits;
-    ``extra`` (this round's adversarial runs, repeated) joins every fitting side."""
-    per = []
+    ``extra`` (this round's adversarial runs, repeated) joins every fitting side. Also the median time
+    to alert of the held-out benign training runs (pooled over splits), how many distinct inference
+    runs were held out, and each number against the detector targets (:data:`TARGETS`)."""
+    per, ttas, inference_runs = [], [], set()
     for train_c, test_c in splits:
         train = [r for r in benign if r.config in train_c] + extra
         test = [r for r in benign if r.config in test_c]
@@ -206,13 +238,33 @@ def benign_metrics(factory: Callable[[], Detector], benign: list[Run], extra: li
                                           o.alternatives[k]["time_to_alert_s"], np.zeros(0)) for o in outcomes])
             m[k] = {"run_accuracy": alt["run_accuracy"], "inference_fpr": alt["inference_fpr"]}
         per.append(m)
+        ttas += [o.time_to_alert_s for o in outcomes if o.cls == "training" and o.time_to_alert_s is not None]
+        inference_runs |= {o.run_id for o in outcomes if o.cls == "inference"}
         if advance:
             advance()
     out = {k: _mean([m[k] for m in per]) for k in
            ("run_accuracy", "inference_fpr", "other_fpr", "training_detection", "window_auc")}
     out["alternative_alert_rules"] = {k: {q: _mean([m[k][q] for m in per])
                                           for q in ("run_accuracy", "inference_fpr")} for k in ALTERNATIVE_RULES}
+    out["median_time_to_alert_s"] = float(np.median(ttas)) if ttas else None
     out["splits"] = len(per)
+    out["inference_runs_held_out"] = len(inference_runs)
+    # with n distinct inference runs and none alerting, a 95 % upper bound on the FPR is 1 - 0.05^(1/n)
+    out["inference_fpr_bound_at_zero_alerts"] = (1.0 - 0.05 ** (1.0 / len(inference_runs))
+                                                 if inference_runs else None)
+    out["targets"] = against_targets(out)
+    return out
+
+
+def against_targets(b: dict) -> dict:
+    """Each target number of the detector issue: value, target, met (None when not measured)."""
+    out = {}
+    for k, (op, target) in TARGETS.items():
+        v = b.get(k)
+        met = None if v is None else (v >= target if op == ">=" else v <= target)
+        out[k] = {"value": v, "target": f"{op} {target:g}", "met": met}
+    bound = b.get("inference_fpr_bound_at_zero_alerts")
+    out["inference_fpr"]["resolvable"] = bool(bound is not None and bound <= TARGETS["inference_fpr"][1])
     return out
 
 
@@ -275,18 +327,24 @@ def effectiveness(run_detection: float | None, gpu_hour_overhead: float | None) 
 
 def rank_strategies(doc: dict) -> tuple[list[dict], list[dict]]:
     """Strategy settings of the last round ordered by effectiveness (computed here from the numbers),
-    and those that cannot be ranked with the reason."""
+    and those that cannot be ranked with the reason: no GPU-hour overhead (no baseline run, no cost
+    data), no run detection, or no loss penalty at all (the loss curves give no common point: whether
+    the strategy still trains is not known, so its evasion is not counted as a threat)."""
     last = doc["rounds"][-1]
     ranked, unranked = [], []
     for s in last["strategies"]:
         score = effectiveness(s["run_detection"], s["gpu_hour_overhead"])
         row = {"name": s["name"], "setting": s["setting"], "round": last["round"],
                "run_detection": s["run_detection"], "window_detection": s["window_detection"],
-               "gpu_hour_overhead": s["gpu_hour_overhead"], "score": score}
-        if score is None:
+               "gpu_hour_overhead": s["gpu_hour_overhead"], "score": score,
+               "loss_penalty_equal_tokens": s.get("loss_penalty_equal_tokens"),
+               "loss_penalty_equal_gpu_hours": s.get("loss_penalty_equal_gpu_hours")}
+        no_loss = row["loss_penalty_equal_tokens"] is None and row["loss_penalty_equal_gpu_hours"] is None
+        if score is None or no_loss:
             why = (f"no GPU-hour overhead: {s.get('cost_note') or 'no cost'}" if s["gpu_hour_overhead"] is None
-                   else "no run detection")
-            unranked.append({**row, "why": why})
+                   else "no run detection" if s["run_detection"] is None
+                   else f"no loss penalty: {s.get('cost_note') or 'the loss curves have no common point'}")
+            unranked.append({**row, "score": None, "why": why})
         else:
             ranked.append(row)
     ranked.sort(key=lambda r: (-r["score"], r["window_detection"] if r["window_detection"] is not None else 1.0,
@@ -294,30 +352,56 @@ def rank_strategies(doc: dict) -> tuple[list[dict], list[dict]]:
     return [{"rank": i + 1, **r} for i, r in enumerate(ranked)], unranked
 
 
+def not_run_yet(doc: dict) -> list[dict]:
+    """Campaign workloads with no recorded run (not run yet, or failed to record), each named with its
+    issue strategy, and issue strategies the campaign plans no run for: neither ranked nor unranked,
+    since nothing was measured. Empty without a campaign file (what is missing is then not known)."""
+    cov = doc.get("campaign")
+    if not cov:
+        return []
+    out = []
+    for s in cov["issue_strategies"]:
+        recorded = set(s["recorded"])
+        for status, key in (("not run yet", "not_recorded_yet"), ("failed to record", "failed_to_record")):
+            out += [{"issue_strategy": s["issue_strategy"], "title": s["title"], "workload": w, "status": status}
+                    for w in s[key] if w not in recorded]
+        if not s["planned"]:
+            out.append({"issue_strategy": s["issue_strategy"], "title": s["title"], "workload": None,
+                        "status": "no run planned in the campaign"})
+    return out
+
+
 def play_round(r: int, names: list[str], factories: dict, benign: list[Run], adv: list[AdvRun],
                splits: list[tuple[set, set]], cache_dir: Path, step) -> tuple[dict, dict, dict]:
     """One round for every detector in ``names``: per (strategy, setting) detection, what each
-    strategy's detector was fitted on, and the benign metrics."""
-    strategies = sorted({a.strategy for a in adv})
+    strategy's detector was fitted on, and the benign metrics. Rounds 2+ leave out one issue strategy
+    at a time (:func:`coverage.held_out_unit`): all its families, so a sibling setting is not seen."""
+    units = sorted({a.unit for a in adv})
     detection, trained_on, bench = {}, {}, {}
     for name in names:
         fs = factories[name]().feature_set
         benign_train_w = _windows([b for b in benign if b.is_training], fs)
-        fits = 1 if r == 1 else len(strategies)
+        fits = 1 if r == 1 else len(units)
         advance = step(f"round {r}, {name}: {fits} fit(s) + {len(splits)} benign splits", fits + len(splits))
         rows, trained_on[name] = [], {}
         if r == 1:
             rows = score_runs(fit(factories[name], benign), adv, cache_dir)
-            trained_on[name] = {s: {"strategies": [], "adversarial_runs": 0, "repeat": {}} for s in strategies}
+            trained_on[name] = {a.strategy: {"strategies": [], "adversarial_runs": 0, "repeat": {},
+                                             "held_out": sorted({b.strategy for b in adv if b.unit == a.unit}),
+                                             "held_out_unit": a.unit} for a in adv}
             advance()
             extra_all: list[Run] = []
         else:
-            for s in strategies:                     # leave one strategy out
-                others = [a for a in adv if a.strategy != s]
+            for u in units:                          # leave one strategy out
+                mine = [a for a in adv if a.unit == u]
+                others = [a for a in adv if a.unit != u]
                 extra, repeat = hardened(others, r, benign_train_w, fs)
-                assert s not in repeat, "a strategy would be fitted on its own runs"
-                rows += score_runs(fit(factories[name], benign + extra), [a for a in adv if a.strategy == s], cache_dir)
-                trained_on[name][s] = {"strategies": sorted(repeat), "adversarial_runs": len(others), "repeat": repeat}
+                held = sorted({a.strategy for a in mine})
+                assert not set(held) & set(repeat), "a strategy would be fitted on its own runs"
+                rows += score_runs(fit(factories[name], benign + extra), mine, cache_dir)
+                for f in held:
+                    trained_on[name][f] = {"strategies": sorted(repeat), "adversarial_runs": len(others),
+                                           "repeat": repeat, "held_out": held, "held_out_unit": u}
                 advance()
             extra_all = hardened(adv, r, benign_train_w, fs)[0]
         bench[name] = benign_metrics(factories[name], benign, extra_all, splits, advance)
@@ -335,7 +419,7 @@ def run_notes(runs: list[AdvRun]) -> list[str]:
         extra = _manifest(a.dir).get("ground_truth", {}).get("extra") or {}
         params = next((e.get("strategy_params") for e in extra.values() if isinstance(e, dict)
                        and e.get("strategy_params")), None) or {}
-        if params.get("gate") == "surrogate" and params.get("scorer") != "sklearn":
+        if params.get("gate") == "surrogate" and params.get("scorer") not in ("sklearn", "trees"):
             notes.add(f"{a.run.run_id}: no surrogate file was given, so the gate fell back to the "
                       f"{params.get('scorer')} scorer: a proxy-gated run, not a white-box surrogate run")
     return sorted(notes)
@@ -401,8 +485,11 @@ def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: 
 
 @contextmanager
 def _one_thread():
-    """Fit with one native thread where the OpenMP runtime honours a run-time limit (the command also
-    sets OMP_NUM_THREADS before anything loads: see trainsentry.threads)."""
+    """Fit with one native thread where the OpenMP runtime honours a run-time limit. Not a copy of
+    :func:`trainsentry.threads.one_native_thread`, which the commands call first (environment, before
+    numpy and scikit-learn load, the limit that held under load): this covers callers of
+    :func:`run_rounds` that did not go through a command (tests, notebooks), where those libraries are
+    already loaded and only a run-time limit can still apply."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:                 # scikit-learn depends on it; without it, run as is
@@ -422,7 +509,9 @@ def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, 
     stages = {"features": round(time.time() - t0, 1)}
     benign, adv = data["benign"], data["adversarial"]
     splits = config_splits(benign, n_splits, seed)
+    t1 = time.time()
     cost = costs(adv, data["cost_baselines"])
+    stages["cost"] = round(time.time() - t1, 1)
     flops = None
     if score_flops:
         scored = [{"dir": a.dir, "name": a.strategy, "setting": a.setting, "role": "strategy"} for a in adv]
@@ -440,6 +529,7 @@ def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, 
         detection, trained_on, bench = play_round(r, dets, factories, benign, adv, splits, cache_dir, step)
         stages[f"round_{r}"] = round(time.time() - t1, 1)
         rounds.append({"round": r, "hardening": hardening(r), "detectors": dets, "benign": bench,
+                       "feature_version": FEATURE_VERSION,
                        "strategies": strategy_entries(adv, detection, trained_on, cost, primary, flops)})
     recorded_ids = {_manifest(Path(d))["run_id"] for d in [*data["baselines_only"]]} | {a.run.run_id for a in adv}
     coverage = campaign_coverage(Path(campaign), adversarial_dirs, recorded_ids) if campaign else None
@@ -457,15 +547,22 @@ def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, 
                         "alternative_alert_rules": {k: {"threshold": a.threshold, "k": a.k, "n": a.n}
                                                     for k, a in ALTERNATIVE_RULES.items()},
                         "benign_splits": len(splits), "grouping": "labels.config", "seed": seed, "rt_trees": rt_trees,
-                        "strategy_label": "labels.family", "scoring_rounds_2_plus": "leave one strategy out",
+                        "strategy_label": "labels.family",
+                        "scoring_rounds_2_plus": "leave one strategy out (an issue strategy's families together)",
+                        "held_out_units": {a.strategy: a.unit for a in adv},
+                        "feature_version": FEATURE_VERSION, "delivered_feature_version": DELIVERED_FEATURE_VERSION,
+                        "round_1_as_delivered": FEATURE_VERSION == DELIVERED_FEATURE_VERSION,
+                        "detector_targets": {k: f"{op} {t:g}" for k, (op, t) in TARGETS.items()},
+                        "detector_targets_source": TARGETS_SOURCE,
                         "hardening": {str(r): hardening(r) for r in range(1, n_rounds + 1)},
                         "gpu_hour_overhead": "baseline tokens per GPU-hour / adversary's - 1 (GPU-hours per token "
                                              "against the DDP baseline it names)",
-                        "loss_basis": LOSS_BASIS, "evader_adapts": False, "blue_side_changes": BLUE_SIDE,
+                        "loss_basis": LOSS_BASIS, "evader_adapts": False, "blue_side_changes": blue_side(),
                         "limits": LIMITS,
                         "effectiveness": EFFECTIVENESS},
            "rounds": rounds}
     doc["ranking"], doc["unranked"] = rank_strategies(doc)
+    doc["not_run_yet"] = not_run_yet(doc)
     doc["elapsed_s"] = round(time.time() - t0, 1)
     doc["elapsed_s_by_stage"] = stages
     return doc

@@ -6,9 +6,16 @@ code, on its own benign runs: those of ``--benign``), lets that copy judge every
 recorded runs, and learns to predict the copy's verdict from the quantities its gate measures live
 (:class:`trainsentry.workloads.adversarial_serve.SelfMonitor`: training and serving shares of the last
 ``window_s``, bytes its gradient exchanges moved per second, training steps per second). The result
-is a scikit-learn classifier saved with joblib whose ``feature_names_in_`` are SelfMonitor feature
-names, which ``SklearnScorer`` loads: pass it to the workload with the campaign override
-``{surrogate_path: FILE}``.
+is a small boosted-tree classifier, saved as plain JSON trees (``models/redteam-surrogate.json``,
+:data:`~trainsentry.workloads.adversarial_serve.TREES_FORMAT`) that the workload's ``TreeScorer``
+evaluates without scikit-learn (the GPU machine runs its own package versions, where a pickled model
+may not load), or with joblib when ``--out`` ends in ``.joblib`` (``SklearnScorer``). Pass it to the
+workload with the campaign override ``{surrogate_path: FILE}``.
+
+The window: by default the detector copy's own window (8 s for the window features the learned
+detectors read, 30 s for rt-baseline): a gate that averages over a longer window than the detector
+lets a whole detector window fill with training. The JSON file records it, and the workload's gate
+then measures over it.
 
 What each run did second by second is rebuilt from its manifest's ground truth, not from telemetry:
 
@@ -31,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..workloads.adversarial_serve import FEATURES
+from ..workloads.adversarial_serve import FEATURES, TREES_FORMAT
 
 NOT_TRAINING = ("serve", "pause", "decoy")
 
@@ -132,17 +139,46 @@ def fit_surrogate(table: pd.DataFrame, seed: int = 0, folds: int = 5):
                    "in_sample_agreement": float(np.mean(model.predict(X) == y)), "folds": n}
 
 
-def build(benign_dirs: list[Path], extra_dirs: list[Path], detector_name: str, out: Path, cache_dir: Path,
-          window_s: float = 30.0, seed: int = 0, rt_trees: int = 400, command: str = "") -> dict:
-    """Fit the detector copy on the benign runs, label every window of benign and extra runs, fit and
-    save the surrogate (``out``) and its report (``out`` with ``.json``)."""
-    import joblib
+def to_trees(model) -> dict:
+    """A fitted binary HistGradientBoostingClassifier as plain trees (TREES_FORMAT, without the report):
+    exported from its predictors here, where scikit-learn's version is the project's; the workload
+    evaluates them with no scikit-learn (TreeScorer). Numerical splits only (left when x <= threshold)."""
+    if list(getattr(model, "classes_", [])) != [0, 1]:
+        raise ValueError("the surrogate must be a binary classifier of classes 0 and 1")
+    trees = []
+    for per_iteration in model._predictors:
+        (pred,) = per_iteration                          # binary: one tree per iteration
+        n = pred.nodes
+        if n["is_categorical"].any():
+            raise ValueError("categorical splits cannot be exported")
+        trees.append({"feature": n["feature_idx"].astype(int).tolist(), "threshold": n["num_threshold"].tolist(),
+                      "left": n["left"].astype(int).tolist(), "right": n["right"].astype(int).tolist(),
+                      "leaf": n["is_leaf"].astype(int).tolist(), "value": n["value"].tolist()})
+    return {"format": TREES_FORMAT, "features": [str(c) for c in model.feature_names_in_],
+            "baseline": float(np.ravel(model._baseline_prediction)[0]), "trees": trees}
 
+
+def detector_window_s(detector) -> float:
+    """The window (s) of the detector's feature set: what the gate should average over."""
+    from ..features import DEFAULT_WINDOW_S
+    from ..features.rt import RT_WINDOW_S
+    return float(RT_WINDOW_S if detector.feature_set == "rt" else DEFAULT_WINDOW_S)
+
+
+def build(benign_dirs: list[Path], extra_dirs: list[Path], detector_name: str, out: Path, cache_dir: Path,
+          window_s: float | None = None, seed: int = 0, rt_trees: int = 400, command: str = "") -> dict:
+    """Fit the detector copy on the benign runs, label every window of benign and extra runs, fit and
+    save the surrogate: ``out`` ending in ``.joblib`` gets the model (joblib) and its report beside it
+    (``.json``); any other ``out`` is one JSON file, the trees (TREES_FORMAT, checked to give the
+    model's own probabilities) with the report in it. ``window_s`` None: the detector copy's window."""
     from ..detect.evaluate import detector_factories
+    from ..workloads.adversarial_serve import TreeScorer
     from .rounds import RULE, _load, _runs_under, fit
     factories = detector_factories(rt_trees)
     if detector_name not in factories:
         raise ValueError(f"unknown detector {detector_name!r}; choose from {list(factories)}")
+    if window_s is None:
+        window_s = detector_window_s(factories[detector_name]())
     benign_paths = [d for root in benign_dirs for d in _runs_under(root)]
     extra_paths = [d for root in extra_dirs for d in _runs_under(root)]
     benign = [_load(d, cache_dir) for d in benign_paths]
@@ -153,11 +189,26 @@ def build(benign_dirs: list[Path], extra_dirs: list[Path], detector_name: str, o
     extra = [_load(d, cache_dir) for d in extra_paths]
     table = training_table(benign + extra, copy, benign_paths + extra_paths, RULE.threshold, window_s)
     model, report = fit_surrogate(table, seed)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    joblib.dump(model, out)
-    report.update({"command": command, "detector_copy": detector_name, "threshold": RULE.threshold,
+    from ..features import FEATURE_VERSION
+    report.update({"command": command, "detector_copy": detector_name, "feature_version": FEATURE_VERSION,
+                   "threshold": RULE.threshold,
                    "window_s": window_s, "features": list(FEATURES), "benign_dirs": [str(d) for d in benign_dirs],
                    "extra_dirs": [str(d) for d in extra_dirs], "model": str(out),
+                   "labels": "1 when the detector copy's P(training) for the window ending then is at or above the "
+                             "alert threshold",
                    "use": f"campaign entry overrides: {{surrogate_path: {out}}} for adv.whitebox.surrogate-lora"})
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".joblib":
+        import joblib
+        joblib.dump(model, out)
+        out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+        return report
+    doc = {**to_trees(model), "window_s": window_s, "report": report}
+    out.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    X = table[list(FEATURES)]
+    mine = np.asarray([TreeScorer(str(out))(row) for row in X.to_dict("records")])
+    theirs = model.predict_proba(X)[:, 1]
+    if not np.allclose(mine, theirs, atol=1e-6):
+        out.unlink()
+        raise ValueError(f"the exported trees disagree with the model (max |dP| {np.max(np.abs(mine - theirs)):.2g})")
     return report

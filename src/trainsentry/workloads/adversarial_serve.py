@@ -12,11 +12,18 @@ training steps, in serving, and the bytes its gradient exchanges moved per secon
 quantities behind the detectors' NVLink and utilisation features. Scorers:
 
 - ``ProxyScorer``: a logistic function of those quantities (no model file needed);
+- ``TreeScorer``: the surrogate ``trainsentry redteam surrogate`` writes (``models/redteam-surrogate.json``):
+  boosted trees over SelfMonitor features as plain JSON, evaluated here without scikit-learn, so the
+  GPU machine's own package versions cannot break or change it; the file also carries the window
+  its features were computed over, which then replaces ``window_s`` (the gate must measure what the
+  surrogate learned from);
 - ``SklearnScorer``: any scikit-learn classifier saved with joblib whose ``feature_names_in_`` (or
   the configured ``surrogate_features``) are SelfMonitor feature names, e.g. fitted by the red team
-  on its own self-observed runs labeled by the frozen detector's verdicts. It is *not* fed
-  trainsentry.features windows: those need the NVML/NVLink telemetry table, which the workload
-  does not record (the adversary could poll NVML itself; that is future work).
+  on its own self-observed runs labeled by the frozen detector's verdicts.
+
+Neither is fed trainsentry.features windows: those need the NVML/NVLink telemetry table, which the
+workload does not record (the adversary could poll NVML itself; that is future work). Pass the file
+with the campaign override ``{surrogate_path: FILE}``; ``load_scorer`` picks the class by suffix.
 
 Straddling: train only in bursts centred on window boundaries (multiples of the stride in wall
 time), so each window holds at most half a burst.
@@ -24,9 +31,11 @@ time), so each window holds at most half a burst.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections import deque
+from pathlib import Path
 
 import torch
 
@@ -100,6 +109,55 @@ class SklearnScorer:
         return float(self.model.predict_proba(x)[0, list(self.model.classes_).index(1)])
 
 
+TREES_FORMAT = "trainsentry-surrogate-trees/1"
+
+
+class TreeScorer:
+    """A surrogate saved as boosted trees in JSON (:data:`TREES_FORMAT`): P(class 1) = logistic(baseline
+    + the leaf value each tree reaches; left when x <= threshold). ``window_s``: the SelfMonitor window
+    its features were computed over (None if the file does not say)."""
+
+    def __init__(self, path: str, features: list[str] | None = None):
+        d = json.loads(Path(path).read_text())
+        if d.get("format") != TREES_FORMAT:
+            raise ValueError(f"{path}: not a {TREES_FORMAT} file (format {d.get('format')!r})")
+        names = list(d["features"])
+        if features and list(features) != names:
+            raise ValueError(f"{path}: its trees read {names}, not the configured {list(features)}")
+        unknown = [n for n in names if n not in FEATURES]
+        if not names or unknown:
+            raise ValueError(f"{path}: surrogate features must be a non-empty subset of {FEATURES}, got {names}")
+        self.names, self.baseline = names, float(d["baseline"])
+        self.trees = [(t["feature"], t["threshold"], t["left"], t["right"], t["leaf"], t["value"]) for t in d["trees"]]
+        self.window_s = d.get("window_s")
+
+    def raw(self, x: list[float]) -> float:
+        z = self.baseline
+        for feat, thr, left, right, leaf, value in self.trees:
+            i = 0
+            while not leaf[i]:
+                i = left[i] if x[feat[i]] <= thr[i] else right[i]
+            z += value[i]
+        return z
+
+    def __call__(self, feats: dict[str, float]) -> float:
+        z = self.raw([float(feats[n]) for n in self.names])
+        return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+
+
+def _sha1(path: str) -> str:
+    """Which surrogate file gated the run (recorded beside its path)."""
+    import hashlib
+    return hashlib.sha1(Path(path).read_bytes()).hexdigest()
+
+
+def load_scorer(path: str, features: list[str] | None = None):
+    """(scorer, kind) for a surrogate file: JSON trees ("trees") or a joblib classifier ("sklearn")."""
+    if str(path).endswith(".json"):
+        return TreeScorer(path, features), "trees"
+    return SklearnScorer(path, features), "sklearn"
+
+
 class Gate:
     """Train only while the scorer's P(training) over the last window is under ``threshold``."""
 
@@ -164,8 +222,10 @@ def run_whitebox(ctx: Context, cfg: dict) -> None:
     mode = cfg["gate"]
     gate = None
     if mode == "surrogate" and cfg.get("surrogate_path"):
-        gate = Gate(monitor, SklearnScorer(cfg["surrogate_path"], cfg.get("surrogate_features")), cfg["threshold"])
-        scorer = "sklearn"
+        model, scorer = load_scorer(cfg["surrogate_path"], cfg.get("surrogate_features"))
+        if getattr(model, "window_s", None):           # measure over the window the surrogate learned from
+            monitor = SelfMonitor(float(model.window_s))
+        gate = Gate(monitor, model, cfg["threshold"])
     elif mode in ("proxy", "surrogate"):
         gate = Gate(monitor, ProxyScorer(), cfg["threshold"])
         scorer = "proxy"
@@ -175,7 +235,9 @@ def run_whitebox(ctx: Context, cfg: dict) -> None:
         raise ValueError(f"unknown gate {mode!r}")
     stride, burst = float(cfg.get("stride_s", 15.0)), float(cfg.get("burst_s", 6.0))
     strategy_extra(ctx, cfg, "whitebox", gate=mode, scorer=scorer, threshold=cfg.get("threshold"),
-                   window_s=monitor.window_s, stride_s=stride, burst_s=burst, lora_rank=cfg.get("lora_rank"))
+                   window_s=monitor.window_s, window_s_config=cfg.get("window_s"), stride_s=stride, burst_s=burst,
+                   lora_rank=cfg.get("lora_rank"), surrogate_path=cfg.get("surrogate_path") if gate else None,
+                   surrogate_sha1=_sha1(cfg["surrogate_path"]) if gate and cfg.get("surrogate_path") else None)
     ctx.ledger.extra["collective_method"] = "explicit"
     served_rounds = [0]
 
