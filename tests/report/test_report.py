@@ -298,16 +298,23 @@ def test_pdf_printed(tmp_path):
     assert b.pdf_path.read_bytes()[:5] == b"%PDF-" and b.pdf_path.stat().st_size > 50_000
 
 
-def test_ranking_keeps_each_setting_and_uses_the_red_teams_formula():
+def test_ranking_is_the_red_teams_own():
     from trainsentry.redteam.rounds import effectiveness
     from trainsentry.report.ranking import rank
-    s = lambda setting, det, over: {"name": "diloco", "setting": setting, "run_detection": det,  # noqa: E731
-                                    "gpu_hour_overhead": over}
+    s = lambda setting, det, over, loss=0.1: {"name": "diloco", "setting": setting, "run_detection": det,  # noqa: E731
+                                              "window_detection": det, "gpu_hour_overhead": over,
+                                              "loss_penalty_equal_tokens": loss, "loss_penalty_equal_gpu_hours": loss}
     doc = {"rounds": [{"round": 1, "strategies": [s("h=50", 1.0, 0.1), s("h=500", 1.0, 0.3)]},
-                      {"round": 2, "strategies": [s("h=50", 0.5, 0.1), s("h=500", 0.0, 0.3), s("h=10", None, 0.0)]}]}
-    ranked = rank(doc)
-    assert [(r["setting"], r["round"]) for r in ranked] == [("h=500", 2), ("h=50", 2)]   # h=10: no detection rate
+                      {"round": 2, "strategies": [s("h=50", 0.5, 0.1), s("h=500", 0.0, 0.3), s("h=10", None, 0.0),
+                                                  s("h=200", 0.0, 0.0, loss=None)]}]}
+    ranked = rank(doc)   # computed by the red team's rank_strategies when the file has no ranking yet
+    # h=10: no detection rate; h=200: no loss penalty, so the red team leaves both unranked
+    assert [(r["setting"], r["round"], r["rank"]) for r in ranked] == [("h=500", 2, 1), ("h=50", 2, 2)]
     assert ranked[0]["score"] == effectiveness(0.0, 0.3) == 1 / 1.3
+    assert ranked[0]["_path"] == "rounds/1/strategies/1"
+    # a stored ranking is read as stored (its order and scores), not recomputed
+    doc["ranking"] = [{"rank": 1, "name": "diloco", "setting": "h=50", "score": 0.5}]
+    assert [(r["setting"], r["score"]) for r in rank(doc)] == [("h=50", 0.5)]
 
 
 def test_campaign_progress_counts_planned_and_recorded_runs(tmp_path):
