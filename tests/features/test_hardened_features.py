@@ -106,3 +106,9 @@ def test_replicas_do_equal_work_and_disaggregated_roles_do_not():
     disagg = grid_features(_grid((200.0, 630.0), (1e9, 0.0), (0.0, 1e9)))
     assert ddp["act.power_balance"] > 0.95
     assert disagg["act.power_balance"] < 0.4
+
+
+def test_steadiness_ignores_a_ramp_of_identical_steps():
+    # a run warming up: the rate climbs through the window, each bin still the same steps
+    ramp = np.linspace(1e9, 3e9, N)
+    assert _features(ramp, ramp)["steady"] > 0.95

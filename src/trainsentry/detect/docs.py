@@ -29,17 +29,18 @@ power, utilisation, memory controller, memory used (level, range, slope), clocks
 and DRAM activity, power periodicity, tensor activity per watt, busy GPUs, cross-GPU power
 correlation. Missing metrics (no GPM, no network) leave features absent, never zero.
 
-**Hardened features** (feature version 2), each for a physical difference between gradient
+**Hardened features** (feature version 3), each for a physical difference between gradient
 exchange and the benign workloads that also move bytes or burn power:
 * *direction per bin* (`oneway_bins`: byte-weighted |TX − RX| / (TX + RX) of the active bins;
   `dir_flips`: reversals between one-way bins). A collective carries both directions in every bin
   (0); a prefill → decode hand-off or pipeline inference sends one way, always the same way (1, no
   reversals, and a low window symmetry); pipeline *training* is one-way per bin too but reverses
   (activations forward, gradients back), so its window symmetry stays high;
-* *steadiness* (`steady`: 1 − the coefficient of variation of the active bins' bytes): identical
-  training steps move identical bytes, so continuous data-parallel traffic (steps shorter than a
-  bin) is steady, while tensor-parallel decode and serving all-reduce activations whose volume
-  follows the request mix (prefill spikes, batch changes);
+* *steadiness* (`steady`: 1 − the coefficient of variation of the active bins' bytes around their
+  linear trend over the window): identical training steps move identical bytes, so continuous
+  data-parallel traffic (steps shorter than a bin) is steady even while it ramps up, while
+  tensor-parallel decode and serving all-reduce activations whose volume follows the request mix
+  (prefill spikes, batch changes);
 * *bytes per joule above the idle floor*: only what a link moves above its idle floor counts, so a
   link carrying driver chatter (PCIe at 20–80 MB/s on every run) gives 0 rather than an inverse
   power reading (the learned detectors leaned on `comm.pcie.log_bytes_per_J` before); the shape

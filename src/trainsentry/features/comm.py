@@ -14,7 +14,8 @@ What separates them at the 10 Hz grid, per device and window (docs/detector.md, 
   stream (disaggregated prefill → decode, pipeline forward: low ``sym``, high ``oneway_bins``) from
   one whose direction alternates (pipeline training: activations forward, gradients back: high
   ``sym``, high ``oneway_bins``); ``dir_flips`` counts those reversals between one-way bursts;
-* ``steady`` — 1 − the coefficient of variation of the active bins' bytes (clipped to [0, 1]):
+* ``steady`` — 1 − the coefficient of variation of the active bins' bytes around their linear
+  trend over the window (clipped to [0, 1]):
   identical training steps shorter than a bin give near-identical bytes per bin, while a
   server's traffic follows its request mix (prefills, batch changes);
 * ``log_bytes_per_J`` counts only the bytes above the link's idle floor, so a link that carries
@@ -68,8 +69,14 @@ def link_features(tx: np.ndarray, rx: np.ndarray, dt_s: float, link: str,
         # direction of each clearly one-way active bin (|TX - RX| > half the bin's bytes), in time order
         sgn = np.sign(d[np.abs(d) > 0.5 * s_])
         f["dir_flips"] = float(np.count_nonzero(np.diff(sgn))) / max(1, sgn.size - 1) if sgn.size > 1 else 0.0
-        a = tot[active]
-        f["steady"] = float(np.clip(1.0 - a.std() / a.mean(), 0.0, 1.0)) if a.size > 1 and a.mean() > 0 else nan
+        # bin-to-bin variation around the window's trend (a workload ramping up or slowing down
+        # drifts; identical steps do not jitter)
+        a, ta = tot[active], np.flatnonzero(active).astype(np.float64)
+        if a.size > 2 and a.mean() > 0:
+            resid = a - np.polyval(np.polyfit(ta, a, 1), ta) if np.ptp(ta) > 0 else a - a.mean()
+            f["steady"] = float(np.clip(1.0 - resid.std() / a.mean(), 0.0, 1.0))
+        else:
+            f["steady"] = nan
     else:
         f.update(oneway_bins=nan, dir_flips=0.0, steady=nan)
     bursts = S.runs(active)
