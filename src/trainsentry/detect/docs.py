@@ -63,12 +63,21 @@ small and continuous (tensor-parallel decode), or absent (independent replicas).
 `explain` → evidence in words):
 * `comm-rules` — a fuzzy AND of five physically motivated rules on communication features only:
   volume ≥ a threshold per GPU (default 100 MB/s; the only fitted number, a one-dimensional search
-  on the fitting split), symmetry ≥ 0.7 on the worst GPU, simultaneity ≥ 0.5, regularity (busy
-  ≥ 80 % of the window or autocorrelation peak ≥ 0.3), and compute-bound traffic (≤ 1 GB per joule:
-  a training step spends ≈ 6·Ψ·tokens FLOPs per ≈ 4·Ψ bytes exchanged, so only pure communication
-  such as collective benchmarks or peer copies exceeds it); channel NVLink or network, whichever
-  scores higher. Each rule is a logistic step, P(training) is their product, and `explain` lists
-  every rule's value and score.
+  on the fitting split), symmetry ≥ 0.7 on the worst GPU, simultaneity ≥ 0.5, regularity
+  (autocorrelation peak ≥ 0.3, or busy ≥ 80 % of the window *and* steady ≥ 0.7), and compute-bound
+  traffic (≤ 1 GB per joule: a training step spends ≈ 6·Ψ·tokens FLOPs per ≈ 4·Ψ bytes exchanged,
+  so only pure communication such as collective benchmarks or peer copies exceeds it); channel
+  NVLink, PCIe (per GPU: gradients staged through host memory go out and come back, as symmetric
+  as NVLink's, while data loading and inference traffic over PCIe is one-way) or network,
+  whichever scores higher. Each rule is a logistic step, P(training) is their product, and
+  `explain` lists every rule's value and score. Busy alone no longer counts as regular: tensor-
+  parallel decode and serving all-reduce activations in every bin too (every layer of every
+  token), and that rule made every TP run in the dataset an alert; their bytes per bin follow the
+  request mix (steady 0.0–0.70 per window), where identical training steps shorter than a bin
+  give steady bytes (0.77–0.99 on the runs that need this path). What it cannot do: a TP decode
+  with a fixed batch, no new prefills and a steady token rate would pass it, and a batched
+  inference loop that repeats identical batches is periodic (the dataset's TP decode is, in some
+  windows): at 10 Hz communication alone does not separate those from data-parallel training.
 * `comm-ml` — gradient-boosted trees (scikit-learn histogram boosting, balanced classes) on the
   communication features only.
 * `fused` — the same learner on all features (communication and activity).
