@@ -70,6 +70,47 @@ def _get(x: Mapping, key: str) -> float:
         return math.nan
 
 
+# The exchange gate of the learned detectors (``exchange_gate``): looser than the rules above, since
+# it only asks whether any collective exchange is there at all and leaves the rest to the trees.
+GATE_SYM_MIN = 0.5
+GATE_SIMULT_MIN = 0.5
+GATE_FLOOR_FACTOR = 10.0     # volume at least 10x the link's idle floor (features.comm.ACTIVE_FLOOR_BPS)
+GATE_BYTES_PER_J_MAX = 1e9   # the compute-bound rule's bound (CommRules.bytes_per_J_max)
+
+
+def exchange_gate(X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Evidence (0..1) that a window holds a collective exchange on some channel, and that channel's
+    index in ``CHANNELS``: traffic above the link's idle floor that is symmetric over the window
+    (each device sends about what it receives) and simultaneous across devices.
+
+    Every way of training on more than one device exchanges gradients or activations both ways
+    within a step: data parallelism all-reduces (ring: each GPU sends what it receives), FSDP
+    reduce-scatters and all-gathers, pipeline training sends activations forward and gradients
+    back, host-staged synchronisation copies gradients out over PCIe and the reduced ones back.
+    Workloads that do not exchange both ways — no traffic (replicas, single-GPU compute, copies
+    inside one GPU) or one-way traffic (prefill → decode hand-off, pipeline inference) — are not
+    multi-device training, whatever their power or activity looks like. The exchange must also be
+    that of a compute-bound workload (at most ``GATE_BYTES_PER_J_MAX`` bytes per joule, the
+    compute-bound rule of ``CommRules``): collective benchmarks and peer copies spend their energy
+    moving bytes. What the gate cannot see: training on one device alone (no exchange to measure)."""
+    from ..features.comm import ACTIVE_FLOOR_BPS
+    scores = []
+    for ch in CHANNELS:
+        per_gpu = ch in PER_GPU
+        sfx = ".min" if per_gpu else ""
+        vol = _col(X, f"comm.{ch}.Bps{sfx}")
+        g = (_soft(np.log10(np.maximum(vol, 0) + 1.0), math.log10(GATE_FLOOR_FACTOR * ACTIVE_FLOOR_BPS[ch]), 0.15)
+             * _soft(_col(X, f"comm.{ch}.sym{sfx}"), GATE_SYM_MIN, 0.05))
+        if per_gpu:
+            best = np.fmax(_col(X, f"comm.{ch}.coactive"), _col(X, f"comm.{ch}.simult_corr"))
+            g = g * np.where(np.isfinite(best), _soft(best, GATE_SIMULT_MIN, 0.05), 1.0)
+        bpj = _col(X, f"comm.{ch}.log_bytes_per_J" + (".mean" if per_gpu else ""))
+        g = g * np.where(np.isfinite(bpj), 1.0 - _soft(bpj, math.log10(GATE_BYTES_PER_J_MAX), 0.1), 1.0)
+        scores.append(g)
+    s = np.vstack(scores)
+    return s.max(axis=0), s.argmax(axis=0)
+
+
 class CommRules(Detector):
     name = "comm-rules"
 
