@@ -120,8 +120,17 @@ small and continuous (tensor-parallel decode), or absent (independent replicas).
 baseline setting of Rahman & Tajdari), evaluated over every window of the recorded trace including
 its idle margins. Time to alert is the end of the window that completes the vote minus the true
 start of the workload. With 30 s windows every 15 s the reproduced baseline cannot alert earlier
-than 60 s after a run starts, so on runs shorter than ~60 s it cannot alert at all under this rule:
-its run-level numbers below reflect that, its window AUC does not.
+than 60 s after a run starts: the dataset's traces (a 38 s workload with ~3 s of idle on each side)
+hold one such window, two for the longest, so the published rule never completes on them. The
+results therefore carry two readings of the same predictions. *Faithful*: the published rule,
+scored only on test runs whose trace holds at least {n} of the detector's windows (for
+rt-baseline: none yet, stated as such). *Adapted*: every test run, k and n capped at the run's
+number of windows (1 of 1 at {thr} on a one-window trace, 2 of 2 on a two-window trace; the
+alert time is then the end of the run's first 30 s window). The headline table uses the adapted
+reading, which for our detectors (18 windows per run) is the published rule itself; rows marked †
+use the adaptation, which is ours, not the paper's. Leave-one-family-out uses the same reading.
+rt-baseline's window AUC and window accuracy are on the windows that exist (one or two per run,
+each covering the first 27–30 s of the workload).
 
 **Protocol.** Splits are grouped by workload configuration (`labels.config`): all repeats of a
 configuration are on the same side. {splits} random splits with 2/3 of each class's configurations
@@ -146,15 +155,38 @@ def render(doc: dict) -> str:
              f"Dataset `{ds['root']}`: {ds['runs']} runs of {ds['configs']} configurations in {ds['families']} "
              f"families; runs by class {ds['runs_by_class']}; configurations by class {ds['configs_by_class']}.", "",
              "| detector | run accuracy | inference FPR (runs) | other FPR (runs) | training detection (runs) | "
-             "median time to alert (s) | window AUC | LOFO min family detection |",
-             "|---|---|---|---|---|---|---|---|"]
+             "median time to alert (s) | window AUC | window accuracy | LOFO min family detection |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    adapted = [n for n, r in dets.items() if r.get("headline_rule", "").startswith("adapted")]
     for name, r in dets.items():
-        lines.append(f"| `{name}` | {_f(r['run_accuracy'], True)} | {_f(r['inference_fpr'], True)} | "
+        mark = " (adapted rule †)" if name in adapted else ""
+        lines.append(f"| `{name}`{mark} | {_f(r['run_accuracy'], True)} | {_f(r['inference_fpr'], True)} | "
                      f"{_f(r['other_fpr'], True)} | {_f(r['training_detection'], True)} | "
                      f"{_f(r['median_time_to_alert_s'])} | {_f(r['window_auc'], digits=3)} | "
-                     f"{_f(r['lofo_min_family_detection'], True)} |")
+                     f"{_f(r.get('window_accuracy'), True)} | {_f(r['lofo_min_family_detection'], True)} |")
     lines += ["", f"Run metrics: mean over {proto['splits']} splits (test sides). Alert rule: P ≥ {rule['threshold']} "
-              f"in {rule['k']} of {rule['n']} windows.", "",
+              f"in {rule['k']} of {rule['n']} windows. Window accuracy: in-run windows at P ≥ 0.5."]
+    for name in adapted:
+        lines += ["", f"† `{name}`: {dets[name]['headline_rule']}. Its windows (the detector's own window length "
+                  "and stride) are too few on these runs to complete the published vote, so its run-level numbers "
+                  "use the rule adapted to the windows that exist; they are not the published rule's."]
+    if any("run_level_rules" in r for r in dets.values()):
+        lines += ["", "The published alert rule against the adapted one (faithful: only test runs with at least "
+                  "n windows, pooled count; adapted: every test run, k and n capped at its windows): run accuracy, "
+                  "inference FPR, training detection, median time to alert (s):", "",
+                  "| detector | faithful rule: runs scored | faithful | adapted rules applied | adapted |",
+                  "|---|---|---|---|---|"]
+        for name, r in dets.items():
+            rr = r.get("run_level_rules")
+            if not rr:
+                continue
+            fa, ad = rr["faithful"], rr["adapted"]
+            cell = lambda x: (f"{_f(x['run_accuracy'], True)}, {_f(x['inference_fpr'], True)}, "  # noqa: E731
+                              f"{_f(x['training_detection'], True)}, {_f(x['median_time_to_alert_s'])}")
+            lines.append(f"| `{name}` | {fa['runs_long_enough_pooled']} of {fa['test_runs_pooled']} | "
+                         f"{cell(fa) if fa['runs_long_enough_pooled'] else 'no run long enough'} | "
+                         f"{', '.join(ad['rules_applied'])} | {cell(ad)} |")
+    lines += ["",
               "Window false-positive rate at a fixed detection rate, and time to alert (pooled):", "",
               "| detector | FPR inference @ detection | FPR other @ detection | TTA p10 / p50 / p90 / max (s) | "
               "training runs alerted |", "|---|---|---|---|---|"]
