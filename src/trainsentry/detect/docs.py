@@ -64,7 +64,8 @@ small and continuous (tensor-parallel decode), or absent (independent replicas).
 * `comm-rules` — a fuzzy AND of five physically motivated rules on communication features only:
   volume ≥ a threshold per GPU (default 100 MB/s; the only fitted number, a one-dimensional search
   on the fitting split), symmetry ≥ 0.7 on the worst GPU, simultaneity ≥ 0.5, regularity
-  (autocorrelation peak ≥ 0.3, or busy ≥ 80 % of the window *and* steady ≥ 0.7), and compute-bound
+  (autocorrelation peak ≥ 0.3, or busy ≥ 80 % of the window — *and* steady ≥ 0.7 on NVLink and
+  PCIe), and compute-bound
   traffic (≤ 1 GB per joule: a training step spends ≈ 6·Ψ·tokens FLOPs per ≈ 4·Ψ bytes exchanged,
   so only pure communication such as collective benchmarks or peer copies exceeds it); channel
   NVLink, PCIe (per GPU: gradients staged through host memory go out and come back, as symmetric
@@ -74,10 +75,15 @@ small and continuous (tensor-parallel decode), or absent (independent replicas).
   parallel decode and serving all-reduce activations in every bin too (every layer of every
   token), and that rule made every TP run in the dataset an alert; their bytes per bin follow the
   request mix (steady 0.0–0.70 per window), where identical training steps shorter than a bin
-  give steady bytes (0.77–0.99 on the runs that need this path). What it cannot do: a TP decode
-  with a fixed batch, no new prefills and a steady token rate would pass it, and a batched
-  inference loop that repeats identical batches is periodic (the dataset's TP decode is, in some
-  windows): at 10 Hz communication alone does not separate those from data-parallel training.
+  give steady bytes (0.77–0.99 on the runs that need this path). Steadiness is asked inside a node
+  only: tensor parallelism stays inside a node (an all-reduce per layer per token), serving traffic
+  between nodes is one-way (pipeline, hand-offs), and host-timed steps jitter (the demo's gloo DDP
+  on a loaded 2-core CPU reads 0.65–0.82 over the network, as unsteady as TP serving). What it
+  cannot do: a TP decode with a fixed batch, no new prefills and a steady token rate would pass
+  it; a batched inference loop that repeats identical batches is periodic (the dataset's TP decode
+  is, in some windows); a symmetric busy serving exchange between nodes (expert-parallel
+  all-to-all, TP across nodes) passes the network channel: at 10 Hz communication alone does not
+  separate those from data-parallel training.
 * `comm-ml` — gradient-boosted trees (scikit-learn histogram boosting, balanced classes) on the
   communication features only, times the exchange gate below.
 * `fused` — the same learner on all features (communication and activity), times the exchange

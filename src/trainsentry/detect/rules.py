@@ -18,9 +18,15 @@ Training needs a large, regular, symmetric gradient exchange; each rule is one o
   enough: tensor-parallel decode and serving all-reduce activations continuously too (every layer
   of every token), but their bytes per bin follow the request mix (prefills, batch size), as the
   dataset's TP decode (steady 0.0) and serving runs (0.05–0.70 per window) show; its training runs
-  that rely on this path read 0.77–0.99, the demo's gloo DDP on a loaded 2-core CPU 0.74–0.82. A
-  steady TP decode with a fixed batch and no prefills would pass this rule: at 10 Hz the
-  communication alone cannot tell it from data-parallel steps shorter than 0.1 s (docs/detector.md).
+  that rely on this path read 0.77–0.99. A steady TP decode with a fixed batch and no prefills
+  would pass this rule: at 10 Hz the communication alone cannot tell it from data-parallel steps
+  shorter than 0.1 s (docs/detector.md). Steadiness is asked of the per-GPU channels (NVLink, PCIe)
+  only: tensor parallelism needs an all-reduce per layer per token and stays inside a node, while
+  serving traffic between nodes is pipeline or prefill → decode hand-offs (one-way, failing
+  symmetry). On the network a busy symmetric exchange stays regular, as before: host-timed steps
+  jitter (the demo's gloo DDP on a loaded 2-core CPU reads 0.65–0.82, as unsteady as TP serving),
+  and a symmetric, busy serving exchange between nodes (expert-parallel all-to-all, tensor
+  parallelism across nodes) would be a false alarm of this rule.
 * compute-bound — training spends most of its energy computing: per step it does ≈ 6·Ψ·tokens
   FLOPs for ≈ 4·Ψ bytes of bf16 gradient traffic per GPU, so bytes per joule ≈ (2/3)·(FLOP per
   joule) / tokens per GPU per step; at H200 efficiency (≲ 1e12 FLOP/J) and ≥ ~700 tokens per step
@@ -131,11 +137,13 @@ class CommRules(Detector):
         vol = _col(X, f"comm.{ch}.Bps{sfx}")
         thr = self.volume_Bps if volume_Bps is None else volume_Bps
         steady = _col(X, f"comm.{ch}.steady" + (".min" if per_gpu else ""))
+        busy = _soft(_col(X, f"comm.{ch}.duty{sfx}"), self.duty_min, 0.05)
+        if per_gpu:
+            # inside a node, where tensor parallelism lives, busy must also be steady
+            busy = busy * _soft(steady, self.steady_min, 0.03)
         f = {"volume": _soft(np.log10(np.maximum(vol, 0) + 1.0), math.log10(thr), 0.15),
              "symmetry": _soft(_col(X, f"comm.{ch}.sym{sfx}"), self.sym_min, 0.05),
-             "regularity": np.maximum(_soft(_col(X, f"comm.{ch}.duty{sfx}"), self.duty_min, 0.05)
-                                      * _soft(steady, self.steady_min, 0.03),
-                                      _soft(_col(X, f"comm.{ch}.acf_peak{sfx}"), self.acf_min, 0.05))}
+             "regularity": np.maximum(busy, _soft(_col(X, f"comm.{ch}.acf_peak{sfx}"), self.acf_min, 0.05))}
         bpj = _col(X, f"comm.{ch}.log_bytes_per_J" + (".mean" if per_gpu else ""))
         f["compute_bound"] = np.where(np.isfinite(bpj), 1.0 - _soft(bpj, math.log10(self.bytes_per_J_max), 0.1), 1.0)
         if per_gpu:
@@ -182,9 +190,10 @@ class CommRules(Detector):
                f"score {f['volume']:.2f}",
                f"TX/RX symmetry (worst GPU) {_get(x, f'comm.{ch}.sym{sfx}'):.2f} vs {self.sym_min}: "
                f"score {f['symmetry']:.2f}",
-               f"regularity: busy {_get(x, f'comm.{ch}.duty{sfx}'):.2f} of the window at steadiness "
-               f"{_get(x, f'comm.{ch}.steady{sfx}'):.2f} (vs {self.duty_min} and {self.steady_min}), "
-               f"autocorrelation peak {_get(x, f'comm.{ch}.acf_peak{sfx}'):.2f} (vs {self.acf_min}): "
+               f"regularity: busy {_get(x, f'comm.{ch}.duty{sfx}'):.2f} of the window "
+               + (f"at steadiness {_get(x, f'comm.{ch}.steady{sfx}'):.2f} (vs {self.duty_min} and "
+                  f"{self.steady_min}), " if ch in PER_GPU else f"(vs {self.duty_min}), ")
+               + f"autocorrelation peak {_get(x, f'comm.{ch}.acf_peak{sfx}'):.2f} (vs {self.acf_min}): "
                f"score {f['regularity']:.2f}"]
         bpj = _get(x, f"comm.{ch}.log_bytes_per_J" + (".mean" if ch in PER_GPU else ""))
         out.append(f"bytes per joule {10 ** bpj if math.isfinite(bpj) else math.nan:.3g} vs at most "
