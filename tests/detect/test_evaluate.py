@@ -55,6 +55,7 @@ def test_eval_end_to_end(tiny_dataset, feature_cache, tmp_path):
     text = docs.read_text()
     assert "| `fused` | 100.0 %" in text and "arXiv 2606.19262" in text
     assert "| `rt-baseline` (adapted rule †) |" in text and "no run long enough" in text
+    assert f"from `{out / 'detector.json'}`" in text
     assert time.time() - t0 < 60
 
 
