@@ -31,3 +31,13 @@ def test_bad_rules_are_refused():
         AlertRule(0.75, 6, 5)
     with pytest.raises(ValueError):
         AlertRule(1.5, 3, 5)
+
+
+def test_a_rule_capped_at_the_windows_a_short_run_has():
+    rule = AlertRule(0.75, 3, 5)
+    assert rule.capped(1) == AlertRule(0.75, 1, 1)
+    assert rule.capped(2) == AlertRule(0.75, 2, 2)
+    assert rule.capped(5) is rule and rule.capped(18) is rule
+    assert rule.capped(1).first_alert(np.array([0.8])) == 0
+    assert rule.capped(2).first_alert(np.array([0.8, 0.5])) is None
+    assert rule.label() == "3 of 5 @ 0.75"

@@ -37,14 +37,25 @@ def test_eval_end_to_end(tiny_dataset, feature_cache, tmp_path):
     assert fused["run_accuracy"] == 1.0 and fused["inference_fpr"] == 0.0
     assert 0 < fused["median_time_to_alert_s"] <= 20.0
     assert fused["window_auc"] == 1.0
-    # rt-baseline's 3-of-5 rule over 30 s windows every 15 s needs > 60 s: it cannot alert on 40 s runs.
-    assert doc["detectors"]["rt-baseline"]["training_detection"] == 0.0
-    # ... while its windows do separate DDP from the rest (600 W against ~80–130 W).
-    assert doc["detectors"]["rt-baseline"]["alternative_alert_rules"]["1of1@0.5"]["training_detection_pooled"] >= 0.5
+    assert fused["headline_rule"].startswith("3 of 5 @ 0.75 (faithful")
+    assert fused["run_level_rules"]["faithful"]["run_accuracy"] == fused["run_accuracy"]
+    # rt-baseline's 3-of-5 rule over 30 s windows every 15 s needs > 60 s: no 41-53 s trace is long
+    # enough, so the faithful rule scores no run, and the headline is the adapted rule, labelled so
+    rt = doc["detectors"]["rt-baseline"]
+    faithful, adapted = rt["run_level_rules"]["faithful"], rt["run_level_rules"]["adapted"]
+    assert faithful["runs_long_enough_pooled"] == 0 and faithful["run_accuracy"] is None
+    assert rt["headline_rule"].startswith("adapted") and "1 of 1 @ 0.75" in adapted["rules_applied"]
+    assert set(adapted["windows_per_test_run"]) <= {1, 2}
+    assert rt["run_accuracy"] == adapted["run_accuracy"] is not None
+    # its windows do separate DDP from the rest (600 W against ~80–130 W)
+    assert rt["window_auc"] >= 0.5 and rt["window_accuracy"] is not None
+    assert rt["alternative_alert_rules"]["1of1@0.5"]["training_detection_pooled"] >= 0.5
     for f in ("detector_roc.png", "detector_time_to_alert.png", "detector_families.png"):
         assert (out / "figures" / f).stat().st_size > 1000
     text = docs.read_text()
     assert "| `fused` | 100.0 %" in text and "arXiv 2606.19262" in text
+    assert "| `rt-baseline` (adapted rule †) |" in text and "no run long enough" in text
+    assert f"from `{out / 'detector.json'}`" in text
     assert time.time() - t0 < 60
 
 

@@ -24,6 +24,17 @@ class AlertRule:
         if not (0.0 <= self.threshold <= 1.0):
             raise ValueError("alert threshold must be a probability")
 
+    def capped(self, n_windows: int) -> "AlertRule":
+        """The rule adapted to a run with only ``n_windows`` windows: k and n capped at that count
+        (3 of 5 becomes 1 of 1 on a run with one window, 2 of 2 with two); the rule itself when the
+        run is long enough. An adaptation, not the published rule: ``trainsentry eval`` reports both."""
+        if n_windows >= self.n or n_windows < 1:
+            return self
+        return AlertRule(self.threshold, min(self.k, n_windows), n_windows)
+
+    def label(self) -> str:
+        return f"{self.k} of {self.n} @ {self.threshold:g}"
+
     def first_alert(self, p: np.ndarray) -> int | None:
         """Index of the window at which the rule first fires, or None."""
         votes = (np.asarray(p, dtype=np.float64) >= self.threshold).astype(int)

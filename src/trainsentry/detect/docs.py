@@ -29,6 +29,30 @@ power, utilisation, memory controller, memory used (level, range, slope), clocks
 and DRAM activity, power periodicity, tensor activity per watt, busy GPUs, cross-GPU power
 correlation. Missing metrics (no GPM, no network) leave features absent, never zero.
 
+**Hardened features** (feature version 3), each for a physical difference between gradient
+exchange and the benign workloads that also move bytes or burn power:
+* *direction per bin* (`oneway_bins`: byte-weighted |TX − RX| / (TX + RX) of the active bins;
+  `dir_flips`: reversals between one-way bins). A collective carries both directions in every bin
+  (0); a prefill → decode hand-off or pipeline inference sends one way, always the same way (1, no
+  reversals, and a low window symmetry); pipeline *training* is one-way per bin too but reverses
+  (activations forward, gradients back), so its window symmetry stays high;
+* *steadiness* (`steady`: 1 − the coefficient of variation of the active bins' bytes around their
+  linear trend over the window): identical training steps move identical bytes, so continuous
+  data-parallel traffic (steps shorter than a bin) is steady even while it ramps up, while
+  tensor-parallel decode and serving all-reduce activations whose volume follows the request mix
+  (prefill spikes, batch changes);
+* *bytes per joule above the idle floor*: only what a link moves above its idle floor counts, so a
+  link carrying driver chatter (PCIe at 20–80 MB/s on every run) gives 0 rather than an inverse
+  power reading (the learned detectors leaned on `comm.pcie.log_bytes_per_J` before); the shape
+  features of a link below its floor are absent;
+* *work balance* (`act.power_balance`, `act.sm_balance`: min / max of mean power and SM activity over
+  the GPUs that exchange NVLink bytes, else over the busy GPUs): data-parallel replicas and
+  tensor-parallel shards do equal work; disaggregated serving gives GPUs different roles (0.35 on
+  the dataset's disaggregated run, ≥ 0.98 on every training run);
+* *arithmetic intensity* (`act.tensor_per_dram`: GPM tensor activity per DRAM bandwidth activity):
+  training's forward and backward passes are dense matmuls over a whole batch, decode reads all
+  weights and the KV cache for a few tokens per step, copies use DRAM only.
+
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,
 locked to the compute cycle), and each step moves about 2(n−1)/n times the parameter bytes per GPU
@@ -39,15 +63,52 @@ small and continuous (tensor-parallel decode), or absent (independent replicas).
 `explain` → evidence in words):
 * `comm-rules` — a fuzzy AND of five physically motivated rules on communication features only:
   volume ≥ a threshold per GPU (default 100 MB/s; the only fitted number, a one-dimensional search
-  on the fitting split), symmetry ≥ 0.7 on the worst GPU, simultaneity ≥ 0.5, regularity (busy
-  ≥ 80 % of the window or autocorrelation peak ≥ 0.3), and compute-bound traffic (≤ 1 GB per joule:
-  a training step spends ≈ 6·Ψ·tokens FLOPs per ≈ 4·Ψ bytes exchanged, so only pure communication
-  such as collective benchmarks or peer copies exceeds it); channel NVLink or network, whichever
-  scores higher. Each rule is a logistic step, P(training) is their product, and `explain` lists
-  every rule's value and score.
+  on the fitting split), symmetry ≥ 0.7 on the worst GPU, simultaneity ≥ 0.5, regularity
+  (autocorrelation peak ≥ 0.3, or busy ≥ 80 % of the window — *and* steady ≥ 0.7 on NVLink and
+  PCIe), and compute-bound
+  traffic (≤ 1 GB per joule: a training step spends ≈ 6·Ψ·tokens FLOPs per ≈ 4·Ψ bytes exchanged,
+  so only pure communication such as collective benchmarks or peer copies exceeds it); channel
+  NVLink, PCIe (per GPU: gradients staged through host memory go out and come back, as symmetric
+  as NVLink's, while data loading and inference traffic over PCIe is one-way) or network,
+  whichever scores higher. Each rule is a logistic step, P(training) is their product, and
+  `explain` lists every rule's value and score. Busy alone no longer counts as regular: tensor-
+  parallel decode and serving all-reduce activations in every bin too (every layer of every
+  token), and that rule made every TP run in the dataset an alert; their bytes per bin follow the
+  request mix (steady 0.0–0.70 per window), where identical training steps shorter than a bin
+  give steady bytes (0.77–0.99 on the runs that need this path). Steadiness is asked inside a node
+  only: tensor parallelism stays inside a node (an all-reduce per layer per token), serving traffic
+  between nodes is one-way (pipeline, hand-offs), and host-timed steps jitter (the demo's gloo DDP
+  on a loaded 2-core CPU reads 0.65–0.82 over the network, as unsteady as TP serving). What it
+  cannot do: a TP decode with a fixed batch, no new prefills and a steady token rate would pass
+  it; a batched inference loop that repeats identical batches is periodic (the dataset's TP decode
+  is, in some windows); a symmetric busy serving exchange between nodes (expert-parallel
+  all-to-all, TP across nodes) passes the network channel: at 10 Hz communication alone does not
+  separate those from data-parallel training.
 * `comm-ml` — gradient-boosted trees (scikit-learn histogram boosting, balanced classes) on the
-  communication features only.
-* `fused` — the same learner on all features (communication and activity).
+  communication features only, times the exchange gate below.
+* `fused` — the same learner on all features (communication and activity), times the exchange
+  gate, its trees fitted on the windows that pass the gate.
+* *Exchange gate* (`trainsentry.detect.rules.exchange_gate`, both learned detectors): P(training) =
+  gate × trees, where the gate (0..1) is the evidence of a collective exchange on some channel
+  (NVLink, PCIe or network): traffic ≥ 10× the link's idle floor, symmetric over the window
+  (≥ 0.5 on the worst GPU), simultaneous across GPUs (≥ 0.5) and compute-bound (≤ 1 GB per joule).
+  Every way of training on more than one device exchanges bytes both ways within a step
+  (all-reduce, reduce-scatter + all-gather, pipeline activations forward and gradients back,
+  host-staged copies out and back); no traffic (replicas, matmul burn, copies inside a GPU) or
+  one-way traffic (disaggregated prefill → decode, pipeline inference) is not multi-device
+  training whatever its power. Without the gate the trees, fitted on a few dozen runs in which
+  every training run draws ≈ 690 W, called the held-out disaggregated run (one-way KV bursts at
+  637 W on its decode GPU), the memcpy run and the matmul burn training on power alone (62 %, 21 %,
+  50 % of their test appearances over 50 splits). The price: training on a single device, with no
+  exchange to measure, is invisible to both learned detectors (as to `comm-rules`).
+* Both learned detectors draw a random 10 % of the features at each split (`max_features` 0.1):
+  the fitting windows separate perfectly on many features at once, and an ensemble that must
+  spread its vote over the redundant physical signals is not carried by one feature an unseen
+  workload happens to share with training. This setting and where the trees are fitted (`fused`:
+  gated windows; `comm-ml`: every window — on communication alone the gated windows' only
+  negatives are a few tensor-parallel servers) were chosen on 20 splits of seed 1, and the
+  results here use seed 0's splits; with 30 configurations the two sets of splits overlap, so
+  this is a weak separation of selection and test.
 * `rt-baseline` — our reproduction of Rahman & Tajdari, *Detecting Hidden ML Training With
   Zero-Overhead Telemetry* (arXiv 2606.19262): their nine NVML signals (utilisation, memory
   utilisation, memory used, power, temperature, SM and memory clocks, PCIe TX and RX — here PCIe from
@@ -65,8 +126,17 @@ small and continuous (tensor-parallel decode), or absent (independent replicas).
 baseline setting of Rahman & Tajdari), evaluated over every window of the recorded trace including
 its idle margins. Time to alert is the end of the window that completes the vote minus the true
 start of the workload. With 30 s windows every 15 s the reproduced baseline cannot alert earlier
-than 60 s after a run starts, so on runs shorter than ~60 s it cannot alert at all under this rule:
-its run-level numbers below reflect that, its window AUC does not.
+than 60 s after a run starts: the dataset's traces (a 38 s workload with ~3 s of idle on each side)
+hold one such window, two for the longest, so the published rule never completes on them. The
+results therefore carry two readings of the same predictions. *Faithful*: the published rule,
+scored only on test runs whose trace holds at least {n} of the detector's windows (for
+rt-baseline: none yet, stated as such). *Adapted*: every test run, k and n capped at the run's
+number of windows (1 of 1 at {thr} on a one-window trace, 2 of 2 on a two-window trace; the
+alert time is then the end of the run's first 30 s window). The headline table uses the adapted
+reading, which for our detectors (18 windows per run) is the published rule itself; rows marked †
+use the adaptation, which is ours, not the paper's. Leave-one-family-out uses the same reading.
+rt-baseline's window AUC and window accuracy are on the windows that exist (one or two per run,
+each covering the first 27–30 s of the workload).
 
 **Protocol.** Splits are grouped by workload configuration (`labels.config`): all repeats of a
 configuration are on the same side. {splits} random splits with 2/3 of each class's configurations
@@ -86,20 +156,44 @@ def render(doc: dict) -> str:
     ds, proto, dets = doc["dataset"], doc["protocol"], doc["detectors"]
     rule = proto["alert_rule"]
     lines = ["# Detectors: telling training from inference", "",
-             "*Generated by `" + doc["command"] + "` from `results/detector.json`; do not edit by hand.*", "",
+             "*Generated by `" + doc["command"] + "` from `" + doc.get("results_file", "results/detector.json")
+             + "`; do not edit by hand.*", "",
              "## Results", "",
              f"Dataset `{ds['root']}`: {ds['runs']} runs of {ds['configs']} configurations in {ds['families']} "
              f"families; runs by class {ds['runs_by_class']}; configurations by class {ds['configs_by_class']}.", "",
              "| detector | run accuracy | inference FPR (runs) | other FPR (runs) | training detection (runs) | "
-             "median time to alert (s) | window AUC | LOFO min family detection |",
-             "|---|---|---|---|---|---|---|---|"]
+             "median time to alert (s) | window AUC | window accuracy | LOFO min family detection |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    adapted = [n for n, r in dets.items() if r.get("headline_rule", "").startswith("adapted")]
     for name, r in dets.items():
-        lines.append(f"| `{name}` | {_f(r['run_accuracy'], True)} | {_f(r['inference_fpr'], True)} | "
+        mark = " (adapted rule †)" if name in adapted else ""
+        lines.append(f"| `{name}`{mark} | {_f(r['run_accuracy'], True)} | {_f(r['inference_fpr'], True)} | "
                      f"{_f(r['other_fpr'], True)} | {_f(r['training_detection'], True)} | "
                      f"{_f(r['median_time_to_alert_s'])} | {_f(r['window_auc'], digits=3)} | "
-                     f"{_f(r['lofo_min_family_detection'], True)} |")
+                     f"{_f(r.get('window_accuracy'), True)} | {_f(r['lofo_min_family_detection'], True)} |")
     lines += ["", f"Run metrics: mean over {proto['splits']} splits (test sides). Alert rule: P ≥ {rule['threshold']} "
-              f"in {rule['k']} of {rule['n']} windows.", "",
+              f"in {rule['k']} of {rule['n']} windows. Window accuracy: in-run windows at P ≥ 0.5."]
+    for name in adapted:
+        lines += ["", f"† `{name}`: {dets[name]['headline_rule']}. Its windows (the detector's own window length "
+                  "and stride) are too few on these runs to complete the published vote, so its run-level numbers "
+                  "use the rule adapted to the windows that exist; they are not the published rule's."]
+    if any("run_level_rules" in r for r in dets.values()):
+        lines += ["", "The published alert rule against the adapted one (faithful: only test runs with at least "
+                  "n windows, pooled count; adapted: every test run, k and n capped at its windows): run accuracy, "
+                  "inference FPR, training detection, median time to alert (s):", "",
+                  "| detector | faithful rule: runs scored | faithful | adapted rules applied | adapted |",
+                  "|---|---|---|---|---|"]
+        for name, r in dets.items():
+            rr = r.get("run_level_rules")
+            if not rr:
+                continue
+            fa, ad = rr["faithful"], rr["adapted"]
+            cell = lambda x: (f"{_f(x['run_accuracy'], True)}, {_f(x['inference_fpr'], True)}, "  # noqa: E731
+                              f"{_f(x['training_detection'], True)}, {_f(x['median_time_to_alert_s'])}")
+            lines.append(f"| `{name}` | {fa['runs_long_enough_pooled']} of {fa['test_runs_pooled']} | "
+                         f"{cell(fa) if fa['runs_long_enough_pooled'] else 'no run long enough'} | "
+                         f"{', '.join(ad['rules_applied'])} | {cell(ad)} |")
+    lines += ["",
               "Window false-positive rate at a fixed detection rate, and time to alert (pooled):", "",
               "| detector | FPR inference @ detection | FPR other @ detection | TTA p10 / p50 / p90 / max (s) | "
               "training runs alerted |", "|---|---|---|---|---|"]

@@ -5,7 +5,20 @@ on both sides):
 * 200 random splits, 2/3 of each class's configurations to fit, 1/3 to test;
 * leave-one-family-out: fit on every other family, test on the held-out one;
 * run level: the k-of-n alert rule over every window of each test run, time to alert from the
-  true start; window level: ROC AUC and false-positive rates at a fixed detection rate.
+  true start; window level: ROC AUC, accuracy at P >= 0.5 and false-positive rates at a fixed
+  detection rate.
+
+Two run-level readings of the same predictions, both in the results:
+* ``faithful``: the k-of-n rule as published (Rahman & Tajdari's 3 of 5 at 0.75), scored only on the
+  test runs whose trace holds at least n windows of the detector ("long enough"); a run with fewer
+  windows cannot complete the vote, and counting it as "not alerted" would score a training run as
+  missed and a benign one as right for a reason unrelated to the detector;
+* ``adapted``: every test run, with k and n capped at the run's number of windows
+  (``AlertRule.capped``). The headline numbers are the adapted reading; for a detector every test
+  run of which is long enough (ours: 8 s windows every 2 s, 18 windows per 38 s run) the two are
+  the same numbers, and ``headline_rule`` says which it is. rt-baseline (30 s windows every 15 s)
+  has one or two windows per run of the H200 dataset: its headline is the adapted rule (1 of 1 or
+  2 of 2 at 0.75), and its faithful rule has no run to score yet.
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ from .learned import comm_ml, fused
 from .rt_baseline import RTBaseline
 from .rules import CommRules
 
+RUN_KEYS = ("run_accuracy", "training_detection", "inference_fpr", "other_fpr")
 DETECTION_RATE = 0.95   # window-level FPR is read at the threshold that catches this share of training windows
 # Looser run-level rules reported beside the main one: with 30 s windows every 15 s, 3 of 5 needs a
 # run of more than a minute, so short runs say nothing about rt-baseline's windows under it.
@@ -66,6 +80,12 @@ class RunOutcome:
     time_to_alert_s: float | None
     p_in_run: np.ndarray
     alternatives: dict | None = None
+    # ``alerted``/``time_to_alert_s`` above: the rule as given, over every window of the trace (what
+    # the red-team rounds score); the adapted reading (k and n capped at the run's windows):
+    n_windows: int = 0
+    long_enough: bool = True        # the trace holds at least n windows: the faithful rule applies
+    adapted_alerted: bool | None = None
+    adapted_time_to_alert_s: float | None = None
 
 
 def fit_and_score(factory: Callable[[], Detector], train: list[Run], test: list[Run], rule: AlertRule) -> list[RunOutcome]:
@@ -83,10 +103,25 @@ def fit_and_score(factory: Callable[[], Detector], train: list[Run], test: list[
         none = {"alerted": False, "time_to_alert_s": None}
         t_end = df["t_end"].to_numpy() if n else None
         a = rule.evaluate(t_end, p, r.start) if n else none
+        adapted = rule.capped(n).evaluate(t_end, p, r.start) if n else none
         alts = {k: (alt.evaluate(t_end, p, r.start) if n else none) for k, alt in ALTERNATIVE_RULES.items()}
         mask = df["in_run"].to_numpy(dtype=bool) if n else np.zeros(0, bool)
-        out.append(RunOutcome(r.run_id, r.cls, r.family, r.config, a["alerted"], a["time_to_alert_s"], p[mask], alts))
+        out.append(RunOutcome(r.run_id, r.cls, r.family, r.config, a["alerted"], a["time_to_alert_s"], p[mask], alts,
+                              n_windows=n, long_enough=n >= rule.n, adapted_alerted=adapted["alerted"],
+                              adapted_time_to_alert_s=adapted["time_to_alert_s"]))
     return out
+
+
+def faithful_outcomes(outcomes: list[RunOutcome]) -> list[RunOutcome]:
+    """The runs long enough for the published rule, with its verdicts."""
+    return [o for o in outcomes if o.long_enough]
+
+
+def adapted_outcomes(outcomes: list[RunOutcome]) -> list[RunOutcome]:
+    """Every run, with the verdict of the rule capped at its number of windows."""
+    return [RunOutcome(o.run_id, o.cls, o.family, o.config, bool(o.adapted_alerted), o.adapted_time_to_alert_s,
+                       o.p_in_run, o.alternatives, o.n_windows, o.long_enough, o.adapted_alerted,
+                       o.adapted_time_to_alert_s) for o in outcomes]
 
 
 def _rate(xs: list[bool]) -> float | None:
@@ -102,6 +137,7 @@ def run_metrics(outcomes: list[RunOutcome]) -> dict:
     y = np.concatenate([np.full(o.p_in_run.size, int(o.cls == "training")) for o in outcomes]) if outcomes else []
     p = np.concatenate([o.p_in_run for o in outcomes]) if outcomes else []
     m["window_auc"] = window_auc(np.asarray(y), np.asarray(p))
+    m["window_accuracy"] = float(np.mean((np.asarray(p) >= 0.5) == (np.asarray(y) == 1))) if len(p) else None
     cls = np.concatenate([np.full(o.p_in_run.size, o.cls, dtype=object) for o in outcomes]) if outcomes else []
     m["window_fpr_at_detection"] = fpr_at_detection(np.asarray(cls), np.asarray(p))
     return m
@@ -143,9 +179,14 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
     for i, (train_c, test_c) in enumerate(splits):
         train = [r for r in runs if r.config in train_c]
         test = [r for r in runs if r.config in test_c]
-        outcomes = fit_and_score(factory, train, test, rule)
+        given = fit_and_score(factory, train, test, rule)
+        outcomes = adapted_outcomes(given)
         m = run_metrics(outcomes)
-        per_split.append({"split": i, **{k: v for k, v in m.items()}, "n_test_runs": len(test)})
+        long_enough = faithful_outcomes(given)
+        fm = run_metrics(long_enough) if long_enough else {}
+        per_split.append({"split": i, **{k: v for k, v in m.items()}, "n_test_runs": len(test),
+                          "faithful": {"runs_long_enough": len(long_enough),
+                                       **{k: fm.get(k) for k in RUN_KEYS}}})
         pooled.extend(outcomes)
         ttas += [o.time_to_alert_s for o in outcomes if o.cls == "training" and o.alerted]
         for o in outcomes:
@@ -170,9 +211,27 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
     training_fams = [v["correct_frac"] for v in lofo_res.values() if v["class"] == "training"]
     n_training = sum(1 for o in pooled if o.cls == "training")
     splitm = {k: _summary([s[k] for s in per_split]) for k in
-              ("run_accuracy", "training_detection", "inference_fpr", "other_fpr", "window_auc")}
+              ("run_accuracy", "training_detection", "inference_fpr", "other_fpr", "window_auc", "window_accuracy")}
+    pooled_faithful = faithful_outcomes(pooled)
+    tt_faithful = [o.time_to_alert_s for o in pooled_faithful if o.cls == "training" and o.alerted]
+    windows = sorted({o.n_windows for o in pooled})
+    all_long = all(o.long_enough for o in pooled)
+    capped = sorted({rule.capped(o.n_windows).label() for o in pooled if o.n_windows})
+    run_rules = {
+        "faithful": {"rule": rule.label(), "runs_long_enough_pooled": len(pooled_faithful), "test_runs_pooled": len(pooled),
+                     "note": "scored only on test runs whose trace holds at least n windows",
+                     **{k: _summary([s["faithful"][k] for s in per_split])["mean"] for k in RUN_KEYS},
+                     "median_time_to_alert_s": float(np.median(tt_faithful)) if tt_faithful else None},
+        "adapted": {"rule": f"{rule.label()} with k and n capped at the run's number of windows",
+                    "rules_applied": capped, "windows_per_test_run": windows,
+                    **{k: splitm[k]["mean"] for k in RUN_KEYS},
+                    "median_time_to_alert_s": _tta_summary(ttas, n_training)["p50"]}}
     wf = {c: _summary([s["window_fpr_at_detection"].get(c) for s in per_split]) for c in ("inference", "other")}
     return {
+        "headline_rule": (f"{rule.label()} (faithful: every test run long enough)" if all_long else
+                          f"adapted: {rule.label()} with k and n capped at the run's windows "
+                          f"({', '.join(capped)} on these runs); the faithful rule scores "
+                          f"{len(pooled_faithful)} of {len(pooled)} pooled test runs"),
         "run_accuracy": splitm["run_accuracy"]["mean"],
         "inference_fpr": splitm["inference_fpr"]["mean"],
         "median_time_to_alert_s": _tta_summary(ttas, n_training)["p50"],
@@ -181,6 +240,8 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
         "other_fpr": splitm["other_fpr"]["mean"],
         "training_detection": splitm["training_detection"]["mean"],
         "over_splits": splitm,
+        "window_accuracy": splitm["window_accuracy"]["mean"],
+        "run_level_rules": run_rules,
         "window_fpr_at_detection_rate": {"detection_rate": DETECTION_RATE, **wf},
         "time_to_alert_s": _tta_summary(ttas, n_training),
         "alternative_alert_rules": alternatives,
@@ -202,7 +263,7 @@ def leave_one_family_out(factory: Callable[[], Detector], runs: list[Run], rule:
             out[f] = {"class": test[0].cls, "runs": len(test), "correct_frac": None,
                       "note": "the other families hold a single class; nothing to fit"}
             continue
-        outcomes = fit_and_score(factory, train, test, rule)
+        outcomes = adapted_outcomes(fit_and_score(factory, train, test, rule))
         out[f] = {"class": test[0].cls, "runs": len(test),
                   "correct_frac": _rate([o.alerted == (o.cls == "training") for o in outcomes]),
                   "alerted_frac": _rate([o.alerted for o in outcomes])}

@@ -94,7 +94,7 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
             results[name] = evaluate_detector(name, factories[name], runs, splits, rule, lofo,
                                               advance=lambda t=task: prog.advance(t))
     curves = {n: r.pop("_curves") for n, r in results.items()}
-    doc = {"command": command, "dataset": dataset_summary(data, runs),
+    doc = {"command": command, "results_file": str(out / RESULTS_FILE), "dataset": dataset_summary(data, runs),
            "protocol": {"splits": n_splits, "train_fraction_of_configs": 2 / 3, "grouping": "labels.config",
                         "seed": seed, "window_label": "in_run (>= 50 % of the window inside [start, end])",
                         "alert_rule": {"threshold": rule.threshold, "k": rule.k, "n": rule.n},

@@ -11,17 +11,32 @@ Training needs a large, regular, symmetric gradient exchange; each rule is one o
   prefill → decode hand-offs and pipeline inference are one-way. Threshold 0.7.
 * simultaneity — a collective completes only when every GPU takes part, so bursts coincide on all
   GPUs (co-activity of bursts, or correlation of the byte series). Threshold 0.5.
-* regularity — the exchange recurs at the step rate: either the link is busy most of the window
-  (steps shorter than the 0.1 s grid) or its autocorrelation has a clear repeat. Threshold 0.8 duty
-  or 0.3 autocorrelation peak.
+* regularity — the exchange recurs at the step rate: either its autocorrelation has a clear repeat
+  (threshold 0.3), or the link is busy most of the window (duty 0.8: steps shorter than the 0.1 s
+  grid) *and* steady: identical steps move identical bytes, so the busy bins' bytes vary little
+  around their trend (``steady`` = 1 − that coefficient of variation ≥ 0.7). Busy alone is not
+  enough: tensor-parallel decode and serving all-reduce activations continuously too (every layer
+  of every token), but their bytes per bin follow the request mix (prefills, batch size), as the
+  dataset's TP decode (steady 0.0) and serving runs (0.05–0.70 per window) show; its training runs
+  that rely on this path read 0.77–0.99. A steady TP decode with a fixed batch and no prefills
+  would pass this rule: at 10 Hz the communication alone cannot tell it from data-parallel steps
+  shorter than 0.1 s (docs/detector.md). Steadiness is asked of the per-GPU channels (NVLink, PCIe)
+  only: tensor parallelism needs an all-reduce per layer per token and stays inside a node, while
+  serving traffic between nodes is pipeline or prefill → decode hand-offs (one-way, failing
+  symmetry). On the network a busy symmetric exchange stays regular, as before: host-timed steps
+  jitter (the demo's gloo DDP on a loaded 2-core CPU reads 0.65–0.82, as unsteady as TP serving),
+  and a symmetric, busy serving exchange between nodes (expert-parallel all-to-all, tensor
+  parallelism across nodes) would be a false alarm of this rule.
 * compute-bound — training spends most of its energy computing: per step it does ≈ 6·Ψ·tokens
   FLOPs for ≈ 4·Ψ bytes of bf16 gradient traffic per GPU, so bytes per joule ≈ (2/3)·(FLOP per
   joule) / tokens per GPU per step; at H200 efficiency (≲ 1e12 FLOP/J) and ≥ ~700 tokens per step
   that stays below ~1 GB/J. Collective benchmarks and peer copies, whose energy goes into moving
   bytes, exceed it. Threshold 1e9 B/J (absent energy reading: neutral).
 
-The channel is NVLink inside a node or the busiest network interface between nodes, whichever
-scores higher. Each rule is a soft step (a logistic in the feature), and P(training) is their
+The channel is NVLink inside a node, PCIe per GPU (gradients staged through host memory: each GPU
+copies its gradients out and the reduced ones back, as symmetric as NVLink's; data loading and
+inference hand-offs over PCIe are one-way) or the busiest network interface between nodes,
+whichever scores higher. Each rule is a soft step (a logistic in the feature), and P(training) is their
 product: a fuzzy AND whose factors are the evidence.
 """
 
@@ -35,7 +50,8 @@ import pandas as pd
 
 from .base import Detector, check_fit_input
 
-CHANNELS = ("nvlink", "net")
+CHANNELS = ("nvlink", "pcie", "net")
+PER_GPU = ("nvlink", "pcie")       # channels measured per GPU (worst GPU: .min; cross-GPU simultaneity)
 VOLUME_GRID_BPS = np.logspace(6, 10, 33)   # the volume thresholds fit() tries (1 MB/s .. 10 GB/s)
 
 
@@ -60,13 +76,55 @@ def _get(x: Mapping, key: str) -> float:
         return math.nan
 
 
+# The exchange gate of the learned detectors (``exchange_gate``): looser than the rules above, since
+# it only asks whether any collective exchange is there at all and leaves the rest to the trees.
+GATE_SYM_MIN = 0.5
+GATE_SIMULT_MIN = 0.5
+GATE_FLOOR_FACTOR = 10.0     # volume at least 10x the link's idle floor (features.comm.ACTIVE_FLOOR_BPS)
+GATE_BYTES_PER_J_MAX = 1e9   # the compute-bound rule's bound (CommRules.bytes_per_J_max)
+
+
+def exchange_gate(X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Evidence (0..1) that a window holds a collective exchange on some channel, and that channel's
+    index in ``CHANNELS``: traffic above the link's idle floor that is symmetric over the window
+    (each device sends about what it receives) and simultaneous across devices.
+
+    Every way of training on more than one device exchanges gradients or activations both ways
+    within a step: data parallelism all-reduces (ring: each GPU sends what it receives), FSDP
+    reduce-scatters and all-gathers, pipeline training sends activations forward and gradients
+    back, host-staged synchronisation copies gradients out over PCIe and the reduced ones back.
+    Workloads that do not exchange both ways — no traffic (replicas, single-GPU compute, copies
+    inside one GPU) or one-way traffic (prefill → decode hand-off, pipeline inference) — are not
+    multi-device training, whatever their power or activity looks like. The exchange must also be
+    that of a compute-bound workload (at most ``GATE_BYTES_PER_J_MAX`` bytes per joule, the
+    compute-bound rule of ``CommRules``): collective benchmarks and peer copies spend their energy
+    moving bytes. What the gate cannot see: training on one device alone (no exchange to measure)."""
+    from ..features.comm import ACTIVE_FLOOR_BPS
+    scores = []
+    for ch in CHANNELS:
+        per_gpu = ch in PER_GPU
+        sfx = ".min" if per_gpu else ""
+        vol = _col(X, f"comm.{ch}.Bps{sfx}")
+        g = (_soft(np.log10(np.maximum(vol, 0) + 1.0), math.log10(GATE_FLOOR_FACTOR * ACTIVE_FLOOR_BPS[ch]), 0.15)
+             * _soft(_col(X, f"comm.{ch}.sym{sfx}"), GATE_SYM_MIN, 0.05))
+        if per_gpu:
+            best = np.fmax(_col(X, f"comm.{ch}.coactive"), _col(X, f"comm.{ch}.simult_corr"))
+            g = g * np.where(np.isfinite(best), _soft(best, GATE_SIMULT_MIN, 0.05), 1.0)
+        bpj = _col(X, f"comm.{ch}.log_bytes_per_J" + (".mean" if per_gpu else ""))
+        g = g * np.where(np.isfinite(bpj), 1.0 - _soft(bpj, math.log10(GATE_BYTES_PER_J_MAX), 0.1), 1.0)
+        scores.append(g)
+    s = np.vstack(scores)
+    return s.max(axis=0), s.argmax(axis=0)
+
+
 class CommRules(Detector):
     name = "comm-rules"
 
     def __init__(self, volume_Bps: float = 1e8, sym_min: float = 0.7, simult_min: float = 0.5,
-                 duty_min: float = 0.8, acf_min: float = 0.3, bytes_per_J_max: float = 1e9):
+                 duty_min: float = 0.8, acf_min: float = 0.3, bytes_per_J_max: float = 1e9,
+                 steady_min: float = 0.7):
         self.volume_Bps, self.sym_min, self.simult_min = volume_Bps, sym_min, simult_min
-        self.duty_min, self.acf_min = duty_min, acf_min
+        self.duty_min, self.acf_min, self.steady_min = duty_min, acf_min, steady_min
         self.bytes_per_J_max = bytes_per_J_max
         self.calibration: dict = {}
 
@@ -74,17 +132,22 @@ class CommRules(Detector):
         return column.startswith("comm.")
 
     def _factors(self, X: pd.DataFrame, ch: str, volume_Bps: float | None = None) -> dict[str, np.ndarray]:
-        sfx = ".min" if ch == "nvlink" else ""
+        per_gpu = ch in PER_GPU
+        sfx = ".min" if per_gpu else ""
         vol = _col(X, f"comm.{ch}.Bps{sfx}")
         thr = self.volume_Bps if volume_Bps is None else volume_Bps
+        steady = _col(X, f"comm.{ch}.steady" + (".min" if per_gpu else ""))
+        busy = _soft(_col(X, f"comm.{ch}.duty{sfx}"), self.duty_min, 0.05)
+        if per_gpu:
+            # inside a node, where tensor parallelism lives, busy must also be steady
+            busy = busy * _soft(steady, self.steady_min, 0.03)
         f = {"volume": _soft(np.log10(np.maximum(vol, 0) + 1.0), math.log10(thr), 0.15),
              "symmetry": _soft(_col(X, f"comm.{ch}.sym{sfx}"), self.sym_min, 0.05),
-             "regularity": np.maximum(_soft(_col(X, f"comm.{ch}.duty{sfx}"), self.duty_min, 0.05),
-                                      _soft(_col(X, f"comm.{ch}.acf_peak{sfx}"), self.acf_min, 0.05))}
-        bpj = _col(X, f"comm.{ch}.log_bytes_per_J" + (".mean" if ch == "nvlink" else ""))
+             "regularity": np.maximum(busy, _soft(_col(X, f"comm.{ch}.acf_peak{sfx}"), self.acf_min, 0.05))}
+        bpj = _col(X, f"comm.{ch}.log_bytes_per_J" + (".mean" if per_gpu else ""))
         f["compute_bound"] = np.where(np.isfinite(bpj), 1.0 - _soft(bpj, math.log10(self.bytes_per_J_max), 0.1), 1.0)
-        if ch == "nvlink":
-            best = np.fmax(_col(X, "comm.nvlink.coactive"), _col(X, "comm.nvlink.simult_corr"))
+        if per_gpu:
+            best = np.fmax(_col(X, f"comm.{ch}.coactive"), _col(X, f"comm.{ch}.simult_corr"))
             # One GPU with NVLink traffic cannot be unsimultaneous with itself: neutral.
             f["simultaneity"] = np.where(np.isfinite(best), _soft(best, self.simult_min, 0.05), 1.0)
         return f
@@ -119,26 +182,30 @@ class CommRules(Detector):
         p_all, which, factors = self._score(row)
         p, ch = float(p_all[0]), CHANNELS[int(which[0])]
         f = {k: float(v[0]) for k, v in factors[ch].items()}
-        label = "NVLink" if ch == "nvlink" else "network"
-        sfx = ".min" if ch == "nvlink" else ""
+        label = {"nvlink": "NVLink", "pcie": "PCIe", "net": "network"}[ch]
+        sfx = ".min" if ch in PER_GPU else ""
         vol = _get(x, f"comm.{ch}.Bps{sfx}")
         out = [f"P(training) = {p:.2f} from the {label} channel (product of the rule scores below)",
                f"volume {vol / 1e6:.1f} MB/s per GPU vs threshold {self.volume_Bps / 1e6:.0f} MB/s: "
                f"score {f['volume']:.2f}",
                f"TX/RX symmetry (worst GPU) {_get(x, f'comm.{ch}.sym{sfx}'):.2f} vs {self.sym_min}: "
                f"score {f['symmetry']:.2f}",
-               f"regularity: busy {_get(x, f'comm.{ch}.duty{sfx}'):.2f} of the window, autocorrelation peak "
-               f"{_get(x, f'comm.{ch}.acf_peak{sfx}'):.2f}: score {f['regularity']:.2f}"]
-        bpj = _get(x, f"comm.{ch}.log_bytes_per_J" + (".mean" if ch == "nvlink" else ""))
+               f"regularity: busy {_get(x, f'comm.{ch}.duty{sfx}'):.2f} of the window "
+               + (f"at steadiness {_get(x, f'comm.{ch}.steady{sfx}'):.2f} (vs {self.duty_min} and "
+                  f"{self.steady_min}), " if ch in PER_GPU else f"(vs {self.duty_min}), ")
+               + f"autocorrelation peak {_get(x, f'comm.{ch}.acf_peak{sfx}'):.2f} (vs {self.acf_min}): "
+               f"score {f['regularity']:.2f}"]
+        bpj = _get(x, f"comm.{ch}.log_bytes_per_J" + (".mean" if ch in PER_GPU else ""))
         out.append(f"bytes per joule {10 ** bpj if math.isfinite(bpj) else math.nan:.3g} vs at most "
                    f"{self.bytes_per_J_max:.0e} for compute-bound work: score {f['compute_bound']:.2f}")
         if "simultaneity" in f:
-            out.append(f"bursts on all GPUs at once: co-activity {_get(x, 'comm.nvlink.coactive'):.2f}, "
-                       f"correlation {_get(x, 'comm.nvlink.simult_corr'):.2f}: score {f['simultaneity']:.2f}")
+            out.append(f"bursts on all GPUs at once: co-activity {_get(x, f'comm.{ch}.coactive'):.2f}, "
+                       f"correlation {_get(x, f'comm.{ch}.simult_corr'):.2f}: score {f['simultaneity']:.2f}")
         return out
 
     def describe(self) -> dict:
         return {**super().describe(), "volume_Bps": self.volume_Bps, "sym_min": self.sym_min,
                 "simult_min": self.simult_min, "duty_min": self.duty_min, "acf_min": self.acf_min,
+                "steady_min": self.steady_min,
                 "bytes_per_J_max": self.bytes_per_J_max,
                 "calibration": self.calibration}

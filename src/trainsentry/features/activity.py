@@ -65,4 +65,9 @@ def gpu_activity(series: dict[str, np.ndarray], dt_s: float) -> dict[str, float]
         # Tensor work per watt separates dense matmul phases (training and prefill) from memory-bound decode.
         p = S.mean(power_w)
         f["tensor_per_kW"] = S.mean(series["gpm_tensor_util_pct"]) / p * 1000.0 if p > 0 else math.nan
+    if "gpm_tensor_util_pct" in series and "gpm_dram_bw_util_pct" in series:
+        # Arithmetic intensity, as the GPU's own activity counters see it: training's forward and
+        # backward passes are dense matmuls over a whole batch (tensor-bound); token-by-token decode
+        # reads every weight and the KV cache for a few tokens (DRAM-bound); copies use DRAM only.
+        f["tensor_per_dram"] = S.mean(series["gpm_tensor_util_pct"]) / max(S.mean(series["gpm_dram_bw_util_pct"]), 1.0)
     return f

@@ -7,6 +7,19 @@ The physics they encode (see docs/detector.md):
   compute cycle visible in power and SM activity;
 * inference traffic is one-way (prefill → decode hand-off, pipeline forward), tiny and continuous
   (tensor-parallel decode) or absent (independent replicas).
+
+What separates them at the 10 Hz grid, per device and window (docs/detector.md, "Hardened features"):
+* ``oneway_bins`` — byte-weighted |TX − RX| / (TX + RX) of the active bins: 0 for a collective (every
+  bin carries both directions), 1 for a hand-off. With the window's ``sym`` it tells a *fixed* one-way
+  stream (disaggregated prefill → decode, pipeline forward: low ``sym``, high ``oneway_bins``) from
+  one whose direction alternates (pipeline training: activations forward, gradients back: high
+  ``sym``, high ``oneway_bins``); ``dir_flips`` counts those reversals between one-way bursts;
+* ``steady`` — 1 − the coefficient of variation of the active bins' bytes around their linear
+  trend over the window (clipped to [0, 1]):
+  identical training steps shorter than a bin give near-identical bytes per bin, while a
+  server's traffic follows its request mix (prefills, batch changes);
+* ``log_bytes_per_J`` counts only the bytes above the link's idle floor, so a link that carries
+  nothing but driver chatter (PCIe) does not turn into an inverse power reading.
 """
 
 from __future__ import annotations
@@ -49,6 +62,23 @@ def link_features(tx: np.ndarray, rx: np.ndarray, dt_s: float, link: str,
     f["duty"] = float(active.mean())
     both = active & (S.fill(tx) > 0.25 * thr) & (S.fill(rx) > 0.25 * thr)
     f["sym_bins"] = float(both.sum() / active.sum()) if active.any() else nan
+    ftx, frx = S.fill(tx), S.fill(rx)
+    if active.any() and rate > floor:   # the shape of a link's traffic, not of its idle chatter
+        d, s_ = (ftx - frx)[active], (ftx + frx)[active]
+        f["oneway_bins"] = float(np.abs(d).sum() / s_.sum()) if s_.sum() > 0 else nan
+        # direction of each clearly one-way active bin (|TX - RX| > half the bin's bytes), in time order
+        sgn = np.sign(d[np.abs(d) > 0.5 * s_])
+        f["dir_flips"] = float(np.count_nonzero(np.diff(sgn))) / max(1, sgn.size - 1) if sgn.size > 1 else 0.0
+        # bin-to-bin variation around the window's trend (a workload ramping up or slowing down
+        # drifts; identical steps do not jitter)
+        a, ta = tot[active], np.flatnonzero(active).astype(np.float64)
+        if a.size > 2 and a.mean() > 0:
+            resid = a - np.polyval(np.polyfit(ta, a, 1), ta) if np.ptp(ta) > 0 else a - a.mean()
+            f["steady"] = float(np.clip(1.0 - resid.std() / a.mean(), 0.0, 1.0))
+        else:
+            f["steady"] = nan
+    else:
+        f.update(oneway_bins=nan, dir_flips=0.0, steady=nan)
     bursts = S.runs(active)
     f["burst_rate_hz"] = len(bursts) / duration
     if bursts:
@@ -73,7 +103,9 @@ def link_features(tx: np.ndarray, rx: np.ndarray, dt_s: float, link: str,
         f.update(acf_peak=0.0, period_s=nan, spec_peak=0.0, spec_hz=nan, log_bytes_per_period=0.0,
                  power_lock=0.0, sm_lock=0.0)
     if energy_j is not None and energy_j > 0:
-        f["log_bytes_per_J"] = math.log10((tx_b + rx_b) / energy_j + 1.0)
+        # workload bytes only: what the link moves above its idle floor (2 directions)
+        above = max(0.0, tx_b + rx_b - 2 * floor * duration)
+        f["log_bytes_per_J"] = math.log10(above / energy_j + 1.0)
     return f
 
 

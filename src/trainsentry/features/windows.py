@@ -18,10 +18,10 @@ import pyarrow as pa
 
 from . import signal as S
 from .activity import gpu_activity
-from .comm import cross_device_features, link_features
+from .comm import ACTIVE_FLOOR_BPS, cross_device_features, link_features
 from .grid import NodeGrid, to_grids
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 3
 DEFAULT_HZ = 10.0
 DEFAULT_WINDOW_S = 8.0
 DEFAULT_STRIDE_S = 2.0
@@ -96,6 +96,7 @@ def grid_features(grid: NodeGrid) -> dict[str, float]:
             cs = [S.corr(ps[i], ps[j]) for i in range(len(ps)) for j in range(i + 1, len(ps))]
             cs = [c for c in cs if np.isfinite(c)]
             out["act.power_corr"] = float(np.mean(cs)) if cs else 0.0
+        out.update(_work_balance(grid, powers, busy, link_series["nvlink"]))
     # Network: summarise the busiest interface (the one that would carry inter-node gradients).
     nets = {d: s for d, s in grid.nets.items() if "net_tx_Bps" in s and "net_rx_Bps" in s}
     if nets:
@@ -105,6 +106,32 @@ def grid_features(grid: NodeGrid) -> dict[str, float]:
         for k, v in link_features(nets[busiest]["net_tx_Bps"], nets[busiest]["net_rx_Bps"], dt, "net",
                                   total_power, None, energy).items():
             out[f"comm.net.{k}"] = v
+    return out
+
+
+def _work_balance(grid: NodeGrid, powers: dict[str, np.ndarray], busy: list[bool],
+                  nvlink: dict[str, np.ndarray]) -> dict[str, float]:
+    """Whether the GPUs of one job do the same work: min / max of their mean power and SM activity.
+
+    Data-parallel replicas (and tensor-parallel shards) run the same kernels on equal shares, so
+    their power and SM activity match; disaggregated serving gives GPUs different roles (a prefill
+    GPU idles between hand-offs while the decode GPU runs). The job's GPUs are those exchanging
+    NVLink bytes above the idle floor; without two of those, the busy GPUs."""
+    floor = ACTIVE_FLOOR_BPS["nvlink"]
+    members = [d for d, x in nvlink.items() if d in powers and float(np.nanmean(x)) > floor]
+    if len(members) < 2:
+        members = [d for d, b in zip(powers, busy) if b]
+    if len(members) < 2:
+        return {}
+    out = {}
+    p = np.array([S.mean(powers[d]) for d in members])
+    if np.all(np.isfinite(p)) and p.max() > 0:
+        out["act.power_balance"] = float(p.min() / p.max())
+    sm = [S.mean(grid.gpus[d].get("gpm_sm_util_pct", grid.gpus[d].get("gpu_util_pct", np.array([np.nan]))))
+          for d in members]
+    sm = np.array(sm)
+    if np.all(np.isfinite(sm)) and sm.max() > 0:
+        out["act.sm_balance"] = float(sm.min() / sm.max())
     return out
 
 

@@ -1,0 +1,65 @@
+"""The exchange gate in front of the learned detectors (rules.exchange_gate)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trainsentry.detect.dataset import load_dataset, stack
+from trainsentry.detect.learned import LearnedDetector, fused
+from trainsentry.detect.rules import exchange_gate
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_dataset, feature_cache):
+    return load_dataset(tiny_dataset, feature_cache)
+
+
+def _row(ch, bps, sym, coactive=1.0, bpj=7.0):
+    sfx = ".min" if ch != "net" else ""
+    row = {f"comm.{ch}.Bps{sfx}": bps, f"comm.{ch}.sym{sfx}": sym,
+           f"comm.{ch}.log_bytes_per_J" + (".mean" if ch != "net" else ""): bpj}
+    if ch != "net":
+        row.update({f"comm.{ch}.coactive": coactive, f"comm.{ch}.simult_corr": coactive})
+    return row
+
+
+def test_gate_opens_on_a_collective_on_any_channel_and_stays_shut_otherwise():
+    rows = [_row("nvlink", 5e9, 1.0),                   # data-parallel all-reduce
+            _row("pcie", 9e8, 0.8, coactive=0.8),       # gradients staged through host memory
+            _row("net", 5e8, 0.95),                      # gradients between nodes
+            _row("nvlink", 5e9, 0.0),                    # prefill -> decode hand-off: one-way
+            _row("nvlink", 0.0, float("nan")),           # no traffic (replicas, matmul burn)
+            _row("pcie", 4e7, 0.2),                      # PCIe chatter and input batches
+            {},                                          # nothing measured
+            _row("nvlink", 1.4e11, 1.0, bpj=9.09)]       # the dataset's NCCL sweep: bytes, not compute
+    g, _ = exchange_gate(pd.DataFrame(rows))
+    assert np.all(g[:3] > 0.8)
+    assert np.all(g[3:7] < 0.01)
+    assert g[7] < 0.3   # caps P(training) below the alert threshold (0.75) whatever the trees say
+
+
+def test_a_closed_gate_overrides_trees_that_learned_the_wrong_thing(runs):
+    # label the one-way sends "training": trees learn to call them training; the gate does not
+    X, y, classes, ids = stack(runs, "trainsentry")
+    send = np.array([c == "inference" for c in classes])
+    wrong = np.where(send, 1, y)
+    ungated = LearnedDetector("fused", ("comm.", "act."), gate=False).fit(X, wrong)
+    gated = LearnedDetector("fused", ("comm.", "act."), gate=True, fit_on="all").fit(X, wrong)
+    assert np.median(ungated.predict_proba(X[send])) > 0.9
+    assert np.max(gated.predict_proba(X[send])) < 0.05
+    ddp = np.array([c == "training" for c in classes])
+    assert np.median(gated.predict_proba(X[ddp])) > 0.9
+
+
+def test_the_gate_is_part_of_the_evidence(runs):
+    X, y, classes, ids = stack(runs, "trainsentry")
+    det = fused().fit(X, y, groups=ids, classes=classes)
+    one_way = X[np.array([c == "inference" for c in classes])].iloc[5].to_dict()
+    ev = det.explain(one_way)
+    assert "exchange gate" in ev[1] and float(ev[1].split()[2]) < 0.1
+    assert det.describe()["exchange_gate"] is True
+
+
+def test_fit_on_is_checked():
+    with pytest.raises(ValueError):
+        LearnedDetector("x", ("comm.",), fit_on="some")

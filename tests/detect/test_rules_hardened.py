@@ -1,0 +1,57 @@
+"""comm-rules on feature rows shaped like the workloads it used to confuse (docs/detector.md)."""
+
+import numpy as np
+import pandas as pd
+
+from trainsentry.detect.rules import CommRules
+
+
+def _nvlink(bps=5e9, sym=1.0, duty=1.0, steady=0.9, acf=0.05, bpj=7.0, coactive=1.0):
+    return {"comm.nvlink.Bps.min": bps, "comm.nvlink.sym.min": sym, "comm.nvlink.duty.min": duty,
+            "comm.nvlink.steady.min": steady, "comm.nvlink.acf_peak.min": acf,
+            "comm.nvlink.log_bytes_per_J.mean": bpj, "comm.nvlink.coactive": coactive,
+            "comm.nvlink.simult_corr": coactive}
+
+
+def _p(*rows):
+    return CommRules().predict_proba(pd.DataFrame(list(rows)))
+
+
+def test_continuous_steady_exchange_is_training_and_a_servers_continuous_mix_is_not():
+    # data-parallel steps shorter than a bin: busy and steady; tensor-parallel serving: busy, unsteady
+    ddp, tp_serving = _p(_nvlink(steady=0.9), _nvlink(steady=0.3, bps=2.3e9))
+    assert ddp > 0.9 and tp_serving < 0.1
+
+
+def test_periodic_exchange_is_regular_however_unsteady_its_bins():
+    # steps longer than a bin: bursts at the step rate (edge bins make the burst bins unsteady)
+    (p,) = _p(_nvlink(duty=0.5, steady=0.3, acf=0.85))
+    assert p > 0.9
+
+
+def test_gradients_staged_through_host_memory_show_on_pcie():
+    # each GPU copies its gradients out and the reduced ones back: symmetric PCIe, no NVLink
+    host = {"comm.nvlink.Bps.min": 0.0, "comm.pcie.Bps.min": 9e8, "comm.pcie.sym.min": 0.81,
+            "comm.pcie.duty.min": 0.9, "comm.pcie.steady.min": 0.2, "comm.pcie.acf_peak.min": 0.45,
+            "comm.pcie.log_bytes_per_J.mean": 7.1, "comm.pcie.coactive": 0.8, "comm.pcie.simult_corr": 0.5}
+    loading = {**host, "comm.pcie.sym.min": 0.15}   # host -> device input batches: one-way
+    p_host, p_loading = _p(host, loading)
+    assert p_host > 0.75 and p_loading < 0.05
+    ev = " ".join(CommRules().explain(host))
+    assert "PCIe" in ev and "steadiness" in ev
+
+
+def test_absent_steadiness_is_no_evidence_of_regularity():
+    row = _nvlink(acf=0.0)
+    del row["comm.nvlink.steady.min"]
+    (p,) = _p(row)
+    assert p < 0.05
+    assert np.isfinite(p)
+
+
+def test_a_busy_network_exchange_stays_regular_however_jittered_its_host_timed_steps():
+    # gloo DDP between CPU ranks: steps timed by a busy scheduler, not by GPU kernels
+    net = {"comm.net.Bps": 4e8, "comm.net.sym": 1.0, "comm.net.duty": 1.0, "comm.net.steady": 0.66,
+           "comm.net.acf_peak": 0.1}
+    (p,) = _p(net)
+    assert p > 0.9
