@@ -18,14 +18,25 @@ per node, the last ``buffer_s`` seconds of samples. Every ``stride_s`` of the no
 Verdicts, alerts and jobs go to SQLite (:mod:`trainsentry.collector.verdicts`) in one transaction
 per batch; the API reads them from there. All of it runs on the bus's dispatcher thread, never on
 the ingest path.
+
+The store, not the bus, is the source of truth. Each node's state remembers ``seq``, the last
+stored batch its buffer has read. An event whose seq is not the next one (the bus dropped events
+when its queue was full), a catch-up notice from the bus, or the backlog found at start makes the
+processor read the missing batches back from the store (:meth:`LiveProcessor.catch_up`), one at a
+time and in seq order, through the same path as an event: the verdicts are those of a processor
+that was handed every batch. What it cannot judge (a batch it cannot read back after
+``READ_RETRIES`` attempts, windows skipped when a node's samples jump ahead by more than
+``max_catchup`` windows) is recorded in ``unjudged`` with the reason and served by the verdict API.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
 import os
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -60,6 +71,7 @@ PREFERENCE = ("fused", "comm-ml", "comm-rules")
 # and symmetry (docs/detector.md), so the state rule and the detector speak of the same quantities.
 COLLECTIVE_BPS = 1e8
 COLLECTIVE_SYM = 0.7
+READ_RETRIES = 3        # attempts at reading a node's missing batches back before they are marked unjudged
 
 
 @dataclass
@@ -73,7 +85,8 @@ class LiveConfig:
     job_simult_min: float = 0.5     # ... and their traffic is simultaneous (co-activity or correlation)
     loopback_as_link: bool = False
     models_dir: Path = Path("models")
-    max_catchup: int = 30           # windows judged at most per batch (a long backlog judges its tail)
+    max_catchup: int = 30           # windows judged at most at once (more: the node's samples jumped ahead)
+    piece_s: float = 10.0           # a batch spanning more is judged in pieces of this span, in time order
 
     @classmethod
     def from_env(cls) -> "LiveConfig":
@@ -191,9 +204,16 @@ class LiveProcessor:
                                   "since": v["t_end"], "alerts": len(V.alerts(self.conn, "node", node, True))}
         t = time.perf_counter()
         # the state beyond each buffer (jobs, idle floors, window clocks) and the buffers themselves
-        # come back from the store: a restart does not start a running job over
-        self.nodes, self.warmed_samples, self.restored = warm.restore(self.conn, self.cfg, NodeState)
+        # come back from the store: a restart does not start a running job over; the batches stored
+        # after what each buffer had read are the backlog, read back by catch_up (install_live)
+        self.nodes, self.warmed_samples, self.restored, self.backlog, unjudged = \
+            warm.restore(self.conn, self.cfg, NodeState)
         self.warm_s = time.perf_counter() - t
+        self._node_ids: dict[str, int] = {}
+        self._read_failures: dict[str, int] = {}
+        self.caught_up = {"batches": 0, "samples": 0, "read_errors": 0, "unjudged": 0}
+        if unjudged:  # the part of a backlog older than the catch-up horizon: said, with the skip
+            self._mark_unjudged(unjudged)
 
     def close(self) -> None:
         for c in self._readers:
@@ -207,7 +227,27 @@ class LiveProcessor:
                 "loopback_as_link": self.cfg.loopback_as_link,
                 "warmed": {"nodes": sum(1 for st in self.nodes.values() if st.table is not None),
                            "samples": self.warmed_samples, "s": round(self.warm_s, 3)},
-                "restored": self.restored}
+                "restored": self.restored, "caught_up": dict(self.caught_up),
+                "behind": {n: b for n in sorted(self.nodes) if (b := self.behind_batches(n))}}
+
+    def behind_batches(self, node: str) -> int:
+        """How many of the node's stored batches (by seq) the processor has not read yet (API threads)."""
+        st = self.nodes.get(node)
+        row = self.reader().execute("SELECT last_seq FROM nodes WHERE name = ?", (node,)).fetchone()
+        if row is None or row[0] is None:
+            return 0
+        return max(0, row[0] - (st.seq if st is not None and st.seq is not None else -1))
+
+    def not_judged_yet(self, node: str) -> list[dict]:
+        """An open unjudged span while the processor is behind on the node's stored batches."""
+        n = self.behind_batches(node)
+        if not n:
+            return []
+        st = self.nodes.get(node)
+        start = st.last_end if st is not None and st.last_end is not None else None
+        return [{"start": start, "end": None, "open": True, "seq_from": None, "seq_to": None, "recorded_at": None,
+                 "reason": f"not judged yet: {n} stored batch(es) of this node are still to be read back and "
+                           "judged (the live processor is behind ingest and catching up from the store)"}]
 
     def overview_state(self) -> tuple[dict[str, dict], list[dict]]:
         """(verdict summary per node, jobs with their latest verdict) for the dashboard's overview.
@@ -337,19 +377,114 @@ class LiveProcessor:
         st.last_end = ends[-1]
         return verdicts
 
-    # ---- the bus callback ----------------------------------------------------------------------
+    # ---- the bus callback and the catch-up from the store ----------------------------------------
     def on_batch(self, ev: CommittedBatch) -> None:
         st = self.nodes.setdefault(ev.node, NodeState())
-        st.add(ev.samples, self.cfg.buffer_s)
-        st.gaps.extend((g["start"], g["end"]) for g in ev.unmonitored)
-        st.gaps = [g for g in st.gaps if g[1] >= st.t_latest - self.cfg.buffer_s]
-        ends = st.pending_ends(self.cfg)
+        if ev.seq <= st.seq:
+            return  # already read back from the store
+        if ev.from_store or ev.seq > st.seq + 1:
+            # events were not handed on (the bus's queue was full), or batches are owed from the
+            # backlog: the store has them (and no batch for seqs declared lost)
+            self.catch_up(ev.node, ev.seq if ev.from_store else ev.seq - 1)
+            if ev.from_store or ev.seq <= st.seq or st.seq < ev.seq - 1:
+                return  # (still behind after a read error: the next event or notice tries again)
+        self._consume(ev.node, st, ev.seq, ev.samples, ev.unmonitored)
+
+    def _node_id(self, node: str) -> int:
+        if node not in self._node_ids:
+            self._node_ids[node] = self.conn.execute("SELECT node_id FROM nodes WHERE name = ?", (node,)).fetchone()[0]
+        return self._node_ids[node]
+
+    def catch_up(self, node: str, upto: int) -> None:
+        """Read the node's stored batches after the last one read, up to seq ``upto``, back from the
+        store and judge them in seq order, as if each had just arrived. A batch that cannot be read
+        is tried again with the node's next event or notice; after READ_RETRIES failed attempts the
+        batches left are recorded as unjudged (with the error) and skipped."""
+        st = self.nodes.setdefault(node, NodeState())
+        while st.seq < upto:
+            try:
+                node_id = self._node_id(node)
+                rows = warm.stored_batches(self.conn, node_id, st.seq, upto)
+                read = [(seq, warm.batch_samples(self.conn, node_id, lo, hi), warm.batch_gaps(self.conn, node_id, rcv))
+                        for seq, rcv, lo, hi, _, _ in rows]
+            except sqlite3.Error as e:
+                self._read_failed(node, st, upto, e)
+                return
+            self._read_failures.pop(node, None)
+            if not rows:
+                st.seq = upto  # the seqs left were declared lost: never stored, recorded as unmonitored
+                return
+            for seq, samples, gaps in read:
+                self.caught_up["batches"] += 1
+                self.caught_up["samples"] += len(samples)
+                self._consume(node, st, seq, samples, gaps)
+
+    def _read_failed(self, node: str, st: NodeState, upto: int, err: Exception) -> None:
+        self.caught_up["read_errors"] += 1
+        n = self._read_failures[node] = self._read_failures.get(node, 0) + 1
+        log.error("live: cannot read batches %d..%d of node %s back from the store (attempt %d of %d): %s",
+                  st.seq + 1, upto, node, n, READ_RETRIES, err)
+        if n < READ_RETRIES:
+            return
+        try:
+            t0, t1 = self.conn.execute("SELECT min(t_first), max(t_last) FROM batches WHERE node_id = ? AND seq > ? "
+                                       "AND seq <= ?", (self._node_id(node), st.seq, upto)).fetchone()
+        except sqlite3.Error:
+            t0 = t1 = None
+        if t0 is None:  # not even their times: the span from the last sample read
+            t0 = t1 = st.t_latest if math.isfinite(st.t_latest) else time.time()
+        self._mark_unjudged([{"node": node, "start": t0, "end": t1, "seq_from": st.seq + 1, "seq_to": upto,
+                              "reason": f"stored batches {st.seq + 1}..{upto} could not be read back from the store "
+                                        f"({READ_RETRIES} attempts; {type(err).__name__}: {err})"}])
+        st.seq = upto
+        self._read_failures.pop(node, None)
+
+    def _mark_unjudged(self, spans: list[dict]) -> None:
+        """Record unjudged spans with the state of their nodes (which no longer owes them)."""
+        states = {u["node"]: (self.nodes[u["node"]].last_end if self.nodes[u["node"]].last_end is not None
+                              else -math.inf, self.nodes[u["node"]].snapshot()) for u in spans}
+        self.writer.write([], [], [], None, states, spans)
+        self.caught_up["unjudged"] += len(spans)
+
+    def _pieces(self, samples: list[dict]) -> list[list[dict]]:
+        """A batch's samples in time order, cut into spans of at most ``piece_s`` (usually one)."""
+        if not samples:
+            return [[]]
+        ss = sorted(samples, key=lambda s: (s["t"], s["dev"]))
+        t0, span = ss[0]["t"], self.cfg.piece_s
+        if ss[-1]["t"] - t0 <= span:
+            return [ss]
+        return [list(g) for _, g in itertools.groupby(ss, key=lambda s: math.floor((s["t"] - t0) / span))]
+
+    def _consume(self, node: str, st: NodeState, seq: int, samples: list[dict], gaps: list[dict]) -> None:
+        """One batch, from an event or read back from the store: the same path either way. A batch
+        spanning more than ``piece_s`` is judged piece by piece, so no window falls out of the buffer."""
+        pieces = self._pieces(samples)
+        for i, piece in enumerate(pieces):
+            if i == len(pieces) - 1:
+                st.seq = seq  # (a snapshot written by an earlier piece still owes this batch)
+            self._feed(node, st, piece, gaps if i == 0 else [])
+
+    def _feed(self, node: str, st: NodeState, samples: list[dict], gaps: list[dict]) -> None:
+        cfg = self.cfg
+        st.add(samples, cfg.buffer_s)
+        st.gaps.extend((g["start"], g["end"]) for g in gaps)
+        st.gaps = [g for g in st.gaps if g[1] >= st.t_latest - cfg.buffer_s]
+        ends, skipped = st.pending_ends(cfg)
         if not ends:
             return
-        st.table = st.build_table(ev.node, self.cfg.loopback_as_link)
+        unjudged = []
+        if skipped:
+            a, b, n = skipped
+            unjudged.append({"node": node, "start": a - cfg.window_s, "end": b, "seq_from": None, "seq_to": None,
+                             "reason": f"{n} windows (ending {a:.1f} to {b:.1f}) not judged: the node's samples jumped "
+                                       f"ahead to {st.t_latest:.1f}, completing {n + len(ends)} windows at once, and "
+                                       f"at most {cfg.max_catchup} (the latest) are judged at once"})
+            self.caught_up["unjudged"] += 1
+        st.table = st.build_table(node, cfg.loopback_as_link)
         out: dict = {"verdicts": [], "new": [], "updated": {}}
-        node_verdicts = self.judge_node(ev.node, st, ends)
-        job_verdicts, job_rows = self.jobs.update(ev.node, ends[-1], self, node_verdicts)
+        node_verdicts = self.judge_node(node, st, ends)
+        job_verdicts, job_rows = self.jobs.update(node, ends[-1], self, node_verdicts)
         for v in node_verdicts:
             v["job"] = st.job if v["state"] != "idle" else None
         for v in node_verdicts + job_verdicts:
@@ -358,7 +493,7 @@ class LiveProcessor:
         # the node's state goes with the verdicts it led to, in their transaction (restored after a restart)
         ids = self.writer.write(out["verdicts"], out["new"],
                                 [(a["id"], a["p_max"], a["cleared_t"]) for a in out["updated"].values()], job_rows,
-                                {ev.node: (ends[-1], st.snapshot())})
+                                {node: (ends[-1], st.snapshot())}, unjudged)
         for a, aid in zip(out["new"], ids):
             a["id"] = aid
         self._summarise(node_verdicts)
@@ -371,6 +506,8 @@ def install_live(app, col) -> LiveProcessor | None:
         return None
     proc = LiveProcessor(col.db_path, col.store.synchronous, reader=col.reader)
     col.bus.subscribe(proc.on_batch)
+    for node, seq in proc.backlog.items():  # stored but not judged when the processor stopped: read back
+        col.bus.resync(node, seq)
     close = col.close
 
     def close_all() -> None:  # the bus drains first, so no callback runs on a closed connection

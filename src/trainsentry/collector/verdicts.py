@@ -14,6 +14,10 @@ Tables (migration in :mod:`trainsentry.collector.schema`, DDL here):
   knows beyond its sample buffer (its job, the GPUs' idle memory floors, its window clock; JSON of
   :meth:`trainsentry.collector.nodestate.NodeState.snapshot`), written in the same transaction as
   the verdicts it led to and read back by a restarted processor.
+* ``unjudged`` (migration 6, :data:`UNJUDGED_DDL`): per node, spans of stored samples the live
+  processor did not judge and why (its catch-up from the store could not read them, the backlog it
+  found at start reached further back than it catches up, or a node's samples jumped ahead by more
+  windows than it judges at once). Never a silent hole: the verdict API serves them.
 
 Everything the API answers is read from these tables, so verdicts survive a collector restart, and
 so does the state that the next verdicts are computed from.
@@ -73,6 +77,19 @@ CREATE TABLE live_node_state (
 );
 """
 
+UNJUDGED_DDL = """
+CREATE TABLE unjudged (
+  node TEXT NOT NULL,
+  start_t REAL NOT NULL,         -- agent clock: the span of samples (or windows) not judged
+  end_t REAL NOT NULL,
+  reason TEXT NOT NULL,
+  seq_from INTEGER,              -- the stored batches not read, when the span is batches
+  seq_to INTEGER,
+  recorded_at REAL NOT NULL      -- server clock
+);
+CREATE INDEX unjudged_by_node ON unjudged(node, start_t);
+"""
+
 _VERDICT_COLS = "scope, subject, t_start, t_end, state, p_training, detector, artifact, evidence, job, computed_at"
 
 
@@ -97,10 +114,12 @@ class VerdictWriter:
         self.conn = conn
 
     def write(self, verdicts: list[dict], new_alerts: list[dict], updates: list[tuple[int, float, float | None]],
-              jobs: list[dict] | None = None, node_states: dict[str, tuple[float, dict]] | None = None) -> list[int]:
+              jobs: list[dict] | None = None, node_states: dict[str, tuple[float, dict]] | None = None,
+              unjudged: list[dict] | None = None) -> list[int]:
         """One transaction: verdict rows, new alerts (their ids returned, in order), updates of
-        alerts written before as (id, p_max, cleared_t), job rows, and the live state of nodes as
-        {node: (last judged window end, snapshot)}: stored state and verdicts never disagree."""
+        alerts written before as (id, p_max, cleared_t), job rows, the live state of nodes as
+        {node: (last judged window end, snapshot)}: stored state and verdicts never disagree, and
+        unjudged spans ({node, start, end, reason, seq_from, seq_to}) with the state that skipped them."""
         c, now, ids = self.conn, time.time(), []
         c.execute("BEGIN IMMEDIATE")
         try:
@@ -121,6 +140,9 @@ class VerdictWriter:
                           (j["job"], json.dumps(j["nodes"]), j["start_t"], j["last_t"], now))
             c.executemany("INSERT OR REPLACE INTO live_node_state (node, t_end, state, updated_at) VALUES (?,?,?,?)",
                           [(n, t, json.dumps(st, default=float), now) for n, (t, st) in (node_states or {}).items()])
+            c.executemany("INSERT INTO unjudged (node, start_t, end_t, reason, seq_from, seq_to, recorded_at) "
+                          "VALUES (?,?,?,?,?,?,?)", [(u["node"], u["start"], u["end"], u["reason"], u.get("seq_from"),
+                                                      u.get("seq_to"), now) for u in unjudged or []])
             c.execute("COMMIT")
         except BaseException:
             if c.in_transaction:
@@ -170,6 +192,14 @@ def node_states(conn: sqlite3.Connection) -> dict[str, tuple[float, str]]:
     return {n: (t, st) for n, t, st in conn.execute("SELECT node, t_end, state FROM live_node_state")}
 
 
+def unjudged(conn: sqlite3.Connection, node: str, start: float, end: float) -> list[dict]:
+    """Unjudged spans of ``node`` overlapping [start, end], oldest first."""
+    rows = conn.execute("SELECT start_t, end_t, reason, seq_from, seq_to, recorded_at FROM unjudged WHERE node = ? "
+                        "AND end_t >= ? AND start_t <= ? ORDER BY start_t", (node, start, end)).fetchall()
+    return [{"start": s, "end": e, "reason": r, "seq_from": a, "seq_to": b, "recorded_at": at, "open": False}
+            for s, e, r, a, b, at in rows]
+
+
 def alerts(conn: sqlite3.Connection, scope: str, subject: str | None = None, open_only: bool = False) -> list[dict]:
     sql = "SELECT * FROM alerts WHERE scope = ?"
     args: list = [scope]
@@ -210,6 +240,10 @@ def add_routes(app, col, proc) -> None:
 
     _unmonitored = query.unmonitored
 
+    def _unjudged(conn, node: str, start: float, end: float) -> list[dict]:
+        # recorded spans, plus an open one while the processor still owes the node stored batches
+        return unjudged(conn, node, start, end) + proc.not_judged_yet(node)
+
     @app.get("/v1/nodes/{node}/verdict")
     def get_verdict(node: str) -> Response:
         conn = col.reader()
@@ -222,12 +256,14 @@ def add_routes(app, col, proc) -> None:
             if v is None:
                 body.update(state=None, p_training=None, evidence=[f"no window judged yet: a node needs "
                                                                    f"{proc.cfg.window_s:.0f} s of samples"],
-                            updated_at=None, unmonitored=_unmonitored(conn, node, 0.0, now))
+                            updated_at=None, unmonitored=_unmonitored(conn, node, 0.0, now),
+                            unjudged=_unjudged(conn, node, 0.0, now))
                 return _json(body)
             body.update(state=v["state"], p_training=v["p_training"], evidence=v["evidence"],
                         detector=v["detector"], artifact=v["artifact"], window={"start": v["t_start"], "end": v["t_end"]},
                         job=v["job"], updated_at=v["computed_at"],
-                        unmonitored=_unmonitored(conn, node, v["t_end"] - 3600.0, now))
+                        unmonitored=_unmonitored(conn, node, v["t_end"] - 3600.0, now),
+                        unjudged=_unjudged(conn, node, v["t_end"] - 3600.0, now))
             return _json(body)
         except query.QueryError as e:
             return _error(e)
@@ -242,7 +278,8 @@ def add_routes(app, col, proc) -> None:
         try:
             query.node_id(conn, node)
             return _json({"node": node, "start": start, "end": end, "verdicts": timeline(conn, "node", node, start, end),
-                          "unmonitored": _unmonitored(conn, node, start, end)})
+                          "unmonitored": _unmonitored(conn, node, start, end),
+                          "unjudged": _unjudged(conn, node, start, end)})
         except query.QueryError as e:
             return _error(e)
 
@@ -277,7 +314,8 @@ def add_routes(app, col, proc) -> None:
         return _json({**j, "start": j["start_t"], "state": v and v["state"], "p_training": v and v["p_training"],
                       "verdict": v, "verdicts": timeline(conn, "job", name, start, end),
                       "alerts": alerts(conn, "job", name),
-                      "unmonitored": {n: _unmonitored(conn, n, j["start_t"], end) for n in j["nodes"]}})
+                      "unmonitored": {n: _unmonitored(conn, n, j["start_t"], end) for n in j["nodes"]},
+                      "unjudged": {n: _unjudged(conn, n, j["start_t"], end) for n in j["nodes"]}})
 
     @app.get("/v1/live")
     def get_live() -> Response:
