@@ -174,8 +174,18 @@ def classify(active: bool, p: float | None, row: dict | None, training_p: float)
 @dataclass
 class _Track:
     """k-of-n alert state of one subject."""
-    votes: deque
+    votes: deque                    # (window end, vote) of the last n voting windows, oldest first
     open: dict | None = None        # the open alert (has "id" once written)
+
+    def cast(self, t_end: float, vote: bool) -> None:
+        """Vote for the window ending at ``t_end``; a window voted before (judged again, as when a
+        job of one node is merged into the job its peers form) replaces its earlier vote."""
+        while self.votes and self.votes[-1][0] >= t_end - 1e-6:
+            self.votes.pop()
+        self.votes.append((t_end, vote))
+
+    def yes(self) -> int:
+        return sum(v for _, v in self.votes)
 
 
 class LiveProcessor:
@@ -279,8 +289,8 @@ class LiveProcessor:
         tr = self.tracks.get(key)
         if tr is None:  # first sight since start: restore votes and the open alert from the database
             rule = self.cfg.alert
-            votes = deque((state != "idle" and p is not None and p >= rule.threshold
-                           for _, state, p in V.last_p(self.conn, scope, subject, rule.n)), maxlen=rule.n)
+            votes = deque(((t, state != "idle" and p is not None and p >= rule.threshold)
+                           for t, state, p in V.last_p(self.conn, scope, subject, rule.n)), maxlen=rule.n)
             opened = V.alerts(self.conn, scope, subject, open_only=True)
             tr = self.tracks[key] = _Track(votes, opened[-1] if opened else None)
         return tr
@@ -289,9 +299,9 @@ class LiveProcessor:
         """Feed one verdict to its subject's k-of-n rule; record raised, updated and cleared alerts."""
         rule, tr = self.cfg.alert, self._track(v["scope"], v["subject"])
         p = v["p_training"]
-        tr.votes.append(v["state"] != "idle" and p is not None and p >= rule.threshold)
+        tr.cast(v["t_end"], v["state"] != "idle" and p is not None and p >= rule.threshold)
         if tr.open is None:
-            if sum(tr.votes) >= rule.k:
+            if tr.yes() >= rule.k:
                 tr.open = {"scope": v["scope"], "subject": v["subject"], "raised_t": v["t_end"], "cleared_t": None,
                            "threshold": rule.threshold, "k": rule.k, "n": rule.n, "p_max": p,
                            "detector": v["detector"], "evidence": v["evidence"]}
@@ -299,12 +309,29 @@ class LiveProcessor:
             return
         if p is not None and p > tr.open["p_max"]:
             tr.open["p_max"] = p
-        if not any(tr.votes):  # cleared once no window of the last n votes for training
+        if not tr.yes():  # cleared once no window of the last n votes for training
             tr.open["cleared_t"] = v["t_end"]
         if "id" in tr.open:
             out["updated"][tr.open["id"]] = tr.open
         if tr.open["cleared_t"] is not None:
             tr.open = None
+
+    def _merge_tracks(self, old: str, new: str, e: float, out: dict) -> None:
+        """Job ``old`` was ``new`` seen before its peers (livejobs.JobTracker._merges): its votes
+        and open alert carry on as ``new``'s (the store renames its rows in the same transaction)."""
+        tp = self._track("job", old)
+        del self.tracks[("job", old)]
+        tn = self._track("job", new)
+        if not tn.votes:       # a job just formed: the alert clock of its first node's job runs on
+            tn.votes.extend(tp.votes)
+        if tp.open is not None:
+            if tn.open is None:
+                tn.open = tp.open
+                tn.open["subject"] = new
+            else:              # both had one: the older history is closed where the two became one
+                tp.open["cleared_t"] = e
+                if "id" in tp.open:
+                    out["updated"][tp.open["id"]] = tp.open
 
     # ---- judging ---------------------------------------------------------------------------------
     def judge_rows(self, scope: str, subject: str, rows: list[dict], ends: list[float],
@@ -484,7 +511,9 @@ class LiveProcessor:
         st.table = st.build_table(node, cfg.loopback_as_link)
         out: dict = {"verdicts": [], "new": [], "updated": {}}
         node_verdicts = self.judge_node(node, st, ends)
-        job_verdicts, job_rows = self.jobs.update(node, ends[-1], self, node_verdicts)
+        job_verdicts, job_rows, merges = self.jobs.update(node, ends[-1], self, node_verdicts)
+        for old, new, _ in merges:
+            self._merge_tracks(old, new, ends[-1], out)
         for v in node_verdicts:
             v["job"] = st.job if v["state"] != "idle" else None
         for v in node_verdicts + job_verdicts:
@@ -493,7 +522,7 @@ class LiveProcessor:
         # the node's state goes with the verdicts it led to, in their transaction (restored after a restart)
         ids = self.writer.write(out["verdicts"], out["new"],
                                 [(a["id"], a["p_max"], a["cleared_t"]) for a in out["updated"].values()], job_rows,
-                                {node: (ends[-1], st.snapshot())}, unjudged)
+                                {node: (ends[-1], st.snapshot())}, unjudged, merges)
         for a, aid in zip(out["new"], ids):
             a["id"] = aid
         self._summarise(node_verdicts)

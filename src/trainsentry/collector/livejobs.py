@@ -17,7 +17,12 @@ without traffic on their network they are two jobs.
 
 Jobs are the connected groups of that relation; a node active alone is a job of one node. A job
 is named after its nodes' earliest job start and its first node, so the name stays while the job
-runs, pauses included. A job of several nodes is judged on the *union* of its nodes' samples (devices renamed
+runs, pauses included. A node is judged before its peers (their batches come later, or their
+traffic is not yet simultaneous in the window where the job starts): it forms a job of its own
+first, which its peers' windows then join under the group's name; that first job no longer has
+a node and its nodes are all in the new one, so it is merged into it (its verdicts, alerts and
+its nodes' verdicts renamed, its row removed, its alert votes carried on) instead of staying
+behind as a job of one window. A job of several nodes is judged on the *union* of its nodes' samples (devices renamed
 ``node/device``), cut by the same :func:`trainsentry.features.window_features`, so collectives that
 span nodes show as simultaneous bursts across all their GPUs; a job of one node takes its node's
 verdict. Node clocks are assumed synchronised (NTP): windows of different nodes are matched by
@@ -78,6 +83,27 @@ class JobTracker:
     def __init__(self, cfg):
         self.cfg = cfg
         self.judged_until: dict[str, float] = {}
+        self.members: dict[str, list[str]] = {}     # each job's nodes when last formed
+
+    def _merges(self, before: dict[str, str | None], proc) -> list[tuple[str, str, list[str]]]:
+        """(old job, new job, old job's nodes) for each job that no node is in any more and whose
+        nodes still in a job are all in one: it was that job seen before its peers were judged (or
+        under the name of a node that since left it), so it merges into it rather than staying
+        behind as a job of its own. A job whose nodes went to different jobs split: it stays."""
+        nodes = proc.nodes
+        current = {st.job for st in nodes.values() if st.job is not None}
+        out, seen = [], set()
+        for n, old in sorted(before.items()):
+            if old is None or old in current or old in seen:
+                continue
+            seen.add(old)
+            members = self.members.get(old) or (V.job(proc.conn, old) or {}).get("nodes", [])
+            now_in = {nodes[m].job for m in members if m in nodes and nodes[m].job is not None}
+            if len(now_in) == 1:
+                out.append((old, now_in.pop(), list(members)))
+                self.members.pop(old, None)
+                self.judged_until.pop(old, None)
+        return out
 
     def _groups(self, cand: list[str], nodes: dict, e: float) -> tuple[list[list[str]], dict]:
         cfg = self.cfg
@@ -104,21 +130,29 @@ class JobTracker:
             groups.setdefault(root(n), []).append(n)
         return [sorted(g) for g in groups.values()], why
 
-    def update(self, node: str, e: float, proc, node_verdicts: list[dict]) -> tuple[list[dict], list[dict]]:
-        """Regroup after ``node`` was judged up to ``e``; (job verdicts, job rows) for its job."""
+    def update(self, node: str, e: float, proc, node_verdicts: list[dict]
+               ) -> tuple[list[dict], list[dict], list[tuple[str, str, list[str]]]]:
+        """Regroup after ``node`` was judged up to ``e``; (job verdicts, job rows) for its job, and
+        the jobs merged into another (see :meth:`_merges`)."""
         cfg, nodes = self.cfg, proc.nodes
         me = nodes[node]
         if me.active_since is None:
-            return [], []
+            return [], [], []
         cand = sorted(n for n, st in nodes.items() if st.active_since is not None and st.table is not None
                       and st.last_end is not None and abs(st.last_end - e) <= cfg.window_s)
         groups, why = self._groups(cand, nodes, e)
         verdicts, rows = [], []
+        before = {n: st.job for n, st in nodes.items()}
         for members in groups:
             start = min(nodes[m].active_since for m in members)
             job = f"job-{math.floor(start)}-{members[0]}"
             for m in members:
                 nodes[m].job = job
+            self.members[job] = members
+        merges = self._merges(before, proc)
+        for members in groups:
+            job = nodes[members[0]].job
+            start = min(nodes[m].active_since for m in members)
             if node not in members:
                 continue
             rows.append({"job": job, "nodes": members, "start_t": start, "last_t": e})
@@ -142,4 +176,4 @@ class JobTracker:
                      *reasons]
             verdicts += proc.judge_rows("job", job, rows_f, [e], lambda _e: True, gaps, extra,
                                         job_of=lambda _e, j=job: j, table=table)
-        return verdicts, rows
+        return verdicts, rows, merges

@@ -9,7 +9,9 @@ Tables (migration in :mod:`trainsentry.collector.schema`, DDL here):
 * ``alerts``: the k-of-n alert rule's history: when it fired (window end, agent clock), when it
   cleared (NULL while open), the highest P(training) seen while open and the evidence of the
   window that fired it.
-* ``jobs``: the current membership of every job the live processor has formed.
+* ``jobs``: the current membership of every job the live processor has formed. A job formed by
+  one node before its peers were judged (a job of one, or under a name its later-judged peers
+  change) is merged into the job they form: its rows are renamed, it does not stay behind.
 * ``live_node_state`` (migration 4, :data:`NODE_STATE_DDL`): per node, what the live processor
   knows beyond its sample buffer (its job, the GPUs' idle memory floors, its window clock; JSON of
   :meth:`trainsentry.collector.nodestate.NodeState.snapshot`), written in the same transaction as
@@ -26,6 +28,7 @@ so does the state that the next verdicts are computed from.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 
@@ -115,14 +118,25 @@ class VerdictWriter:
 
     def write(self, verdicts: list[dict], new_alerts: list[dict], updates: list[tuple[int, float, float | None]],
               jobs: list[dict] | None = None, node_states: dict[str, tuple[float, dict]] | None = None,
-              unjudged: list[dict] | None = None) -> list[int]:
+              unjudged: list[dict] | None = None, merges: list[tuple[str, str, list[str]]] | None = None) -> list[int]:
         """One transaction: verdict rows, new alerts (their ids returned, in order), updates of
         alerts written before as (id, p_max, cleared_t), job rows, the live state of nodes as
         {node: (last judged window end, snapshot)}: stored state and verdicts never disagree, and
-        unjudged spans ({node, start, end, reason, seq_from, seq_to}) with the state that skipped them."""
+        unjudged spans ({node, start, end, reason, seq_from, seq_to}) with the state that skipped them.
+        ``merges`` (old job, new job, old job's nodes), applied first: the old job's rows become the
+        new one's (its verdicts where the new one has none at that window, its alerts, its nodes'
+        verdicts' job) and its job row goes: a job seen before its peers joined it converges."""
         c, now, ids = self.conn, time.time(), []
         c.execute("BEGIN IMMEDIATE")
         try:
+            for old, new, nodes in merges or []:
+                since = c.execute("SELECT start_t FROM jobs WHERE job = ?", (old,)).fetchone()
+                c.execute("UPDATE OR IGNORE verdicts SET subject = ? WHERE scope = 'job' AND subject = ?", (new, old))
+                c.execute("DELETE FROM verdicts WHERE scope = 'job' AND subject = ?", (old,))
+                c.executemany("UPDATE verdicts SET job = ? WHERE scope = 'node' AND subject = ? AND t_end >= ? AND job = ?",
+                              [(new, n, since[0] if since else -math.inf, old) for n in nodes])
+                c.execute("UPDATE alerts SET subject = ? WHERE scope = 'job' AND subject = ?", (new, old))
+                c.execute("DELETE FROM jobs WHERE job = ?", (old,))
             c.executemany(f"INSERT OR REPLACE INTO verdicts ({_VERDICT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                           [(v["scope"], v["subject"], v["t_start"], v["t_end"], v["state"], v["p_training"],
                             v["detector"], v["artifact"], json.dumps(v["evidence"]), v.get("job"), now)
@@ -218,7 +232,11 @@ def jobs(conn: sqlite3.Connection) -> list[dict]:
 
 
 def job(conn: sqlite3.Connection, name: str) -> dict | None:
-    return next((j for j in jobs(conn) if j["job"] == name), None)
+    row = conn.execute("SELECT job, nodes, start_t, last_t, updated_at FROM jobs WHERE job = ?", (name,)).fetchone()
+    if row is None:
+        return None
+    j, n, s, last, u = row
+    return {"job": j, "nodes": json.loads(n), "start_t": s, "last_t": last, "updated_at": u}
 
 
 # ---- the read API ----------------------------------------------------------------------------
