@@ -50,7 +50,7 @@ import pyarrow as pa
 from ..detect.alert import AlertRule
 from ..detect.base import Detector, load_detector
 from ..detect.rules import CommRules
-from ..detect.segment import Segment, _runs_with_hysteresis, segment_stream
+from ..detect.segment import HELD_FRAC, MAX_GAP_S, Segment, _runs_with_hysteresis, segment_stream
 from ..features import sliding_windows
 from ..features.comm import ACTIVE_FLOOR_BPS
 from ..features.grid import to_grids
@@ -152,6 +152,12 @@ def _collective(row: dict) -> tuple[str, float, float] | None:
     return None
 
 
+def pause_line(job: str, paused_s: float) -> str:
+    return (f"paused {paused_s:.0f} s: job {job} may still resume as the same job (at most {MAX_GAP_S / 60:.0f} min, "
+            f"every GPU holding >= {HELD_FRAC:.0%} of its memory above its idle floor so far): this idle window "
+            "neither votes for nor clears an alert")
+
+
 def classify(active: bool, p: float | None, row: dict | None, training_p: float) -> tuple[str, str]:
     """(state, why). The detector answers training or not; inference vs other is this rule."""
     if not active:
@@ -224,6 +230,8 @@ class LiveProcessor:
         self.caught_up = {"batches": 0, "samples": 0, "read_errors": 0, "unjudged": 0}
         if unjudged:  # the part of a backlog older than the catch-up horizon: said, with the skip
             self._mark_unjudged(unjudged)
+        for a in V.alerts(self.conn, "job", open_only=True):  # a job that ends must clear its open alert
+            self._track("job", a["subject"])
 
     def close(self) -> None:
         for c in self._readers:
@@ -296,7 +304,10 @@ class LiveProcessor:
         return tr
 
     def _vote(self, v: dict, out: dict) -> None:
-        """Feed one verdict to its subject's k-of-n rule; record raised, updated and cleared alerts."""
+        """Feed one verdict to its subject's k-of-n rule; record raised, updated and cleared alerts.
+        A window that abstains (idle in a pause its job may resume from) neither raises nor clears."""
+        if v.get("abstain"):
+            return
         rule, tr = self.cfg.alert, self._track(v["scope"], v["subject"])
         p = v["p_training"]
         tr.cast(v["t_end"], v["state"] != "idle" and p is not None and p >= rule.threshold)
@@ -393,7 +404,14 @@ class LiveProcessor:
             st.track.see(segs, v["t_end"], mem, st.mem_floor)
             if seg is None:
                 st.active_since, st.job = None, None
+                # a pause the job rule may still link: its job goes on, so its alert neither clears
+                # nor grows here (docs/collector.md, "Alerts and pauses")
+                st.paused_in = st.last_job if st.track.may_resume(v["t_end"], st.mem_floor) else None
+                if st.paused_in is not None:
+                    v["abstain"], v["job"] = True, st.paused_in
+                    v["evidence"].insert(1, pause_line(st.paused_in, v["t_end"] - st.track.seg_end))
                 continue
+            st.paused_in = None
             st.active_since = st.track.start
             v["evidence"][1:1] = st.track.evidence(v["t_end"])
             if seg.start > v["t_start"]:
@@ -514,8 +532,11 @@ class LiveProcessor:
         job_verdicts, job_rows, merges = self.jobs.update(node, ends[-1], self, node_verdicts)
         for old, new, _ in merges:
             self._merge_tracks(old, new, ends[-1], out)
-        for v in node_verdicts:
-            v["job"] = st.job if v["state"] != "idle" else None
+        for v in node_verdicts:  # (an idle window in a pause names the job it may resume: judge_node)
+            if v["state"] != "idle":
+                v["job"] = st.job
+            elif not v.get("abstain"):
+                v["job"] = None
         for v in node_verdicts + job_verdicts:
             self._vote(v, out)
             out["verdicts"].append(v)

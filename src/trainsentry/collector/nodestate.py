@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from ..detect.segment import MAX_GAP_S, Segment, links
+from ..detect.segment import HELD_FRAC, MAX_GAP_S, Segment, links, memory_held
 from ..telemetry.base import Reading
 from ..traces.io import columns_to_table, readings_to_columns
 
@@ -98,6 +98,18 @@ class NodeJob:
         if self.view is not None:
             self._fold_gap(mem, e)
 
+    def may_resume(self, e: float, floor: dict) -> bool:
+        """At ``e``, after the latest segment ended, can a segment that begins now still continue
+        the job by the job rule as far as it depends on the pause (at most 10 min so far, every GPU
+        holding >= 80 % of its memory above its idle floor through all of it)? The signature is
+        only known when the next segment begins. A GPU without a reading in the pause yet counts
+        as holding; a node without GPUs has no memory to show and never may (any pause ends its job)."""
+        if self.view is None or self.seg_end is None or e < self.seg_end or e - self.seg_end > MAX_GAP_S:
+            return False
+        seg = replace(self.view, end=self.seg_end)
+        gap = {d: self.gap_min.get(d, m) for d, m in seg.mem_bytes.items()}
+        return memory_held(seg, floor, gap, HELD_FRAC)
+
     def to_dict(self) -> dict:
         view = None if self.view is None else {**vars(self.view), "gpus": list(self.view.gpus),
                                                "mem_bytes": dict(self.view.mem_bytes)}
@@ -134,6 +146,8 @@ class NodeState:
     track: NodeJob = field(default_factory=NodeJob)
     mem_floor: dict = field(default_factory=dict)   # lowest memory each GPU reported (the idle floor)
     seq: int | None = -1            # the last stored batch of the node read into the buffer (None: unknown)
+    last_job: str | None = None     # the job it was last in (kept while it is idle)
+    paused_in: str | None = None    # that job, while the node's pause may still resume it (NodeJob.may_resume)
 
     def add(self, samples: list[dict], buffer_s: float) -> None:
         """Add samples (any order) and drop those older than ``buffer_s`` before the latest. The
@@ -164,7 +178,8 @@ class NodeState:
         re-read from the samples table; see :func:`trainsentry.collector.warm.restore`.)"""
         return {"v": SNAPSHOT_VERSION, "track": self.track.to_dict(), "mem_floor": dict(self.mem_floor),
                 "active_since": self.active_since, "last_end": self.last_end, "job": self.job,
-                "seq": self.seq, "t_latest": self.t_latest if math.isfinite(self.t_latest) else None}
+                "seq": self.seq, "t_latest": self.t_latest if math.isfinite(self.t_latest) else None,
+                "last_job": self.last_job, "paused_in": self.paused_in}
 
     @classmethod
     def from_snapshot(cls, d: dict) -> "NodeState":
@@ -175,7 +190,8 @@ class NodeState:
         try:
             st = cls(track=NodeJob.from_dict(d["track"]), mem_floor=dict(d["mem_floor"]),
                      active_since=d["active_since"], last_end=d["last_end"], job=d["job"],
-                     seq=int(d["seq"]) if d["v"] >= 2 else None)
+                     seq=int(d["seq"]) if d["v"] >= 2 else None, last_job=d.get("last_job", d["job"]),
+                     paused_in=d.get("paused_in"))
             t = d.get("t_latest") if d["v"] >= 2 else None
             st.t_latest = -math.inf if t is None else float(t)
             return st

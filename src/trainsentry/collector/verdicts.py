@@ -20,6 +20,9 @@ Tables (migration in :mod:`trainsentry.collector.schema`, DDL here):
   processor did not judge and why (its catch-up from the store could not read them, the backlog it
   found at start reached further back than it catches up, or a node's samples jumped ahead by more
   windows than it judges at once). Never a silent hole: the verdict API serves them.
+* ``verdicts.abstain`` (migration 7, :data:`ABSTAIN_DDL`): 1 for a window that neither votes nor
+  clears in the k-of-n alert rule: an idle window of a pause from which the job may still resume
+  (see docs/collector.md, "Alerts and pauses"). The votes read back at a restart skip them.
 
 Everything the API answers is read from these tables, so verdicts survive a collector restart, and
 so does the state that the next verdicts are computed from.
@@ -93,14 +96,17 @@ CREATE TABLE unjudged (
 CREATE INDEX unjudged_by_node ON unjudged(node, start_t);
 """
 
-_VERDICT_COLS = "scope, subject, t_start, t_end, state, p_training, detector, artifact, evidence, job, computed_at"
+ABSTAIN_DDL = "ALTER TABLE verdicts ADD COLUMN abstain INTEGER NOT NULL DEFAULT 0;  -- 1: no vote (a pause)\n"
+
+_VERDICT_COLS = ("scope, subject, t_start, t_end, state, p_training, detector, artifact, evidence, job, computed_at, "
+                 "abstain")
 
 
 def _verdict(row: tuple) -> dict:
-    scope, subject, t_start, t_end, state, p, det, artifact, evidence, job, computed_at = row
+    scope, subject, t_start, t_end, state, p, det, artifact, evidence, job, computed_at, abstain = row
     return {"scope": scope, "subject": subject, "t_start": t_start, "t_end": t_end, "state": state,
             "p_training": p, "detector": det, "artifact": artifact, "evidence": json.loads(evidence),
-            "job": job, "computed_at": computed_at}
+            "job": job, "computed_at": computed_at, "abstain": bool(abstain)}
 
 
 def _alert(row: tuple) -> dict:
@@ -137,10 +143,10 @@ class VerdictWriter:
                               [(new, n, since[0] if since else -math.inf, old) for n in nodes])
                 c.execute("UPDATE alerts SET subject = ? WHERE scope = 'job' AND subject = ?", (new, old))
                 c.execute("DELETE FROM jobs WHERE job = ?", (old,))
-            c.executemany(f"INSERT OR REPLACE INTO verdicts ({_VERDICT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            c.executemany(f"INSERT OR REPLACE INTO verdicts ({_VERDICT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                           [(v["scope"], v["subject"], v["t_start"], v["t_end"], v["state"], v["p_training"],
-                            v["detector"], v["artifact"], json.dumps(v["evidence"]), v.get("job"), now)
-                           for v in verdicts])
+                            v["detector"], v["artifact"], json.dumps(v["evidence"]), v.get("job"), now,
+                            int(bool(v.get("abstain")))) for v in verdicts])
             for a in new_alerts:
                 cur = c.execute("INSERT INTO alerts (scope, subject, raised_t, cleared_t, threshold, k, n, p_max, "
                                 "detector, evidence, raised_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -195,8 +201,8 @@ def timeline(conn: sqlite3.Connection, scope: str, subject: str, start: float, e
 
 
 def last_p(conn: sqlite3.Connection, scope: str, subject: str, n: int) -> list[tuple[float, str, float | None]]:
-    """(t_end, state, P) of the last n windows, oldest first."""
-    rows = conn.execute("SELECT t_end, state, p_training FROM verdicts WHERE scope = ? AND subject = ? "
+    """(t_end, state, P) of the last n windows that voted (not abstaining), oldest first."""
+    rows = conn.execute("SELECT t_end, state, p_training FROM verdicts WHERE scope = ? AND subject = ? AND abstain = 0 "
                         "ORDER BY t_end DESC LIMIT ?", (scope, subject, n)).fetchall()
     return rows[::-1]
 
