@@ -405,3 +405,35 @@ def test_a_version_1_snapshot_is_still_restored(db, client, agent, inspector_tok
         assert c2.app.state.bus.drain(30.0)
         tl = c2.get("/v1/nodes/node-a/verdicts", params={"start": T0 - 10, "end": T0 + 1000}).json()["verdicts"]
     assert len(tl) == n + 6 and {v["job"] for v in tl[n:]} == {job} and tl[-1]["state"] == "training"
+
+
+def test_a_shutdown_judges_nothing_more_and_the_next_start_reads_the_rest_back(tmp_path_factory, monkeypatch):
+    # the processor stops at shutdown rather than draining its queue; nothing is lost: the next
+    # start reads back from the store what was not judged, and the verdicts are a full run's
+    monkeypatch.setenv("TRAINSENTRY_MODELS", str(tmp_path_factory.getbasetemp() / "no-models"))
+    sent = live_batches(DDP)
+
+    def verdicts(c) -> list[tuple]:
+        tl = c.get("/v1/nodes/node-a/verdicts", params={"start": T0 - 10, "end": T0 + 100}).json()["verdicts"]
+        return [(v["t_end"], v["state"], v["p_training"], v["job"], v["evidence"]) for v in tl]
+    out = []
+    for stop_early in (False, True):
+        db, key, token = fresh_db(tmp_path_factory.mktemp("stop"))
+        app = create_app(db)
+        with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as c:
+            a = Agent(c, "node-a", key)
+            if stop_early:
+                app.state.live.stop()     # as at shutdown: events still arriving are left to the store
+            for b in sent:
+                assert a.send(b).status_code == 200
+            if not stop_early:
+                assert c.app.state.bus.drain(30.0)
+                out.append(verdicts(c))
+            else:
+                assert verdicts(c) == []
+        if stop_early:
+            with TestClient(create_app(db), headers={"Authorization": f"Bearer {token}"}) as c:
+                assert c.app.state.bus.drain(30.0)
+                assert c.get("/v1/live").json()["caught_up"]["batches"] == len(sent)
+                out.append(verdicts(c))
+    assert out[0] and out[1] == out[0]

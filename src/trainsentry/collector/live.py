@@ -226,12 +226,18 @@ class LiveProcessor:
             warm.restore(self.conn, self.cfg, NodeState)
         self.warm_s = time.perf_counter() - t
         self._node_ids: dict[str, int] = {}
+        self._stopping = False
         self._read_failures: dict[str, int] = {}
         self.caught_up = {"batches": 0, "samples": 0, "read_errors": 0, "unjudged": 0}
         if unjudged:  # the part of a backlog older than the catch-up horizon: said, with the skip
             self._mark_unjudged(unjudged)
         for a in V.alerts(self.conn, "job", open_only=True):  # a job that ends must clear its open alert
             self._track("job", a["subject"])
+
+    def stop(self) -> None:
+        """Stop judging: the collector is shutting down. Whatever is not judged yet is in the store
+        and is read back when it starts again (the snapshot says from where)."""
+        self._stopping = True
 
     def close(self) -> None:
         for c in self._readers:
@@ -246,19 +252,25 @@ class LiveProcessor:
                 "warmed": {"nodes": sum(1 for st in self.nodes.values() if st.table is not None),
                            "samples": self.warmed_samples, "s": round(self.warm_s, 3)},
                 "restored": self.restored, "caught_up": dict(self.caught_up),
-                "behind": {n: b for n in sorted(self.nodes) if (b := self.behind_batches(n))}}
+                "behind": self.behind()}
 
-    def behind_batches(self, node: str) -> int:
-        """How many of the node's stored batches (by seq) the processor has not read yet (API threads)."""
-        st = self.nodes.get(node)
-        row = self.reader().execute("SELECT last_seq FROM nodes WHERE name = ?", (node,)).fetchone()
-        if row is None or row[0] is None:
-            return 0
-        return max(0, row[0] - (st.seq if st is not None and st.seq is not None else -1))
+    def behind(self, node: str | None = None) -> dict[str, int]:
+        """{node: stored batches (by seq) the processor has not read yet}, nodes it owes any
+        (one node, or all; from the API's threads)."""
+        sql, args = "SELECT name, last_seq FROM nodes WHERE last_seq IS NOT NULL", ()
+        if node is not None:
+            sql, args = sql + " AND name = ?", (node,)
+        out = {}
+        for name, last_seq in self.reader().execute(sql, args).fetchall():
+            st = self.nodes.get(name)
+            n = last_seq - (st.seq if st is not None and st.seq is not None else -1)
+            if n > 0:
+                out[name] = n
+        return out
 
     def not_judged_yet(self, node: str) -> list[dict]:
         """An open unjudged span while the processor is behind on the node's stored batches."""
-        n = self.behind_batches(node)
+        n = self.behind(node).get(node, 0)
         if not n:
             return []
         st = self.nodes.get(node)
@@ -424,6 +436,8 @@ class LiveProcessor:
 
     # ---- the bus callback and the catch-up from the store ----------------------------------------
     def on_batch(self, ev: CommittedBatch) -> None:
+        if self._stopping:
+            return
         st = self.nodes.setdefault(ev.node, NodeState())
         if ev.seq <= st.seq:
             return  # already read back from the store
@@ -446,7 +460,7 @@ class LiveProcessor:
         is tried again with the node's next event or notice; after READ_RETRIES failed attempts the
         batches left are recorded as unjudged (with the error) and skipped."""
         st = self.nodes.setdefault(node, NodeState())
-        while st.seq < upto:
+        while st.seq < upto and not self._stopping:
             try:
                 node_id = self._node_id(node)
                 rows = warm.stored_batches(self.conn, node_id, st.seq, upto)
@@ -460,6 +474,8 @@ class LiveProcessor:
                 st.seq = upto  # the seqs left were declared lost: never stored, recorded as unmonitored
                 return
             for seq, samples, gaps in read:
+                if self._stopping:
+                    return
                 self.caught_up["batches"] += 1
                 self.caught_up["samples"] += len(samples)
                 self._consume(node, st, seq, samples, gaps)
@@ -561,6 +577,7 @@ def install_live(app, col) -> LiveProcessor | None:
     close = col.close
 
     def close_all() -> None:  # the bus drains first, so no callback runs on a closed connection
+        proc.stop()  # a long catch-up stops at the next batch; the store keeps the rest for the next start
         close()
         proc.close()
     col.close = close_all
