@@ -194,6 +194,7 @@ def test_two_nodes_with_simultaneous_ddp_form_one_job(db, client, agent):
     jobs = get(client, "/v1/jobs")["jobs"]
     both = [j for j in jobs if j["nodes"] == ["node-a", "node-b"]]
     assert len(both) == 1 and both[0]["state"] == "training", jobs
+    assert sorted(j["nodes"] for j in jobs) == [["node-a", "node-b"], ["node-d"]], jobs   # nothing left behind
     assert not any("node-c" in j["nodes"] for j in jobs)  # idle all along: in no job
     # same start, same NVLink bursts, but nothing on its network: its own job, not theirs
     assert [j["nodes"] for j in jobs if "node-d" in j["nodes"]] == [["node-d"]], jobs
@@ -203,6 +204,38 @@ def test_two_nodes_with_simultaneous_ddp_form_one_job(db, client, agent):
     assert get(client, "/v1/nodes/node-a/verdict")["job"] == both[0]["job"]
     assert get(client, "/v1/nodes/node-c/verdict")["state"] == "idle"
     assert client.get("/v1/jobs/nope").status_code == 404
+
+
+@pytest.mark.parametrize("b_idle_s, b_lag", [(12.0, 3), (11.0, 0), (11.0, 2)],
+                         ids=["peer-3-batches-behind", "peer-started-1s-earlier", "earlier-and-behind"])
+def test_a_node_judged_before_its_peer_leaves_no_job_behind(db, client, agent, b_idle_s, b_lag):
+    """node-a's windows are judged before node-b's: at the start of their DDP job node-a is a job
+    of its own (node-b not judged there yet, or their traffic not yet simultaneous); node-b's
+    windows then join it under the group's name (a different one when node-b started first). The
+    early job is merged into the group's: one job, every verdict and alert under its name (before,
+    a job of node-a or node-b alone stayed in /v1/jobs for good)."""
+    keys = enroll(db, "node-b")
+    agents = {"node-a": agent, "node-b": Agent(client, "node-b", keys["node-b"])}
+    per_node = {"node-a": batches(DDP, network=True),
+                "node-b": batches([("idle", b_idle_s, IDLE_MEM_BYTES), ("ddp", 34.0 - b_idle_s, 20 * GIB)],
+                                  network=True)}
+    for i in range(len(per_node["node-a"]) + b_lag):
+        for n, lag in (("node-a", 0), ("node-b", b_lag)):
+            if 0 <= i - lag < len(per_node[n]):
+                assert agents[n].send(per_node[n][i - lag]).status_code == 200
+    assert client.app.state.bus.drain(60.0)
+    (job,) = get(client, "/v1/jobs")["jobs"]
+    assert job["nodes"] == ["node-a", "node-b"] and job["state"] == "training"
+    assert job["start_t"] == pytest.approx(T0 + b_idle_s - 0.5, abs=1.0)     # the earlier node's start
+    for n in ("node-a", "node-b"):
+        assert {v["job"] for v in timeline(client, n) if v["state"] != "idle"} == {job["job"]}
+    body = get(client, f"/v1/jobs/{job['job']}", start=T0 - 10)
+    ends = [v["t_end"] for v in body["verdicts"]]
+    assert ends == sorted(set(ends)) and ends[0] <= T0 + 14.0 and ends[-1] == T0 + 34.0
+    assert len(body["alerts"]) == 1 and body["alerts"][0]["open"] and job["alerts_open"] == 1
+    conn = client.app.state.live.conn
+    assert conn.execute("SELECT DISTINCT subject FROM verdicts WHERE scope = 'job'").fetchall() == [(job["job"],)]
+    assert conn.execute("SELECT DISTINCT subject FROM alerts WHERE scope = 'job'").fetchall() == [(job["job"],)]
 
 
 def test_unknown_node_and_bad_range(client):

@@ -127,9 +127,27 @@ def test_pauses_link_by_the_offline_job_rule(client, agent, recording, pauses, n
     assert [j["job"] for j in listed] == jobs
     assert listed[0]["start_t"] == pytest.approx(T0 + 2.5, abs=1.0)
     last = " ".join(tl[-1]["evidence"])
+    node_alerts = get(client, "/v1/nodes/node-a/alerts")["alerts"]
+    job_alerts = {j: get(client, f"/v1/jobs/{j}", start=T0 - 10)["alerts"] for j in jobs}
+    job_tl = get(client, f"/v1/jobs/{jobs[0]}", start=T0 - 10)["verdicts"]
+    job_paused = [v for v in job_tl if v["state"] == "idle"]
     if n_jobs == 1:
         assert listed[0]["last_t"] >= tl[-1]["t_end"] - 2.0
         assert f"across 1 pause(s), the latest {pause_s:.0f} s" in last, last
+        # alerts and pauses: the pause may still resume the job, so its idle windows abstain, for
+        # the node and the job alike: one alert each, open through the pause (before, the node's
+        # cleared in a 40 s pause and a second one was raised; the job's never could)
+        assert all(v["abstain"] and v["job"] == jobs[0] for v in paused)
+        assert job_paused and all(v["abstain"] for v in job_paused)
+        assert [a["open"] for a in node_alerts] == [True] and [a["open"] for a in job_alerts[jobs[0]]] == [True]
     else:
         assert listed[1]["start_t"] == pytest.approx(T0 + CUT_S + pause_s, abs=2.0)
         assert "pause(s)" not in last
+        # memory released: the job ended; its idle windows vote no as the node's do, and its alert
+        # clears after 5 of them (before, an ended job's alert stayed open for good); the next job
+        # has its own
+        assert not any(v["abstain"] or v["job"] for v in paused)
+        ended = [v for v in job_paused if not v["abstain"]]
+        assert len(ended) == 5 and "ended: no node of job" in " ".join(ended[0]["evidence"])
+        (first,) = job_alerts[jobs[0]]
+        assert first["cleared_t"] == ended[-1]["t_end"] and [a["open"] for a in job_alerts[jobs[1]]] == [True]

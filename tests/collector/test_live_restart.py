@@ -10,10 +10,16 @@ signed batches to the real server (``python -m trainsentry.collector.server``). 
 SIGKILL once the verdicts have caught up with the batches sent, then a new server on the same
 database; the agent carries on with its chain. Every verdict (evidence included), alert and job
 must then be what a collector that never restarted says about the same stream.
+
+The same reference holds when the live processor is not handed every batch: the store is the
+source of truth, so batches the commit bus dropped (its queue forced down to one event) and a
+backlog of more than the 30 s buffer left unjudged at a SIGKILL are read back from the store and
+judged exactly as if they had been handed over.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import time
@@ -47,11 +53,15 @@ def last_window_end(sent: list[list[dict]]) -> float:
     return math.floor(max(s["t"] for s in sent[-1]) / 2.0 + 1e-9) * 2.0
 
 
-def feed(col: RealCollector, agent: Agent, sent: list[list[dict]], token: str) -> None:
-    """Post the batches, then wait until the live processor has judged the window they complete."""
+def post(agent: Agent, sent: list[list[dict]]) -> None:
     for b in sent:
         r = agent.send(b)
         assert r.status_code == 200, r.text
+
+
+def feed(col: RealCollector, agent: Agent, sent: list[list[dict]], token: str) -> None:
+    """Post the batches, then wait until the live processor has judged the window they complete."""
+    post(agent, sent)
     want, deadline = last_window_end(sent), time.monotonic() + 120
     while (col.get("/v1/nodes/node-a/verdict", token).get("window") or {}).get("end") != want:
         assert time.monotonic() < deadline, "the live processor did not catch up"
@@ -69,14 +79,19 @@ def observe(col: RealCollector, token: str) -> dict:
                                       for a in col.get(f"/v1/jobs/{j['job']}", token)["alerts"]] for j in jobs}}
 
 
-def run(tmp: Path, batches: list[list[dict]], restart_after: int | None, models: Path) -> tuple[dict, dict]:
-    """(what the API says just before the restart, what it says at the end). Untrained comm-rules,
-    as in test_live: the models folder (named in every verdict's evidence) is one that does not exist."""
+def fresh_db(tmp: Path) -> tuple[Path, str, str]:
+    """(database, node-a's key, an inspector token)."""
     db = tmp / "collector.db"
     store = Store(db)
     key = store.enroll("node-a")
     store.close()
-    token = enroll_inspector_in(db, "inspector-1")
+    return db, key, enroll_inspector_in(db, "inspector-1")
+
+
+def run(tmp: Path, batches: list[list[dict]], restart_after: int | None, models: Path) -> tuple[dict, dict]:
+    """(what the API says just before the restart, what it says at the end). Untrained comm-rules,
+    as in test_live: the models folder (named in every verdict's evidence) is one that does not exist."""
+    db, key, token = fresh_db(tmp)
     env = {"TRAINSENTRY_MODELS": str(models)}
     k = len(batches) if restart_after is None else restart_after
     col = RealCollector(db, env)
@@ -113,10 +128,14 @@ def test_reference_run_alerts_and_keeps_one_job_across_the_pause(never_restarted
     ref = never_restarted
     assert len(ref["jobs"]) == 1, ref["jobs"]
     assert ref["jobs"][0][2] == pytest.approx(T0 + 2.5, abs=1.0)       # dated from training's true start
-    # the node's alert clears in the pause (5 idle windows) and a second one follows; the job is
-    # judged only while it runs, so its one alert stays open through the pause
-    assert [a[2] is None for a in ref["alerts"]] == [False, True]
-    assert [a[1] is None for a in ref["job_alerts"][ref["jobs"][0][0]]] == [True]
+    # the pause is one the job rule links (memory held): the job goes on through it, so the idle
+    # windows of the pause abstain and the node's alert, like the job's, stays open through it
+    # (before, the node's cleared after 5 idle windows and a second one followed; the job's stayed)
+    job = ref["jobs"][0][0]
+    assert [a[2] is None for a in ref["alerts"]] == [True]
+    assert [a[1] is None for a in ref["job_alerts"][job]] == [True]
+    paused = [v for v in ref["timeline"] if v[1] == "idle" and v[0] > T0 + CUT_S]
+    assert len(paused) >= 3 and all(v[3] == job and "neither votes for nor clears" in " ".join(v[4]) for v in paused)
     assert "across 1 pause(s), the latest 8 s" in " ".join(ref["timeline"][-1][4])
 
 
@@ -149,6 +168,148 @@ def test_restart_between_the_first_vote_and_the_alert_does_not_reset_the_alert_c
     before, after = run(tmp_path, batches, k, models)
     assert before["alerts"] == [] and any(t == voted[0] for t, *_ in before["timeline"])
     assert after["alerts"][0][1] == raised and after == ref
+
+
+def test_batches_the_bus_dropped_are_read_back_from_the_store(tmp_path, batches, never_restarted, models):
+    # a queue of one event: while the processor judges a window, the batches posted meanwhile
+    # overflow it (the bus drops them); the processor must read them back, not skip them
+    db, key, token = fresh_db(tmp_path)
+    col = RealCollector(db, {"TRAINSENTRY_MODELS": str(models), "TRAINSENTRY_BUS_QUEUE": "1"})
+    try:
+        feed(col, Agent(col.http, "node-a", key), batches, token)
+        bus = col.get("/v1/stats", token)["bus"]
+        live = col.get("/v1/live", token)
+        got = observe(col, token)
+        verdict = col.get("/v1/nodes/node-a/verdict", token)
+    finally:
+        col.kill()
+    assert bus["maxsize"] == 1 and bus["dropped"] > 10 and bus["catch_up_notices"] >= 1, bus
+    assert live["caught_up"]["batches"] >= bus["dropped"] and live["caught_up"]["unjudged"] == 0, live
+    assert live["behind"] == {} and verdict["unjudged"] == []
+    # every window judged, from every sample: what a processor handed every batch says
+    assert got == never_restarted
+
+
+@pytest.mark.parametrize("how", ["store-only", "sigkill-behind"])
+def test_a_backlog_longer_than_the_buffer_is_judged_from_the_store_after_a_crash(tmp_path, batches, never_restarted,
+                                                                                 models, how):
+    """The processor has judged up to just before training's first vote; then 50 s of batches
+    (longer than the 30 s buffer, the alert and the pause inside) are committed but not judged
+    when the collector dies. "store-only": they are posted to a collector running without the
+    live processor (TRAINSENTRY_LIVE=0), so the backlog is exactly them; "sigkill-behind": posted
+    to one whose bus holds one event, SIGKILLed at once (the processor is somewhere behind).
+    Before: the windows older than the 30 s re-read at the restart were judged without samples
+    ("other"), the alert came late and the pause split the job."""
+    ref = never_restarted
+    voted = [t for t, state, p, *_ in ref["timeline"] if state != "idle" and p is not None and p >= 0.75]
+    k = first_batch_reaching(batches, voted[0] - 4.0)
+    m = first_batch_reaching(batches, T0 + CUT_S + 8.0 + 4.0)   # past the alert and the spliced pause
+    assert max(s["t"] for s in batches[m - 1]) - max(s["t"] for s in batches[k - 1]) > 45.0
+    db, key, token = fresh_db(tmp_path)
+    env = {"TRAINSENTRY_MODELS": str(models)}
+    col = RealCollector(db, env)
+    agent = Agent(col.http, "node-a", key)
+    try:
+        feed(col, agent, batches[:k], token)
+        judged = col.get("/v1/nodes/node-a/verdict", token)["window"]["end"]
+        col.kill()
+        col = RealCollector(db, {**env, "TRAINSENTRY_LIVE": "0"} if how == "store-only"
+                            else {**env, "TRAINSENTRY_BUS_QUEUE": "1"})
+        agent.client = col.http
+        post(agent, batches[k:m])
+        col.kill()
+        c = sqlite3.connect(db)
+        (t_end,) = c.execute("SELECT t_end FROM live_node_state WHERE node = 'node-a'").fetchone()
+        (last_t,) = c.execute("SELECT last_t FROM nodes WHERE name = 'node-a'").fetchone()
+        c.close()
+        if how == "store-only":
+            assert t_end == judged and last_t - t_end > 45.0   # the backlog: more than the buffer holds
+        col = RealCollector(db, env)
+        agent.client = col.http
+        feed(col, agent, batches[m:], token)
+        after = observe(col, token)
+        live = col.get("/v1/live", token)
+        verdict = col.get("/v1/nodes/node-a/verdict", token)
+    finally:
+        col.kill()
+    assert live["caught_up"]["batches"] >= (m - k if how == "store-only" else 1) and live["behind"] == {}
+    assert verdict["unjudged"] == []
+    backlog = [(st, p) for t, st, p, *_ in after["timeline"] if judged < t <= last_t]
+    assert len(backlog) >= 22 and "training" in {st for st, _ in backlog}
+    assert all(p is not None for _, p in backlog), backlog   # every window judged from its samples
+    assert after == ref
+
+
+def test_what_cannot_be_caught_up_is_recorded_and_served_as_unjudged(tmp_path, monkeypatch):
+    """A backlog reaching back more than the catch-up horizon (1 h; 20 s here) before the node's
+    latest sample is judged from the horizon on, and the older part is an unjudged span with the
+    reason; so are windows skipped when a node's samples jump ahead by more than 30 windows."""
+    from trainsentry.collector import warm
+    monkeypatch.setattr(warm, "CATCHUP_MAX_S", 20.0)
+    monkeypatch.setenv("TRAINSENTRY_MODELS", str(tmp_path / "no-models"))
+    db, key, token = fresh_db(tmp_path)
+    plan = [("idle", 12.0, IDLE_MEM_BYTES), ("ddp", 38.0, 20 * GIB)]
+    sent = live_batches(plan)
+    monkeypatch.setenv("TRAINSENTRY_LIVE", "0")   # stored, never judged: no snapshot, no verdict
+    with TestClient(create_app(db)) as c:
+        a = Agent(c, "node-a", key)
+        for b in sent:
+            assert a.send(b).status_code == 200
+    monkeypatch.setenv("TRAINSENTRY_LIVE", "1")
+    with TestClient(create_app(db), headers={"Authorization": f"Bearer {token}"}) as c:
+        assert c.app.state.bus.drain(60.0)
+        v = c.get("/v1/nodes/node-a/verdicts", params={"start": T0 - 10, "end": T0 + 1000}).json()
+        latest = max(s["t"] for s in sent[-1])
+        (u,) = v["unjudged"]
+        assert u["start"] == min(s["t"] for s in sent[0]) and u["end"] == pytest.approx(latest - 20.0, abs=1.0)
+        assert "more than 20 s before the node's latest sample" in u["reason"] and u["seq_from"] == 0
+        assert min(x["t_end"] for x in v["verdicts"]) > u["end"]   # judged from the horizon on
+        assert v["verdicts"][-1]["state"] == "training"
+        # the node's samples jump 100 s ahead: 50 windows completed at once, the latest 30 judged
+        a = Agent(c, "node-a", key)
+        a.seq, a.prev = len(sent), c.app.state.live.conn.execute(
+            "SELECT last_digest FROM nodes WHERE name = 'node-a'").fetchone()[0]
+        later = live_batches(plan, t_start=T0 + 150.0)
+        for b in later[:3]:
+            assert a.send(b).status_code == 200
+        assert c.app.state.bus.drain(60.0)
+        v = c.get("/v1/nodes/node-a/verdict").json()
+        jump = [x for x in v["unjudged"] if x["seq_from"] is None]
+        assert len(jump) == 1 and "at most 30 (the latest) are judged at once" in jump[0]["reason"], v["unjudged"]
+        assert c.get("/v1/live").json()["caught_up"]["unjudged"] == 2
+
+
+def test_a_batch_that_cannot_be_read_back_is_retried_then_marked_unjudged(tmp_path, monkeypatch):
+    import sqlite3 as sq
+
+    from trainsentry.collector import warm
+    monkeypatch.setenv("TRAINSENTRY_MODELS", str(tmp_path / "no-models"))
+    db, key, token = fresh_db(tmp_path)
+    sent = live_batches([("ddp", 30.0, 20 * GIB)])
+    with TestClient(create_app(db), headers={"Authorization": f"Bearer {token}"}) as c:
+        proc, bus = c.app.state.live, c.app.state.bus
+        a = Agent(c, "node-a", key)
+        for b in sent[:12]:
+            assert a.send(b).status_code == 200
+        assert bus.drain(30.0)
+        real = warm.batch_samples
+
+        def broken(conn, node_id, first, last):
+            raise sq.DatabaseError("database disk image is malformed")
+        monkeypatch.setattr(warm, "batch_samples", broken)
+        proc.nodes["node-a"].seq -= 3      # as if the bus had dropped the last three batches
+        for i in range(3):                 # each event tries again; the third failure gives up on them
+            bus.resync("node-a", 11)
+            assert bus.drain(30.0)
+            assert proc.nodes["node-a"].seq == (8 if i < 2 else 11)
+        monkeypatch.setattr(warm, "batch_samples", real)
+        for b in sent[12:]:
+            assert a.send(b).status_code == 200
+        assert bus.drain(30.0)
+        v = c.get("/v1/nodes/node-a/verdict").json()
+    (u,) = v["unjudged"]
+    assert (u["seq_from"], u["seq_to"]) == (9, 11) and "could not be read back" in u["reason"]
+    assert "malformed" in u["reason"] and v["state"] == "training"
 
 
 def _two_node_job(db: Path, token: str, rounds: list[dict[str, list[dict]]], restart_after: int | None) -> dict:
@@ -210,11 +371,69 @@ def test_a_snapshot_this_version_cannot_read_is_said_and_that_node_starts_afresh
     client.close()
     c = sqlite3.connect(db)
     (raw,) = c.execute("SELECT state FROM live_node_state WHERE node = 'node-a'").fetchone()
-    assert '"v": 1' in raw and job.startswith("job-")
-    c.execute("UPDATE live_node_state SET state = ? WHERE node = 'node-a'", (raw.replace('"v": 1', '"v": 99'),))
+    assert '"v": 2' in raw and job.startswith("job-")
+    c.execute("UPDATE live_node_state SET state = ? WHERE node = 'node-a'", (raw.replace('"v": 2', '"v": 99'),))
     c.commit()
     c.close()
     with TestClient(create_app(db), headers={"Authorization": f"Bearer {inspector_token}"}) as c2:
         live = c2.get("/v1/live").json()
-        assert live["restored"]["states"] == 0 and "version-1" in live["restored"]["unusable"]["node-a"]
+        assert live["restored"]["states"] == 0 and "version-2" in live["restored"]["unusable"]["node-a"]
         assert live["warmed"]["nodes"] == 1   # its buffer still comes back from the samples
+
+
+def test_a_version_1_snapshot_is_still_restored(db, client, agent, inspector_token):
+    # written before snapshots said which stored batch the buffer had read: that is derived from
+    # the node's last verdict, and the job carries on under its name
+    send_all(client, {"node-a": agent}, {"node-a": DDP})
+    job = client.get("/v1/nodes/node-a/verdict").json()["job"]
+    n = len(client.get("/v1/nodes/node-a/verdicts", params={"start": T0 - 10, "end": T0 + 1000}).json()["verdicts"])
+    client.close()
+    c = sqlite3.connect(db)
+    (raw,) = c.execute("SELECT state FROM live_node_state WHERE node = 'node-a'").fetchone()
+    old = {k: v for k, v in json.loads(raw).items() if k not in ("seq", "t_latest")}
+    c.execute("UPDATE live_node_state SET state = ? WHERE node = 'node-a'", (json.dumps({**old, "v": 1}),))
+    c.commit()
+    c.close()
+    with TestClient(create_app(db), headers={"Authorization": f"Bearer {inspector_token}"}) as c2:
+        live = c2.get("/v1/live").json()
+        assert live["restored"] == {"states": 1, "unusable": {}} and live["behind"] == {}
+        a2 = Agent(c2, "node-a", agent.key)
+        a2.seq, a2.prev = agent.seq, agent.prev
+        more = live_batches(DDP[:-1] + [("ddp", 34.0, 20 * GIB)])[len(live_batches(DDP)):]
+        for b in more:
+            assert a2.send(b).status_code == 200
+        assert c2.app.state.bus.drain(30.0)
+        tl = c2.get("/v1/nodes/node-a/verdicts", params={"start": T0 - 10, "end": T0 + 1000}).json()["verdicts"]
+    assert len(tl) == n + 6 and {v["job"] for v in tl[n:]} == {job} and tl[-1]["state"] == "training"
+
+
+def test_a_shutdown_judges_nothing_more_and_the_next_start_reads_the_rest_back(tmp_path_factory, monkeypatch):
+    # the processor stops at shutdown rather than draining its queue; nothing is lost: the next
+    # start reads back from the store what was not judged, and the verdicts are a full run's
+    monkeypatch.setenv("TRAINSENTRY_MODELS", str(tmp_path_factory.getbasetemp() / "no-models"))
+    sent = live_batches(DDP)
+
+    def verdicts(c) -> list[tuple]:
+        tl = c.get("/v1/nodes/node-a/verdicts", params={"start": T0 - 10, "end": T0 + 100}).json()["verdicts"]
+        return [(v["t_end"], v["state"], v["p_training"], v["job"], v["evidence"]) for v in tl]
+    out = []
+    for stop_early in (False, True):
+        db, key, token = fresh_db(tmp_path_factory.mktemp("stop"))
+        app = create_app(db)
+        with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as c:
+            a = Agent(c, "node-a", key)
+            if stop_early:
+                app.state.live.stop()     # as at shutdown: events still arriving are left to the store
+            for b in sent:
+                assert a.send(b).status_code == 200
+            if not stop_early:
+                assert c.app.state.bus.drain(30.0)
+                out.append(verdicts(c))
+            else:
+                assert verdicts(c) == []
+        if stop_early:
+            with TestClient(create_app(db), headers={"Authorization": f"Bearer {token}"}) as c:
+                assert c.app.state.bus.drain(30.0)
+                assert c.get("/v1/live").json()["caught_up"]["batches"] == len(sent)
+                out.append(verdicts(c))
+    assert out[0] and out[1] == out[0]

@@ -2,21 +2,35 @@
 
 ``bus.subscribe(callback)`` registers ``callback(event: CommittedBatch)``. Callbacks run on one
 dispatcher thread, in commit order per node, *after* the batch is committed and off the request's
-critical path: a slow or failing subscriber never delays or fails an acknowledgement. The queue is
-bounded; when subscribers fall behind, events are dropped and counted (``dropped``) rather than
-growing memory without limit; a subscriber that must see everything can re-read the store
-(every committed batch is there, with its seq). Duplicates are not published.
+critical path: a slow or failing subscriber never delays or fails an acknowledgement. Duplicates
+are not published.
+
+The queue is bounded (10,000 events; ``TRAINSENTRY_BUS_QUEUE`` sets another size). When subscribers
+fall behind and it is full, an event is not queued: it is counted (``dropped``) and its node is
+remembered with the highest seq dropped; once the dispatcher has handed on the event it is busy
+with, every subscriber gets one **catch-up notice** per such node: a :class:`CommittedBatch` with
+``from_store=True`` and no samples, meaning "this node's batches up to ``seq`` are committed: read
+them from the store". The store is the source of truth (every committed batch is there, with its
+seq), so memory stays bounded whatever a node sends and nothing is lost to a subscriber that reads
+back what it was not handed (the live processor does: :meth:`.live.LiveProcessor.catch_up`).
+:meth:`CommitBus.resync` posts the same notice on purpose (the live processor's backlog at start).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 log = logging.getLogger("trainsentry.collector.hooks")
+
+QUEUE_ENV = "TRAINSENTRY_BUS_QUEUE"     # events queued at most (default 10,000); tests force overflows
+DEFAULT_QUEUE = 10_000
+_WAKE = object()                         # wakes the dispatcher for catch-up notices
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,19 +41,27 @@ class CommittedBatch:
     received_at: float               # server clock at commit
     samples: list[dict]              # wire samples: {"dev", "kind", "t", "m": {metric: value}}
     unmonitored: list[dict]          # intervals this batch revealed (see store.Accepted.gaps)
+    from_store: bool = False         # a catch-up notice: batches up to seq were not handed on, read them back
 
 
 Subscriber = Callable[[CommittedBatch], None]
 
 
 class CommitBus:
-    def __init__(self, maxsize: int = 10_000):
+    def __init__(self, maxsize: int | None = None):
+        if maxsize is None:
+            maxsize = int(os.environ.get(QUEUE_ENV, DEFAULT_QUEUE))
+        if maxsize < 1:
+            raise ValueError("the commit bus needs room for at least one event")
+        self.maxsize = maxsize
         self._subscribers: list[Subscriber] = []
         self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._behind: dict[str, int] = {}   # node -> highest seq not handed on (catch-up notice pending)
         self.delivered = 0
         self.dropped = 0
+        self.notices = 0
         self.errors = 0
 
     def subscribe(self, callback: Subscriber) -> None:
@@ -55,21 +77,54 @@ class CommitBus:
         try:
             self._queue.put_nowait(event)
         except queue.Full:
+            # Not queued, not forgotten: the node gets a catch-up notice once the dispatcher is free.
+            # (The queue is full, so the dispatcher has events ahead of it and looks at _behind after
+            # each of them: the notice is always sent, and before drain() returns.)
             self.dropped += 1
+            self._mark(event.node, event.seq)
+
+    def resync(self, node: str, seq: int) -> None:
+        """Send subscribers a catch-up notice for ``node`` up to ``seq`` (batches already committed)."""
+        self._mark(node, seq)
+        try:
+            self._queue.put_nowait(_WAKE)
+        except queue.Full:
+            pass  # the dispatcher is busy with queued events and looks at the notices after each
+
+    def _mark(self, node: str, seq: int) -> None:
+        with self._lock:
+            if seq > self._behind.get(node, -1):
+                self._behind[node] = seq
+
+    def _hand(self, event: CommittedBatch) -> None:
+        for cb in list(self._subscribers):
+            try:
+                cb(event)
+                self.delivered += 1
+            except Exception:  # a subscriber's bug must not stop the others or the collector
+                self.errors += 1
+                log.exception("commit subscriber %r failed on %s seq %d", cb, event.node, event.seq)
+
+    def _notify_behind(self) -> None:
+        while True:
+            with self._lock:
+                if not self._behind:
+                    return
+                node, seq = self._behind.popitem()
+            self.notices += 1
+            self._hand(CommittedBatch(node, seq, "", time.time(), [], [], from_store=True))
 
     def _run(self) -> None:
         while True:
             event = self._queue.get()
             if event is None:
                 return
-            for cb in list(self._subscribers):
-                try:
-                    cb(event)
-                    self.delivered += 1
-                except Exception:  # a subscriber's bug must not stop the others or the collector
-                    self.errors += 1
-                    log.exception("commit subscriber %r failed on %s seq %d", cb, event.node, event.seq)
-            self._queue.task_done()
+            try:
+                if event is not _WAKE:
+                    self._hand(event)
+                self._notify_behind()
+            finally:
+                self._queue.task_done()
 
     def drain(self, timeout_s: float = 5.0) -> bool:
         """Wait until every queued event was handed to the subscribers (tests, orderly shutdown)."""
@@ -87,5 +142,6 @@ class CommitBus:
             self._thread = None
 
     def stats(self) -> dict:
-        return {"subscribers": len(self._subscribers), "delivered": self.delivered,
-                "dropped": self.dropped, "errors": self.errors, "queued": self._queue.qsize()}
+        return {"subscribers": len(self._subscribers), "maxsize": self.maxsize, "delivered": self.delivered,
+                "dropped": self.dropped, "catch_up_notices": self.notices, "errors": self.errors,
+                "queued": self._queue.qsize()}

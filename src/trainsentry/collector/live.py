@@ -18,14 +18,25 @@ per node, the last ``buffer_s`` seconds of samples. Every ``stride_s`` of the no
 Verdicts, alerts and jobs go to SQLite (:mod:`trainsentry.collector.verdicts`) in one transaction
 per batch; the API reads them from there. All of it runs on the bus's dispatcher thread, never on
 the ingest path.
+
+The store, not the bus, is the source of truth. Each node's state remembers ``seq``, the last
+stored batch its buffer has read. An event whose seq is not the next one (the bus dropped events
+when its queue was full), a catch-up notice from the bus, or the backlog found at start makes the
+processor read the missing batches back from the store (:meth:`LiveProcessor.catch_up`), one at a
+time and in seq order, through the same path as an event: the verdicts are those of a processor
+that was handed every batch. What it cannot judge (a batch it cannot read back after
+``READ_RETRIES`` attempts, windows skipped when a node's samples jump ahead by more than
+``max_catchup`` windows) is recorded in ``unjudged`` with the reason and served by the verdict API.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
 import os
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -39,7 +50,7 @@ import pyarrow as pa
 from ..detect.alert import AlertRule
 from ..detect.base import Detector, load_detector
 from ..detect.rules import CommRules
-from ..detect.segment import Segment, _runs_with_hysteresis, segment_stream
+from ..detect.segment import HELD_FRAC, MAX_GAP_S, Segment, _runs_with_hysteresis, segment_stream
 from ..features import sliding_windows
 from ..features.comm import ACTIVE_FLOOR_BPS
 from ..features.grid import to_grids
@@ -60,6 +71,7 @@ PREFERENCE = ("fused", "comm-ml", "comm-rules")
 # and symmetry (docs/detector.md), so the state rule and the detector speak of the same quantities.
 COLLECTIVE_BPS = 1e8
 COLLECTIVE_SYM = 0.7
+READ_RETRIES = 3        # attempts at reading a node's missing batches back before they are marked unjudged
 
 
 @dataclass
@@ -73,7 +85,8 @@ class LiveConfig:
     job_simult_min: float = 0.5     # ... and their traffic is simultaneous (co-activity or correlation)
     loopback_as_link: bool = False
     models_dir: Path = Path("models")
-    max_catchup: int = 30           # windows judged at most per batch (a long backlog judges its tail)
+    max_catchup: int = 30           # windows judged at most at once (more: the node's samples jumped ahead)
+    piece_s: float = 10.0           # a batch spanning more is judged in pieces of this span, in time order
 
     @classmethod
     def from_env(cls) -> "LiveConfig":
@@ -139,6 +152,12 @@ def _collective(row: dict) -> tuple[str, float, float] | None:
     return None
 
 
+def pause_line(job: str, paused_s: float) -> str:
+    return (f"paused {paused_s:.0f} s: job {job} may still resume as the same job (at most {MAX_GAP_S / 60:.0f} min, "
+            f"every GPU holding >= {HELD_FRAC:.0%} of its memory above its idle floor so far): this idle window "
+            "neither votes for nor clears an alert")
+
+
 def classify(active: bool, p: float | None, row: dict | None, training_p: float) -> tuple[str, str]:
     """(state, why). The detector answers training or not; inference vs other is this rule."""
     if not active:
@@ -161,8 +180,18 @@ def classify(active: bool, p: float | None, row: dict | None, training_p: float)
 @dataclass
 class _Track:
     """k-of-n alert state of one subject."""
-    votes: deque
+    votes: deque                    # (window end, vote) of the last n voting windows, oldest first
     open: dict | None = None        # the open alert (has "id" once written)
+
+    def cast(self, t_end: float, vote: bool) -> None:
+        """Vote for the window ending at ``t_end``; a window voted before (judged again, as when a
+        job of one node is merged into the job its peers form) replaces its earlier vote."""
+        while self.votes and self.votes[-1][0] >= t_end - 1e-6:
+            self.votes.pop()
+        self.votes.append((t_end, vote))
+
+    def yes(self) -> int:
+        return sum(v for _, v in self.votes)
 
 
 class LiveProcessor:
@@ -191,9 +220,24 @@ class LiveProcessor:
                                   "since": v["t_end"], "alerts": len(V.alerts(self.conn, "node", node, True))}
         t = time.perf_counter()
         # the state beyond each buffer (jobs, idle floors, window clocks) and the buffers themselves
-        # come back from the store: a restart does not start a running job over
-        self.nodes, self.warmed_samples, self.restored = warm.restore(self.conn, self.cfg, NodeState)
+        # come back from the store: a restart does not start a running job over; the batches stored
+        # after what each buffer had read are the backlog, read back by catch_up (install_live)
+        self.nodes, self.warmed_samples, self.restored, self.backlog, unjudged = \
+            warm.restore(self.conn, self.cfg, NodeState)
         self.warm_s = time.perf_counter() - t
+        self._node_ids: dict[str, int] = {}
+        self._stopping = False
+        self._read_failures: dict[str, int] = {}
+        self.caught_up = {"batches": 0, "samples": 0, "read_errors": 0, "unjudged": 0}
+        if unjudged:  # the part of a backlog older than the catch-up horizon: said, with the skip
+            self._mark_unjudged(unjudged)
+        for a in V.alerts(self.conn, "job", open_only=True):  # a job that ends must clear its open alert
+            self._track("job", a["subject"])
+
+    def stop(self) -> None:
+        """Stop judging: the collector is shutting down. Whatever is not judged yet is in the store
+        and is read back when it starts again (the snapshot says from where)."""
+        self._stopping = True
 
     def close(self) -> None:
         for c in self._readers:
@@ -207,7 +251,33 @@ class LiveProcessor:
                 "loopback_as_link": self.cfg.loopback_as_link,
                 "warmed": {"nodes": sum(1 for st in self.nodes.values() if st.table is not None),
                            "samples": self.warmed_samples, "s": round(self.warm_s, 3)},
-                "restored": self.restored}
+                "restored": self.restored, "caught_up": dict(self.caught_up),
+                "behind": self.behind()}
+
+    def behind(self, node: str | None = None) -> dict[str, int]:
+        """{node: stored batches (by seq) the processor has not read yet}, nodes it owes any
+        (one node, or all; from the API's threads)."""
+        sql, args = "SELECT name, last_seq FROM nodes WHERE last_seq IS NOT NULL", ()
+        if node is not None:
+            sql, args = sql + " AND name = ?", (node,)
+        out = {}
+        for name, last_seq in self.reader().execute(sql, args).fetchall():
+            st = self.nodes.get(name)
+            n = last_seq - (st.seq if st is not None and st.seq is not None else -1)
+            if n > 0:
+                out[name] = n
+        return out
+
+    def not_judged_yet(self, node: str) -> list[dict]:
+        """An open unjudged span while the processor is behind on the node's stored batches."""
+        n = self.behind(node).get(node, 0)
+        if not n:
+            return []
+        st = self.nodes.get(node)
+        start = st.last_end if st is not None and st.last_end is not None else None
+        return [{"start": start, "end": None, "open": True, "seq_from": None, "seq_to": None, "recorded_at": None,
+                 "reason": f"not judged yet: {n} stored batch(es) of this node are still to be read back and "
+                           "judged (the live processor is behind ingest and catching up from the store)"}]
 
     def overview_state(self) -> tuple[dict[str, dict], list[dict]]:
         """(verdict summary per node, jobs with their latest verdict) for the dashboard's overview.
@@ -239,19 +309,22 @@ class LiveProcessor:
         tr = self.tracks.get(key)
         if tr is None:  # first sight since start: restore votes and the open alert from the database
             rule = self.cfg.alert
-            votes = deque((state != "idle" and p is not None and p >= rule.threshold
-                           for _, state, p in V.last_p(self.conn, scope, subject, rule.n)), maxlen=rule.n)
+            votes = deque(((t, state != "idle" and p is not None and p >= rule.threshold)
+                           for t, state, p in V.last_p(self.conn, scope, subject, rule.n)), maxlen=rule.n)
             opened = V.alerts(self.conn, scope, subject, open_only=True)
             tr = self.tracks[key] = _Track(votes, opened[-1] if opened else None)
         return tr
 
     def _vote(self, v: dict, out: dict) -> None:
-        """Feed one verdict to its subject's k-of-n rule; record raised, updated and cleared alerts."""
+        """Feed one verdict to its subject's k-of-n rule; record raised, updated and cleared alerts.
+        A window that abstains (idle in a pause its job may resume from) neither raises nor clears."""
+        if v.get("abstain"):
+            return
         rule, tr = self.cfg.alert, self._track(v["scope"], v["subject"])
         p = v["p_training"]
-        tr.votes.append(v["state"] != "idle" and p is not None and p >= rule.threshold)
+        tr.cast(v["t_end"], v["state"] != "idle" and p is not None and p >= rule.threshold)
         if tr.open is None:
-            if sum(tr.votes) >= rule.k:
+            if tr.yes() >= rule.k:
                 tr.open = {"scope": v["scope"], "subject": v["subject"], "raised_t": v["t_end"], "cleared_t": None,
                            "threshold": rule.threshold, "k": rule.k, "n": rule.n, "p_max": p,
                            "detector": v["detector"], "evidence": v["evidence"]}
@@ -259,12 +332,29 @@ class LiveProcessor:
             return
         if p is not None and p > tr.open["p_max"]:
             tr.open["p_max"] = p
-        if not any(tr.votes):  # cleared once no window of the last n votes for training
+        if not tr.yes():  # cleared once no window of the last n votes for training
             tr.open["cleared_t"] = v["t_end"]
         if "id" in tr.open:
             out["updated"][tr.open["id"]] = tr.open
         if tr.open["cleared_t"] is not None:
             tr.open = None
+
+    def _merge_tracks(self, old: str, new: str, e: float, out: dict) -> None:
+        """Job ``old`` was ``new`` seen before its peers (livejobs.JobTracker._merges): its votes
+        and open alert carry on as ``new``'s (the store renames its rows in the same transaction)."""
+        tp = self._track("job", old)
+        del self.tracks[("job", old)]
+        tn = self._track("job", new)
+        if not tn.votes:       # a job just formed: the alert clock of its first node's job runs on
+            tn.votes.extend(tp.votes)
+        if tp.open is not None:
+            if tn.open is None:
+                tn.open = tp.open
+                tn.open["subject"] = new
+            else:              # both had one: the older history is closed where the two became one
+                tp.open["cleared_t"] = e
+                if "id" in tp.open:
+                    out["updated"][tp.open["id"]] = tp.open
 
     # ---- judging ---------------------------------------------------------------------------------
     def judge_rows(self, scope: str, subject: str, rows: list[dict], ends: list[float],
@@ -326,7 +416,14 @@ class LiveProcessor:
             st.track.see(segs, v["t_end"], mem, st.mem_floor)
             if seg is None:
                 st.active_since, st.job = None, None
+                # a pause the job rule may still link: its job goes on, so its alert neither clears
+                # nor grows here (docs/collector.md, "Alerts and pauses")
+                st.paused_in = st.last_job if st.track.may_resume(v["t_end"], st.mem_floor) else None
+                if st.paused_in is not None:
+                    v["abstain"], v["job"] = True, st.paused_in
+                    v["evidence"].insert(1, pause_line(st.paused_in, v["t_end"] - st.track.seg_end))
                 continue
+            st.paused_in = None
             st.active_since = st.track.start
             v["evidence"][1:1] = st.track.evidence(v["t_end"])
             if seg.start > v["t_start"]:
@@ -337,28 +434,132 @@ class LiveProcessor:
         st.last_end = ends[-1]
         return verdicts
 
-    # ---- the bus callback ----------------------------------------------------------------------
+    # ---- the bus callback and the catch-up from the store ----------------------------------------
     def on_batch(self, ev: CommittedBatch) -> None:
+        if self._stopping:
+            return
         st = self.nodes.setdefault(ev.node, NodeState())
-        st.add(ev.samples, self.cfg.buffer_s)
-        st.gaps.extend((g["start"], g["end"]) for g in ev.unmonitored)
-        st.gaps = [g for g in st.gaps if g[1] >= st.t_latest - self.cfg.buffer_s]
-        ends = st.pending_ends(self.cfg)
+        if ev.seq <= st.seq:
+            return  # already read back from the store
+        if ev.from_store or ev.seq > st.seq + 1:
+            # events were not handed on (the bus's queue was full), or batches are owed from the
+            # backlog: the store has them (and no batch for seqs declared lost)
+            self.catch_up(ev.node, ev.seq if ev.from_store else ev.seq - 1)
+            if ev.from_store or ev.seq <= st.seq or st.seq < ev.seq - 1:
+                return  # (still behind after a read error: the next event or notice tries again)
+        self._consume(ev.node, st, ev.seq, ev.samples, ev.unmonitored)
+
+    def _node_id(self, node: str) -> int:
+        if node not in self._node_ids:
+            self._node_ids[node] = self.conn.execute("SELECT node_id FROM nodes WHERE name = ?", (node,)).fetchone()[0]
+        return self._node_ids[node]
+
+    def catch_up(self, node: str, upto: int) -> None:
+        """Read the node's stored batches after the last one read, up to seq ``upto``, back from the
+        store and judge them in seq order, as if each had just arrived. A batch that cannot be read
+        is tried again with the node's next event or notice; after READ_RETRIES failed attempts the
+        batches left are recorded as unjudged (with the error) and skipped."""
+        st = self.nodes.setdefault(node, NodeState())
+        while st.seq < upto and not self._stopping:
+            try:
+                node_id = self._node_id(node)
+                rows = warm.stored_batches(self.conn, node_id, st.seq, upto)
+                read = [(seq, warm.batch_samples(self.conn, node_id, lo, hi), warm.batch_gaps(self.conn, node_id, rcv))
+                        for seq, rcv, lo, hi, _, _ in rows]
+            except sqlite3.Error as e:
+                self._read_failed(node, st, upto, e)
+                return
+            self._read_failures.pop(node, None)
+            if not rows:
+                st.seq = upto  # the seqs left were declared lost: never stored, recorded as unmonitored
+                return
+            for seq, samples, gaps in read:
+                if self._stopping:
+                    return
+                self.caught_up["batches"] += 1
+                self.caught_up["samples"] += len(samples)
+                self._consume(node, st, seq, samples, gaps)
+
+    def _read_failed(self, node: str, st: NodeState, upto: int, err: Exception) -> None:
+        self.caught_up["read_errors"] += 1
+        n = self._read_failures[node] = self._read_failures.get(node, 0) + 1
+        log.error("live: cannot read batches %d..%d of node %s back from the store (attempt %d of %d): %s",
+                  st.seq + 1, upto, node, n, READ_RETRIES, err)
+        if n < READ_RETRIES:
+            return
+        try:
+            t0, t1 = self.conn.execute("SELECT min(t_first), max(t_last) FROM batches WHERE node_id = ? AND seq > ? "
+                                       "AND seq <= ?", (self._node_id(node), st.seq, upto)).fetchone()
+        except sqlite3.Error:
+            t0 = t1 = None
+        if t0 is None:  # not even their times: the span from the last sample read
+            t0 = t1 = st.t_latest if math.isfinite(st.t_latest) else time.time()
+        self._mark_unjudged([{"node": node, "start": t0, "end": t1, "seq_from": st.seq + 1, "seq_to": upto,
+                              "reason": f"stored batches {st.seq + 1}..{upto} could not be read back from the store "
+                                        f"({READ_RETRIES} attempts; {type(err).__name__}: {err})"}])
+        st.seq = upto
+        self._read_failures.pop(node, None)
+
+    def _mark_unjudged(self, spans: list[dict]) -> None:
+        """Record unjudged spans with the state of their nodes (which no longer owes them)."""
+        states = {u["node"]: (self.nodes[u["node"]].last_end if self.nodes[u["node"]].last_end is not None
+                              else -math.inf, self.nodes[u["node"]].snapshot()) for u in spans}
+        self.writer.write([], [], [], None, states, spans)
+        self.caught_up["unjudged"] += len(spans)
+
+    def _pieces(self, samples: list[dict]) -> list[list[dict]]:
+        """A batch's samples in time order, cut into spans of at most ``piece_s`` (usually one)."""
+        if not samples:
+            return [[]]
+        ss = sorted(samples, key=lambda s: (s["t"], s["dev"]))
+        t0, span = ss[0]["t"], self.cfg.piece_s
+        if ss[-1]["t"] - t0 <= span:
+            return [ss]
+        return [list(g) for _, g in itertools.groupby(ss, key=lambda s: math.floor((s["t"] - t0) / span))]
+
+    def _consume(self, node: str, st: NodeState, seq: int, samples: list[dict], gaps: list[dict]) -> None:
+        """One batch, from an event or read back from the store: the same path either way. A batch
+        spanning more than ``piece_s`` is judged piece by piece, so no window falls out of the buffer."""
+        pieces = self._pieces(samples)
+        for i, piece in enumerate(pieces):
+            if i == len(pieces) - 1:
+                st.seq = seq  # (a snapshot written by an earlier piece still owes this batch)
+            self._feed(node, st, piece, gaps if i == 0 else [])
+
+    def _feed(self, node: str, st: NodeState, samples: list[dict], gaps: list[dict]) -> None:
+        cfg = self.cfg
+        st.add(samples, cfg.buffer_s)
+        st.gaps.extend((g["start"], g["end"]) for g in gaps)
+        st.gaps = [g for g in st.gaps if g[1] >= st.t_latest - cfg.buffer_s]
+        ends, skipped = st.pending_ends(cfg)
         if not ends:
             return
-        st.table = st.build_table(ev.node, self.cfg.loopback_as_link)
+        unjudged = []
+        if skipped:
+            a, b, n = skipped
+            unjudged.append({"node": node, "start": a - cfg.window_s, "end": b, "seq_from": None, "seq_to": None,
+                             "reason": f"{n} windows (ending {a:.1f} to {b:.1f}) not judged: the node's samples jumped "
+                                       f"ahead to {st.t_latest:.1f}, completing {n + len(ends)} windows at once, and "
+                                       f"at most {cfg.max_catchup} (the latest) are judged at once"})
+            self.caught_up["unjudged"] += 1
+        st.table = st.build_table(node, cfg.loopback_as_link)
         out: dict = {"verdicts": [], "new": [], "updated": {}}
-        node_verdicts = self.judge_node(ev.node, st, ends)
-        job_verdicts, job_rows = self.jobs.update(ev.node, ends[-1], self, node_verdicts)
-        for v in node_verdicts:
-            v["job"] = st.job if v["state"] != "idle" else None
+        node_verdicts = self.judge_node(node, st, ends)
+        job_verdicts, job_rows, merges = self.jobs.update(node, ends[-1], self, node_verdicts)
+        for old, new, _ in merges:
+            self._merge_tracks(old, new, ends[-1], out)
+        for v in node_verdicts:  # (an idle window in a pause names the job it may resume: judge_node)
+            if v["state"] != "idle":
+                v["job"] = st.job
+            elif not v.get("abstain"):
+                v["job"] = None
         for v in node_verdicts + job_verdicts:
             self._vote(v, out)
             out["verdicts"].append(v)
         # the node's state goes with the verdicts it led to, in their transaction (restored after a restart)
         ids = self.writer.write(out["verdicts"], out["new"],
                                 [(a["id"], a["p_max"], a["cleared_t"]) for a in out["updated"].values()], job_rows,
-                                {ev.node: (ends[-1], st.snapshot())})
+                                {node: (ends[-1], st.snapshot())}, unjudged, merges)
         for a, aid in zip(out["new"], ids):
             a["id"] = aid
         self._summarise(node_verdicts)
@@ -371,9 +572,12 @@ def install_live(app, col) -> LiveProcessor | None:
         return None
     proc = LiveProcessor(col.db_path, col.store.synchronous, reader=col.reader)
     col.bus.subscribe(proc.on_batch)
+    for node, seq in proc.backlog.items():  # stored but not judged when the processor stopped: read back
+        col.bus.resync(node, seq)
     close = col.close
 
     def close_all() -> None:  # the bus drains first, so no callback runs on a closed connection
+        proc.stop()  # a long catch-up stops at the next batch; the store keeps the rest for the next start
         close()
         proc.close()
     col.close = close_all

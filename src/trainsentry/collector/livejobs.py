@@ -17,7 +17,12 @@ without traffic on their network they are two jobs.
 
 Jobs are the connected groups of that relation; a node active alone is a job of one node. A job
 is named after its nodes' earliest job start and its first node, so the name stays while the job
-runs, pauses included. A job of several nodes is judged on the *union* of its nodes' samples (devices renamed
+runs, pauses included. A node is judged before its peers (their batches come later, or their
+traffic is not yet simultaneous in the window where the job starts): it forms a job of its own
+first, which its peers' windows then join under the group's name; that first job no longer has
+a node and its nodes are all in the new one, so it is merged into it (its verdicts, alerts and
+its nodes' verdicts renamed, its row removed, its alert votes carried on) instead of staying
+behind as a job of one window. A job of several nodes is judged on the *union* of its nodes' samples (devices renamed
 ``node/device``), cut by the same :func:`trainsentry.features.window_features`, so collectives that
 span nodes show as simultaneous bursts across all their GPUs; a job of one node takes its node's
 verdict. Node clocks are assumed synchronised (NTP): windows of different nodes are matched by
@@ -33,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..detect.segment import MAX_GAP_S
 from ..features import window_features
 from ..features.comm import cross_device_features
 from ..features.grid import to_grids
@@ -78,6 +84,80 @@ class JobTracker:
     def __init__(self, cfg):
         self.cfg = cfg
         self.judged_until: dict[str, float] = {}
+        self.members: dict[str, list[str]] = {}     # each job's nodes when last formed
+
+    def _merges(self, before: dict[str, str | None], proc) -> list[tuple[str, str, list[str]]]:
+        """(old job, new job, old job's nodes) for each job that no node is in any more and whose
+        nodes still in a job are all in one: it was that job seen before its peers were judged (or
+        under the name of a node that since left it), so it merges into it rather than staying
+        behind as a job of its own. A job whose nodes went to different jobs split: it stays."""
+        nodes = proc.nodes
+        current = {st.job for st in nodes.values() if st.job is not None}
+        out, seen = [], set()
+        for n, old in sorted(before.items()):
+            if old is None or old in current or old in seen:
+                continue
+            seen.add(old)
+            members = self._members(old, proc)
+            now_in = {nodes[m].job for m in members if m in nodes and nodes[m].job is not None}
+            if len(now_in) == 1:
+                new = now_in.pop()
+                out.append((old, new, list(members)))
+                self.members.pop(old, None)
+                self.judged_until.pop(old, None)
+                for st in nodes.values():
+                    if st.last_job == old:
+                        st.last_job = new
+                    if st.paused_in == old:
+                        st.paused_in = new
+        return out
+
+    def _members(self, job: str, proc) -> list[str]:
+        if job not in self.members:
+            self.members[job] = (V.job(proc.conn, job) or {}).get("nodes", [])
+        return self.members[job]
+
+    def idle_verdicts(self, node: str, e: float, proc) -> list[dict]:
+        """Verdicts at ``e`` for the jobs of ``node`` that no node is active in (docs/collector.md,
+        "Alerts and pauses"): while one of their nodes may still resume them (its pause can be
+        linked by the job rule), an idle window that abstains (no vote, no clearing: the job goes
+        on); once none may, the job has ended and, while its alert is open, an idle window that
+        votes no, as a node's idle windows do, so its alert clears after n of them. A job that ended
+        without an open alert gets no more verdicts."""
+        from .live import classify  # (live imports this module)
+        cfg, nodes = self.cfg, proc.nodes
+        running = {st.job for st in nodes.values() if st.job is not None}
+        jobs = {nodes[node].last_job} | {s for (scope, s), tr in proc.tracks.items() if scope == "job" and tr.open}
+        out = []
+        for job in sorted(j for j in jobs if j is not None and j not in running):
+            members = [m for m in self._members(job, proc) if m in nodes]
+            if node not in members:
+                continue
+            if job not in self.judged_until:
+                last = V.latest(proc.conn, "job", job)
+                self.judged_until[job] = last["t_end"] if last else -math.inf
+            # wait for members still on their way to this window (not for one long silent)
+            if self.judged_until[job] >= e or any(
+                    nodes[m].last_end is not None and e - cfg.window_s <= nodes[m].last_end < e - 1e-6 for m in members):
+                continue
+            paused = [m for m in members if nodes[m].paused_in == job]
+            if not paused and proc._track("job", job).open is None:
+                continue
+            self.judged_until[job] = e
+            if paused:
+                line = (f"paused: no node of job {job} is active; {', '.join(paused)} may still resume it as the "
+                        f"same job (memory held, within {MAX_GAP_S / 60:.0f} min): this idle window neither votes "
+                        "for nor clears the job's alert")
+            else:
+                line = (f"ended: no node of job {job} is active or may resume it (memory released, over "
+                        f"{MAX_GAP_S / 60:.0f} min, or no GPU memory to show it held): its idle windows vote no "
+                        "until its alert clears")
+            out.append({"scope": "job", "subject": job, "t_start": e - cfg.window_s, "t_end": e, "state": "idle",
+                        "p_training": None, "detector": proc.detector.name, "artifact": proc.artifact,
+                        "evidence": [classify(False, None, None, cfg.training_p)[1], line, proc.detector_note],
+                        "job": job, "abstain": bool(paused)})
+            proc.windows_judged += 1
+        return out
 
     def _groups(self, cand: list[str], nodes: dict, e: float) -> tuple[list[list[str]], dict]:
         cfg = self.cfg
@@ -104,21 +184,29 @@ class JobTracker:
             groups.setdefault(root(n), []).append(n)
         return [sorted(g) for g in groups.values()], why
 
-    def update(self, node: str, e: float, proc, node_verdicts: list[dict]) -> tuple[list[dict], list[dict]]:
-        """Regroup after ``node`` was judged up to ``e``; (job verdicts, job rows) for its job."""
+    def update(self, node: str, e: float, proc, node_verdicts: list[dict]
+               ) -> tuple[list[dict], list[dict], list[tuple[str, str, list[str]]]]:
+        """Regroup after ``node`` was judged up to ``e``; (job verdicts, job rows) for its job, and
+        the jobs merged into another (see :meth:`_merges`)."""
         cfg, nodes = self.cfg, proc.nodes
         me = nodes[node]
         if me.active_since is None:
-            return [], []
+            return self.idle_verdicts(node, e, proc), [], []
         cand = sorted(n for n, st in nodes.items() if st.active_since is not None and st.table is not None
                       and st.last_end is not None and abs(st.last_end - e) <= cfg.window_s)
         groups, why = self._groups(cand, nodes, e)
         verdicts, rows = [], []
+        before = {n: st.job for n, st in nodes.items()}
         for members in groups:
             start = min(nodes[m].active_since for m in members)
             job = f"job-{math.floor(start)}-{members[0]}"
             for m in members:
-                nodes[m].job = job
+                nodes[m].job = nodes[m].last_job = job
+            self.members[job] = members
+        merges = self._merges(before, proc)
+        for members in groups:
+            job = nodes[members[0]].job
+            start = min(nodes[m].active_since for m in members)
             if node not in members:
                 continue
             rows.append({"job": job, "nodes": members, "start_t": start, "last_t": e})
@@ -142,4 +230,5 @@ class JobTracker:
                      *reasons]
             verdicts += proc.judge_rows("job", job, rows_f, [e], lambda _e: True, gaps, extra,
                                         job_of=lambda _e, j=job: j, table=table)
-        return verdicts, rows
+        # a job this node left for another (not merged into it) ended: its open alert must clear
+        return verdicts + self.idle_verdicts(node, e, proc), rows, merges

@@ -15,10 +15,12 @@ over all of it; the resumed segment's signature over what has been seen of it wh
 decided (its first seconds: a job name must not change under verdicts already written); and a GPU's
 idle floor is its lowest memory the processor has seen from the node rather than over the trace.
 
-What outlives the buffer (the job, the idle floors, the window clock) is written to the store with
-every verdict, in the same transaction (:meth:`NodeState.snapshot`, table ``live_node_state``), and
-read back when the collector restarts (:func:`trainsentry.collector.warm.restore`): a restart does
-not start a running job over (see docs/collector.md, "Restart").
+What outlives the buffer (the job, the idle floors, the window clock, and the last stored batch the
+buffer has read, ``seq``) is written to the store with every verdict, in the same transaction
+(:meth:`NodeState.snapshot`, table ``live_node_state``), and read back when the collector restarts
+(:func:`trainsentry.collector.warm.restore`): a restart does not start a running job over, and the
+batches stored after ``seq`` are read back and judged as if they had just arrived (see
+docs/collector.md, "Restart" and "Catching up from the store").
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from ..detect.segment import MAX_GAP_S, Segment, links
+from ..detect.segment import HELD_FRAC, MAX_GAP_S, Segment, links, memory_held
 from ..telemetry.base import Reading
 from ..traces.io import columns_to_table, readings_to_columns
 
@@ -40,7 +42,14 @@ LOOPBACK_LINK = "lo-as-link"
 # buffer's first sample); two bins of slack tell "the same segment again" from "a new one" (a new
 # one follows at least 2 s of idle, segment_stream's off time).
 SAME_SEGMENT_TOL_S = 1.0
-SNAPSHOT_VERSION = 1   # of NodeState.snapshot(); a snapshot of another version is not restored
+SNAPSHOT_VERSION = 2   # of NodeState.snapshot(); a snapshot of another version is not restored
+# Version 1 (before ``seq``) is still read: which stored batches it had judged is then derived from
+# its last verdict (warm.restore), as for a node without a usable snapshot.
+READABLE_VERSIONS = (1, 2)
+
+
+def _T_DEV(s: dict) -> tuple:
+    return s["t"], s["dev"]
 
 
 def _utc(t: float) -> str:
@@ -89,6 +98,18 @@ class NodeJob:
         if self.view is not None:
             self._fold_gap(mem, e)
 
+    def may_resume(self, e: float, floor: dict) -> bool:
+        """At ``e``, after the latest segment ended, can a segment that begins now still continue
+        the job by the job rule as far as it depends on the pause (at most 10 min so far, every GPU
+        holding >= 80 % of its memory above its idle floor through all of it)? The signature is
+        only known when the next segment begins. A GPU without a reading in the pause yet counts
+        as holding; a node without GPUs has no memory to show and never may (any pause ends its job)."""
+        if self.view is None or self.seg_end is None or e < self.seg_end or e - self.seg_end > MAX_GAP_S:
+            return False
+        seg = replace(self.view, end=self.seg_end)
+        gap = {d: self.gap_min.get(d, m) for d, m in seg.mem_bytes.items()}
+        return memory_held(seg, floor, gap, HELD_FRAC)
+
     def to_dict(self) -> dict:
         view = None if self.view is None else {**vars(self.view), "gpus": list(self.view.gpus),
                                                "mem_bytes": dict(self.view.mem_bytes)}
@@ -124,8 +145,15 @@ class NodeState:
     table: pa.Table | None = None
     track: NodeJob = field(default_factory=NodeJob)
     mem_floor: dict = field(default_factory=dict)   # lowest memory each GPU reported (the idle floor)
+    seq: int | None = -1            # the last stored batch of the node read into the buffer (None: unknown)
+    last_job: str | None = None     # the job it was last in (kept while it is idle)
+    paused_in: str | None = None    # that job, while the node's pause may still resume it (NodeJob.may_resume)
 
     def add(self, samples: list[dict], buffer_s: float) -> None:
+        """Add samples (any order) and drop those older than ``buffer_s`` before the latest. The
+        buffer is kept in (t, device) order, the order the store reads them back in, so a buffer
+        filled from events and one filled from the store hold the same samples in the same order."""
+        samples = sorted(samples, key=_T_DEV)
         for s in samples:
             if s["t"] > self.t_latest:
                 self.t_latest = s["t"]
@@ -135,7 +163,12 @@ class NodeState:
         cutoff = self.t_latest - buffer_s
         # samples older than the window never enter (a node could otherwise stamp them old and grow
         # the buffer without bound: the trim below only looks at the left end)
+        tail = self.samples[-1]["t"] if self.samples else -math.inf
         self.samples.extend(s for s in samples if s["t"] >= cutoff)
+        if samples and samples[0]["t"] < tail:   # stamped before samples already held: reorder once
+            ordered = sorted(self.samples, key=_T_DEV)
+            self.samples.clear()
+            self.samples.extend(ordered)
         while self.samples and self.samples[0]["t"] < cutoff:
             self.samples.popleft()
 
@@ -144,17 +177,25 @@ class NodeState:
         idle floor, the window clock and the job the node was last put in. (The buffer itself is
         re-read from the samples table; see :func:`trainsentry.collector.warm.restore`.)"""
         return {"v": SNAPSHOT_VERSION, "track": self.track.to_dict(), "mem_floor": dict(self.mem_floor),
-                "active_since": self.active_since, "last_end": self.last_end, "job": self.job}
+                "active_since": self.active_since, "last_end": self.last_end, "job": self.job,
+                "seq": self.seq, "t_latest": self.t_latest if math.isfinite(self.t_latest) else None,
+                "last_job": self.last_job, "paused_in": self.paused_in}
 
     @classmethod
     def from_snapshot(cls, d: dict) -> "NodeState":
-        """The state a snapshot describes, with an empty buffer; ValueError if it is not one."""
-        if not isinstance(d, dict) or d.get("v") != SNAPSHOT_VERSION:
+        """The state a snapshot describes, with an empty buffer; ValueError if it is not one.
+        ``t_latest`` is the latest sample time the buffer had held (the buffer is re-read up to it)."""
+        if not isinstance(d, dict) or d.get("v") not in READABLE_VERSIONS:
             raise ValueError(f"not a version-{SNAPSHOT_VERSION} node state snapshot")
         try:
-            return cls(track=NodeJob.from_dict(d["track"]), mem_floor=dict(d["mem_floor"]),
-                       active_since=d["active_since"], last_end=d["last_end"], job=d["job"])
-        except (KeyError, TypeError) as e:
+            st = cls(track=NodeJob.from_dict(d["track"]), mem_floor=dict(d["mem_floor"]),
+                     active_since=d["active_since"], last_end=d["last_end"], job=d["job"],
+                     seq=int(d["seq"]) if d["v"] >= 2 else None, last_job=d.get("last_job", d["job"]),
+                     paused_in=d.get("paused_in"))
+            t = d.get("t_latest") if d["v"] >= 2 else None
+            st.t_latest = -math.inf if t is None else float(t)
+            return st
+        except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"malformed node state snapshot: {e!r}") from None
 
     def memory(self) -> list[tuple[float, str, float]]:
@@ -162,18 +203,26 @@ class NodeState:
         return [(s["t"], s["dev"], s["m"]["mem_used_bytes"]) for s in self.samples
                 if s["kind"] == "gpu" and s["m"].get("mem_used_bytes") is not None]
 
-    def pending_ends(self, cfg) -> list[float]:
+    def pending_ends(self, cfg) -> tuple[list[float], tuple[float, float, int] | None]:
+        """(ends of the windows to judge now, the windows skipped as (first end, last end, count)).
+
+        At most ``max_catchup`` windows are judged at once, the latest ones: more are completed
+        together only when the node's samples jump ahead (a silence, or samples stamped far apart);
+        the earlier ones are skipped, and the caller records them as unjudged."""
         if not self.samples:
-            return []
+            return [], None
         if self.next_k is None:
             t_first = min(s["t"] for s in self.samples)
             self.next_k = math.ceil((t_first + cfg.window_s) / cfg.stride_s - 1e-9)
         last_k = math.floor(self.t_latest / cfg.stride_s + 1e-9)
         if last_k < self.next_k:
-            return []
-        ks = range(max(self.next_k, last_k - cfg.max_catchup + 1), last_k + 1)
+            return [], None
+        first_k = max(self.next_k, last_k - cfg.max_catchup + 1)
+        skipped = None
+        if first_k > self.next_k:
+            skipped = (self.next_k * cfg.stride_s, (first_k - 1) * cfg.stride_s, first_k - self.next_k)
         self.next_k = last_k + 1
-        return [k * cfg.stride_s for k in ks]
+        return [k * cfg.stride_s for k in range(first_k, last_k + 1)], skipped
 
     def build_table(self, node: str, loopback_as_link: bool) -> pa.Table:
         readings = [Reading.from_wire(s) for s in self.samples]

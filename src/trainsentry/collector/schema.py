@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ..traces.schema import METRICS
 from .auth import DDL as _AUTH_DDL
-from .verdicts import DDL as _VERDICTS_DDL, NODE_STATE_DDL as _NODE_STATE_DDL
+from .verdicts import (ABSTAIN_DDL as _ABSTAIN_DDL, DDL as _VERDICTS_DDL, NODE_STATE_DDL as _NODE_STATE_DDL,
+                       UNJUDGED_DDL as _UNJUDGED_DDL)
 
 SYNC_LEVELS = ("normal", "full")
 
@@ -115,6 +116,8 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (3, _VERDICTS_DDL),  # live verdicts, alerts and jobs (collector/verdicts.py)
     (4, _NODE_STATE_DDL),  # the live processor's per-node state, restored after a restart (collector/nodestate.py)
     (5, _V5),  # rejections.n: one row may count the refusals past the per-minute row limit
+    (6, _UNJUDGED_DDL),  # spans of stored samples the live processor did not judge, and why (collector/live.py)
+    (7, _ABSTAIN_DDL),  # verdicts.abstain: a paused job's idle window neither votes nor clears an alert
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -9,11 +9,20 @@ Tables (migration in :mod:`trainsentry.collector.schema`, DDL here):
 * ``alerts``: the k-of-n alert rule's history: when it fired (window end, agent clock), when it
   cleared (NULL while open), the highest P(training) seen while open and the evidence of the
   window that fired it.
-* ``jobs``: the current membership of every job the live processor has formed.
+* ``jobs``: the current membership of every job the live processor has formed. A job formed by
+  one node before its peers were judged (a job of one, or under a name its later-judged peers
+  change) is merged into the job they form: its rows are renamed, it does not stay behind.
 * ``live_node_state`` (migration 4, :data:`NODE_STATE_DDL`): per node, what the live processor
   knows beyond its sample buffer (its job, the GPUs' idle memory floors, its window clock; JSON of
   :meth:`trainsentry.collector.nodestate.NodeState.snapshot`), written in the same transaction as
   the verdicts it led to and read back by a restarted processor.
+* ``unjudged`` (migration 6, :data:`UNJUDGED_DDL`): per node, spans of stored samples the live
+  processor did not judge and why (its catch-up from the store could not read them, the backlog it
+  found at start reached further back than it catches up, or a node's samples jumped ahead by more
+  windows than it judges at once). Never a silent hole: the verdict API serves them.
+* ``verdicts.abstain`` (migration 7, :data:`ABSTAIN_DDL`): 1 for a window that neither votes nor
+  clears in the k-of-n alert rule: an idle window of a pause from which the job may still resume
+  (see docs/collector.md, "Alerts and pauses"). The votes read back at a restart skip them.
 
 Everything the API answers is read from these tables, so verdicts survive a collector restart, and
 so does the state that the next verdicts are computed from.
@@ -22,6 +31,7 @@ so does the state that the next verdicts are computed from.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 
@@ -73,14 +83,30 @@ CREATE TABLE live_node_state (
 );
 """
 
-_VERDICT_COLS = "scope, subject, t_start, t_end, state, p_training, detector, artifact, evidence, job, computed_at"
+UNJUDGED_DDL = """
+CREATE TABLE unjudged (
+  node TEXT NOT NULL,
+  start_t REAL NOT NULL,         -- agent clock: the span of samples (or windows) not judged
+  end_t REAL NOT NULL,
+  reason TEXT NOT NULL,
+  seq_from INTEGER,              -- the stored batches not read, when the span is batches
+  seq_to INTEGER,
+  recorded_at REAL NOT NULL      -- server clock
+);
+CREATE INDEX unjudged_by_node ON unjudged(node, start_t);
+"""
+
+ABSTAIN_DDL = "ALTER TABLE verdicts ADD COLUMN abstain INTEGER NOT NULL DEFAULT 0;  -- 1: no vote (a pause)\n"
+
+_VERDICT_COLS = ("scope, subject, t_start, t_end, state, p_training, detector, artifact, evidence, job, computed_at, "
+                 "abstain")
 
 
 def _verdict(row: tuple) -> dict:
-    scope, subject, t_start, t_end, state, p, det, artifact, evidence, job, computed_at = row
+    scope, subject, t_start, t_end, state, p, det, artifact, evidence, job, computed_at, abstain = row
     return {"scope": scope, "subject": subject, "t_start": t_start, "t_end": t_end, "state": state,
             "p_training": p, "detector": det, "artifact": artifact, "evidence": json.loads(evidence),
-            "job": job, "computed_at": computed_at}
+            "job": job, "computed_at": computed_at, "abstain": bool(abstain)}
 
 
 def _alert(row: tuple) -> dict:
@@ -97,17 +123,30 @@ class VerdictWriter:
         self.conn = conn
 
     def write(self, verdicts: list[dict], new_alerts: list[dict], updates: list[tuple[int, float, float | None]],
-              jobs: list[dict] | None = None, node_states: dict[str, tuple[float, dict]] | None = None) -> list[int]:
+              jobs: list[dict] | None = None, node_states: dict[str, tuple[float, dict]] | None = None,
+              unjudged: list[dict] | None = None, merges: list[tuple[str, str, list[str]]] | None = None) -> list[int]:
         """One transaction: verdict rows, new alerts (their ids returned, in order), updates of
-        alerts written before as (id, p_max, cleared_t), job rows, and the live state of nodes as
-        {node: (last judged window end, snapshot)}: stored state and verdicts never disagree."""
+        alerts written before as (id, p_max, cleared_t), job rows, the live state of nodes as
+        {node: (last judged window end, snapshot)}: stored state and verdicts never disagree, and
+        unjudged spans ({node, start, end, reason, seq_from, seq_to}) with the state that skipped them.
+        ``merges`` (old job, new job, old job's nodes), applied first: the old job's rows become the
+        new one's (its verdicts where the new one has none at that window, its alerts, its nodes'
+        verdicts' job) and its job row goes: a job seen before its peers joined it converges."""
         c, now, ids = self.conn, time.time(), []
         c.execute("BEGIN IMMEDIATE")
         try:
-            c.executemany(f"INSERT OR REPLACE INTO verdicts ({_VERDICT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            for old, new, nodes in merges or []:
+                since = c.execute("SELECT start_t FROM jobs WHERE job = ?", (old,)).fetchone()
+                c.execute("UPDATE OR IGNORE verdicts SET subject = ? WHERE scope = 'job' AND subject = ?", (new, old))
+                c.execute("DELETE FROM verdicts WHERE scope = 'job' AND subject = ?", (old,))
+                c.executemany("UPDATE verdicts SET job = ? WHERE scope = 'node' AND subject = ? AND t_end >= ? AND job = ?",
+                              [(new, n, since[0] if since else -math.inf, old) for n in nodes])
+                c.execute("UPDATE alerts SET subject = ? WHERE scope = 'job' AND subject = ?", (new, old))
+                c.execute("DELETE FROM jobs WHERE job = ?", (old,))
+            c.executemany(f"INSERT OR REPLACE INTO verdicts ({_VERDICT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                           [(v["scope"], v["subject"], v["t_start"], v["t_end"], v["state"], v["p_training"],
-                            v["detector"], v["artifact"], json.dumps(v["evidence"]), v.get("job"), now)
-                           for v in verdicts])
+                            v["detector"], v["artifact"], json.dumps(v["evidence"]), v.get("job"), now,
+                            int(bool(v.get("abstain")))) for v in verdicts])
             for a in new_alerts:
                 cur = c.execute("INSERT INTO alerts (scope, subject, raised_t, cleared_t, threshold, k, n, p_max, "
                                 "detector, evidence, raised_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -121,6 +160,9 @@ class VerdictWriter:
                           (j["job"], json.dumps(j["nodes"]), j["start_t"], j["last_t"], now))
             c.executemany("INSERT OR REPLACE INTO live_node_state (node, t_end, state, updated_at) VALUES (?,?,?,?)",
                           [(n, t, json.dumps(st, default=float), now) for n, (t, st) in (node_states or {}).items()])
+            c.executemany("INSERT INTO unjudged (node, start_t, end_t, reason, seq_from, seq_to, recorded_at) "
+                          "VALUES (?,?,?,?,?,?,?)", [(u["node"], u["start"], u["end"], u["reason"], u.get("seq_from"),
+                                                      u.get("seq_to"), now) for u in unjudged or []])
             c.execute("COMMIT")
         except BaseException:
             if c.in_transaction:
@@ -159,8 +201,8 @@ def timeline(conn: sqlite3.Connection, scope: str, subject: str, start: float, e
 
 
 def last_p(conn: sqlite3.Connection, scope: str, subject: str, n: int) -> list[tuple[float, str, float | None]]:
-    """(t_end, state, P) of the last n windows, oldest first."""
-    rows = conn.execute("SELECT t_end, state, p_training FROM verdicts WHERE scope = ? AND subject = ? "
+    """(t_end, state, P) of the last n windows that voted (not abstaining), oldest first."""
+    rows = conn.execute("SELECT t_end, state, p_training FROM verdicts WHERE scope = ? AND subject = ? AND abstain = 0 "
                         "ORDER BY t_end DESC LIMIT ?", (scope, subject, n)).fetchall()
     return rows[::-1]
 
@@ -168,6 +210,14 @@ def last_p(conn: sqlite3.Connection, scope: str, subject: str, n: int) -> list[t
 def node_states(conn: sqlite3.Connection) -> dict[str, tuple[float, str]]:
     """{node: (last judged window end, snapshot JSON)} as the live processor last wrote them."""
     return {n: (t, st) for n, t, st in conn.execute("SELECT node, t_end, state FROM live_node_state")}
+
+
+def unjudged(conn: sqlite3.Connection, node: str, start: float, end: float) -> list[dict]:
+    """Unjudged spans of ``node`` overlapping [start, end], oldest first."""
+    rows = conn.execute("SELECT start_t, end_t, reason, seq_from, seq_to, recorded_at FROM unjudged WHERE node = ? "
+                        "AND end_t >= ? AND start_t <= ? ORDER BY start_t", (node, start, end)).fetchall()
+    return [{"start": s, "end": e, "reason": r, "seq_from": a, "seq_to": b, "recorded_at": at, "open": False}
+            for s, e, r, a, b, at in rows]
 
 
 def alerts(conn: sqlite3.Connection, scope: str, subject: str | None = None, open_only: bool = False) -> list[dict]:
@@ -188,7 +238,11 @@ def jobs(conn: sqlite3.Connection) -> list[dict]:
 
 
 def job(conn: sqlite3.Connection, name: str) -> dict | None:
-    return next((j for j in jobs(conn) if j["job"] == name), None)
+    row = conn.execute("SELECT job, nodes, start_t, last_t, updated_at FROM jobs WHERE job = ?", (name,)).fetchone()
+    if row is None:
+        return None
+    j, n, s, last, u = row
+    return {"job": j, "nodes": json.loads(n), "start_t": s, "last_t": last, "updated_at": u}
 
 
 # ---- the read API ----------------------------------------------------------------------------
@@ -210,6 +264,10 @@ def add_routes(app, col, proc) -> None:
 
     _unmonitored = query.unmonitored
 
+    def _unjudged(conn, node: str, start: float, end: float) -> list[dict]:
+        # recorded spans, plus an open one while the processor still owes the node stored batches
+        return unjudged(conn, node, start, end) + proc.not_judged_yet(node)
+
     @app.get("/v1/nodes/{node}/verdict")
     def get_verdict(node: str) -> Response:
         conn = col.reader()
@@ -222,12 +280,14 @@ def add_routes(app, col, proc) -> None:
             if v is None:
                 body.update(state=None, p_training=None, evidence=[f"no window judged yet: a node needs "
                                                                    f"{proc.cfg.window_s:.0f} s of samples"],
-                            updated_at=None, unmonitored=_unmonitored(conn, node, 0.0, now))
+                            updated_at=None, unmonitored=_unmonitored(conn, node, 0.0, now),
+                            unjudged=_unjudged(conn, node, 0.0, now))
                 return _json(body)
             body.update(state=v["state"], p_training=v["p_training"], evidence=v["evidence"],
                         detector=v["detector"], artifact=v["artifact"], window={"start": v["t_start"], "end": v["t_end"]},
                         job=v["job"], updated_at=v["computed_at"],
-                        unmonitored=_unmonitored(conn, node, v["t_end"] - 3600.0, now))
+                        unmonitored=_unmonitored(conn, node, v["t_end"] - 3600.0, now),
+                        unjudged=_unjudged(conn, node, v["t_end"] - 3600.0, now))
             return _json(body)
         except query.QueryError as e:
             return _error(e)
@@ -242,7 +302,8 @@ def add_routes(app, col, proc) -> None:
         try:
             query.node_id(conn, node)
             return _json({"node": node, "start": start, "end": end, "verdicts": timeline(conn, "node", node, start, end),
-                          "unmonitored": _unmonitored(conn, node, start, end)})
+                          "unmonitored": _unmonitored(conn, node, start, end),
+                          "unjudged": _unjudged(conn, node, start, end)})
         except query.QueryError as e:
             return _error(e)
 
@@ -277,7 +338,8 @@ def add_routes(app, col, proc) -> None:
         return _json({**j, "start": j["start_t"], "state": v and v["state"], "p_training": v and v["p_training"],
                       "verdict": v, "verdicts": timeline(conn, "job", name, start, end),
                       "alerts": alerts(conn, "job", name),
-                      "unmonitored": {n: _unmonitored(conn, n, j["start_t"], end) for n in j["nodes"]}})
+                      "unmonitored": {n: _unmonitored(conn, n, j["start_t"], end) for n in j["nodes"]},
+                      "unjudged": {n: _unjudged(conn, n, j["start_t"], end) for n in j["nodes"]}})
 
     @app.get("/v1/live")
     def get_live() -> Response:
