@@ -420,3 +420,14 @@ def test_round_one_on_replaced_features_is_not_called_as_delivered(cli_doc):
     page = render(changed)
     assert "**Round 1 is not the detector as delivered:**" in page
     assert "round 1 included" in page and "training data only" not in page
+
+
+def test_earlier_delivery_is_named_and_its_results_are_committed(cli_doc):
+    from trainsentry.redteam.rounds import EARLIER_DELIVERIES
+    doc, text, _ = cli_doc
+    root = Path(__file__).resolve().parents[2]
+    for e in EARLIER_DELIVERIES:
+        assert f"`{e['results']}`" in text and f"version {e['feature_version']}" in text
+        earlier = json.loads((root / e["results"]).read_text())
+        assert [r["round"] for r in earlier["rounds"]] == e["rounds"] and e["code"] in earlier["code"]
+        assert earlier["rounds"][0]["strategies"]   # scored, not an empty shell

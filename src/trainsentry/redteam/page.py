@@ -211,6 +211,11 @@ def render(doc: dict) -> str:
                       f"features version {proto['delivered_feature_version']}, this round ran on version {fv} (the "
                       "hardened features replace the delivered ones in the code). Score round 1 with the delivered "
                       "code for the as-delivered numbers."]
+        if rnd["round"] == 1:
+            for e in proto.get("earlier_deliveries", []):
+                lines += ["", f"Earlier delivery: the detectors were first delivered on window features version "
+                          f"{e['feature_version']} (code {e['code']}); their rounds {', '.join(map(str, e['rounds']))} "
+                          f"on these same recorded runs are in `{e['results']}` (docs/detector.md says what changed)."]
         lines += ["", head,
                   "|---|---|---|---|---|" + "---|" * len(alt_names) + "---|---|---|---|---|---|"]
         for s in rnd["strategies"]:

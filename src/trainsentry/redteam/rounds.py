@@ -58,11 +58,16 @@ HARDENING = {1: "as delivered: fitted on the benign runs only",
 TARGETS = {"run_accuracy": (">=", 0.99), "inference_fpr": ("<=", 0.01), "median_time_to_alert_s": ("<=", 20.0)}
 TARGETS_SOURCE = ("the detector issue's targets for `fused` on held-out configurations: run accuracy >= 99 %, "
                   "inference false-positive rate <= 1 %, median time to alert <= 20 s")
-# The window-feature code the detectors were delivered with (models/fused.joblib, fitted on data/h200 at
-# FEATURE_VERSION 1). Round 1 is "as delivered" only when it runs on these features: hardened features
-# that replace them in place (a new FEATURE_VERSION) make round 1 a benign-only fit of the hardened
-# features instead, and the results say so (protocol.round_1_as_delivered).
-DELIVERED_FEATURE_VERSION = 1
+# The window-feature code the detectors of this series of rounds were delivered with. Round 1 is "as
+# delivered" only when it runs on these features: hardened features that replace them in place (a new
+# FEATURE_VERSION) make round 1 a benign-only fit of the hardened features instead, and the results say so
+# (protocol.round_1_as_delivered). The detectors were first delivered on version 1; the blue side then
+# hardened the features against benign errors (version 3: TP serving, disaggregated serving, power-keyed
+# fits; its PCIe channel in comm-rules was added knowing the host-sync strategy) and delivered again.
+# Round 1 of the first delivery, on the same recorded runs, is kept in EARLIER_DELIVERIES.
+DELIVERED_FEATURE_VERSION = 3
+EARLIER_DELIVERIES = ({"feature_version": 1, "code": "8b4aad8", "results": "results/redteam-v1-round1.json",
+                       "rounds": [1]},)
 EFFECTIVENESS = "(1 - run_detection) / (1 + max(gpu_hour_overhead, 0)), in the last round"
 BLUE_SIDE = ("training data only: each round refits the same detectors (same features, same alert rule, same "
              "thresholds) with more adversarial runs in the fitting data; no feature, rule or threshold changes")
@@ -552,6 +557,7 @@ def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, 
                         "held_out_units": {a.strategy: a.unit for a in adv},
                         "feature_version": FEATURE_VERSION, "delivered_feature_version": DELIVERED_FEATURE_VERSION,
                         "round_1_as_delivered": FEATURE_VERSION == DELIVERED_FEATURE_VERSION,
+                        "earlier_deliveries": [dict(e) for e in EARLIER_DELIVERIES],
                         "detector_targets": {k: f"{op} {t:g}" for k, (op, t) in TARGETS.items()},
                         "detector_targets_source": TARGETS_SOURCE,
                         "hardening": {str(r): hardening(r) for r in range(1, n_rounds + 1)},
