@@ -146,12 +146,17 @@ def test_failed_splits_are_recorded_and_count_against_the_estimator(synth_root, 
     assert best_estimator(res) == "tensor"
 
 
-def test_failures_and_reasons_reach_the_results_and_the_docs(synth_root, tmp_path, monkeypatch):
+def _eval_with_power_only_failing(synth_root, tmp_path, monkeypatch) -> None:
+    """flops-eval on 4 splits with power only failing on odd splits; results, docs and models under tmp_path."""
     _flaky_make(monkeypatch, "power_only")
     r = CliRunner().invoke(app, ["flops-eval", "--data", str(synth_root), "--splits", "4", "--no-segmentation",
                                  "--results", str(tmp_path / "flops.json"), "--figures", str(tmp_path / "fig"),
                                  "--docs", str(tmp_path / "flops.md"), "--models", str(tmp_path / "models")])
     assert r.exit_code == 0, r.output
+
+
+def test_failures_and_reasons_reach_the_results_and_the_docs(synth_root, tmp_path, monkeypatch):
+    _eval_with_power_only_failing(synth_root, tmp_path, monkeypatch)
     res = json.loads((tmp_path / "flops.json").read_text())
     po = res["estimators"]["power_only"]
     assert po["splits_failed"] == 2 and po["failures"][0]["reason"] == "test: cannot calibrate"
@@ -185,11 +190,7 @@ def test_references_say_whether_energy_knows_more_than_time():
 
 
 def test_refusal_evidence_and_data_needed_reach_the_docs(synth_root, tmp_path, monkeypatch):
-    _flaky_make(monkeypatch, "power_only")
-    r = CliRunner().invoke(app, ["flops-eval", "--data", str(synth_root), "--splits", "4", "--no-segmentation",
-                                 "--results", str(tmp_path / "flops.json"), "--figures", str(tmp_path / "fig"),
-                                 "--docs", str(tmp_path / "flops.md"), "--models", str(tmp_path / "models")])
-    assert r.exit_code == 0, r.output
+    _eval_with_power_only_failing(synth_root, tmp_path, monkeypatch)
     res = json.loads((tmp_path / "flops.json").read_text())
     chk = res["power_only_check"]
     assert chk["all_runs"]["runs"] == 12 and chk["all_runs"]["E_per_TFLOP_J"] > 0

@@ -14,8 +14,8 @@ import numpy as np
 # The seed study's medians on 2 × V100 (anchors.md §3), for the comparison column only.
 SEED_STUDY_MEDIAN_PCT = {"three_input": 15.1, "power_only": 12.9, "mlp": 10.4, "residual_mlp": 10.4}
 TARGET_PCT = 5.0
-# One readable name per estimator, the same in the tables, the figures and the report (report/figures.py
-# FLOP_LABELS); issue 5's item letters (a)–(e) are given once, in ITEMS, since (e) covers two estimators.
+# One readable name per estimator, the same in the tables, the figures and the report (which reads
+# these); issue 5's item letters (a)–(e) are given once, in ITEMS, since (e) covers two estimators.
 LABELS = {"three_input": "three-input energy", "power_only": "power only", "mlp": "MLP on log features",
           "residual_mlp": "residual MLP on power only", "tensor": "tensor activity",
           "fusion": "tensor + three-input fusion"}

@@ -8,6 +8,7 @@ red-team run beside its benign counterpart, detection by round and the evasion-c
 from __future__ import annotations
 
 import functools
+import html
 import io
 from pathlib import Path
 
@@ -33,6 +34,13 @@ def _png(fig, tight: bool = True) -> bytes:
 def existing(results: Path, name: str) -> bytes | None:
     p = results / "figures" / name
     return p.read_bytes() if p.is_file() else None
+
+
+def existing_pair(figs, results: Path, items: list[tuple[str, str]]) -> str:
+    """Two committed figures (results/figures/NAME) side by side, each with its caption and source."""
+    return ("<div class='pair'>" + "".join(figs.embed(existing(results, name), name,
+                                                      html.escape(cap + f" (results/figures/{name})"))
+                                           for name, cap in items) + "</div>")
 
 
 def gpu_check_figure(gc: dict) -> bytes:
@@ -226,74 +234,20 @@ def detector_families_figure(detector: dict) -> bytes:
     return _png(fig)
 
 
-FLOP_LABELS = {"three_input": "three-input energy", "power_only": "power only", "mlp": "MLP on log features",
-               "residual_mlp": "residual MLP on power only", "tensor": "tensor activity",
-               "fusion": "tensor + three-input fusion"}
-
-
 def flop_label(name: str) -> str:
-    return FLOP_LABELS.get(name, name)
+    """The estimator's readable name, as docs/flops.md and the FLOP figures name it."""
+    from ..flops.markdown import LABELS
+    return LABELS.get(name, name)
 
 
 def flops_est_vs_true_figure(flops: dict) -> bytes:
-    """Estimated against true FLOPs per held-out training run, one panel per estimator."""
-    plt = _plt()
-    from matplotlib.ticker import FixedLocator, NullLocator
-    rows = flops["per_run"]
-    names = [n for n in flops["estimators"] if any(r.get(n) is not None for r in rows)]
-    ncol = 3
-    nrow = (len(names) + ncol - 1) // ncol
-    fig, axes = plt.subplots(nrow, ncol, figsize=(9.5, 3.1 * nrow), sharex=True, sharey=True, squeeze=False)
-    y = np.asarray([r["true_flops"] for r in rows])
-    lim = (y.min() / 1.6, y.max() * 1.6)
-    k = int(np.floor(np.log10(np.sqrt(lim[0] * lim[1]))))
-    ticks = [m * 10.0 ** e for e in range(k - 1, k + 2) for m in (1, 2, 3, 5, 7) if lim[0] <= m * 10.0 ** e <= lim[1]]
-    for ax, name in zip(axes.flat, names):
-        e = flops["estimators"][name]
-        pred = np.asarray([np.nan if r.get(name) is None else r[name] for r in rows], dtype=float)
-        ax.loglog(lim, lim, color="0.6", lw=1)
-        ax.scatter(y, pred, s=12, alpha=0.7)
-        m = e.get("median_abs_pct_error")
-        sub = f"median |error| {m:.1f} %" if m is not None else "median unbounded"
-        if e.get("splits_failed"):
-            sub += f" ({e['splits_failed']} of {e['splits_attempted']} splits failed)"
-        ax.set_title(f"{flop_label(name)}\n{sub}", fontsize=8)
-        ax.set_xlim(lim)
-        ax.set_ylim(lim)
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_locator(FixedLocator(ticks))
-            axis.set_minor_locator(NullLocator())
-        ax.set_xticklabels([f"{t / 10 ** k:g}" for t in ticks])
-        ax.set_yticklabels([f"{t / 10 ** k:g}" for t in ticks])
-        ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(names):]:
-        ax.axis("off")
-    for ax in axes[-1]:
-        ax.set_xlabel(f"true FLOPs, units of 1e{k}", fontsize=8)
-    for ax in axes[:, 0]:
-        ax.set_ylabel(f"estimated FLOPs, units of 1e{k}", fontsize=8)
-    return _png(fig)
+    """Estimated against true FLOPs per held-out training run, one panel per estimator: the FLOP
+    evaluation's own figure (trainsentry.flops.report), drawn from the same results."""
+    from ..flops.report import est_vs_true_figure
+    return _png(est_vs_true_figure(_plt(), flops))
 
 
 def flops_errors_figure(flops: dict) -> bytes:
-    """|error| per held-out training run and estimator, on a log axis (all errors are positive)."""
-    plt = _plt()
-    rows = flops["per_run"]
-    names = [n for n in flops["estimators"] if any(r.get(n) is not None for r in rows)]
-    errs = [np.abs([100 * (r[n] - r["true_flops"]) / r["true_flops"] for r in rows if r.get(n) is not None])
-            for n in names]
-    fig, ax = plt.subplots(figsize=(8.5, 3.6))
-    ax.boxplot([np.maximum(e, 1e-2) for e in errs], whis=(5, 95), showfliers=True)
-    for i, e in enumerate(errs, 1):
-        ax.scatter(np.full(len(e), i) + np.linspace(-0.12, 0.12, len(e)), np.maximum(e, 1e-2), s=8, alpha=0.5,
-                   color="#4a7bb7", zorder=3)
-    ax.set_yscale("log")
-    from matplotlib.ticker import FuncFormatter
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.1, 1, 10, 100: plain numbers
-    ax.set_xticks(range(1, len(names) + 1), [flop_label(n) for n in names], rotation=15, fontsize=8, ha="right")
-    target = flops.get("target_median_abs_pct_error")
-    if target is not None:
-        ax.axhline(target, color="tab:red", lw=1, ls="--", label=f"target for the median: {target:g} %")
-        ax.legend(fontsize=8, loc="upper left")
-    ax.set_ylabel("|error| per run, % (log)")
-    return _png(fig)
+    """|error| per held-out training run and estimator: the FLOP evaluation's own figure."""
+    from ..flops.report import errors_figure
+    return _png(errors_figure(_plt(), flops))

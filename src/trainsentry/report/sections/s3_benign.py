@@ -216,14 +216,12 @@ def _detectors(ctx, figs) -> str:
               if has_rt else f"; it reports window accuracy, not run accuracy, on their corpus of "
                              f"{ctx.pub('rt.runs', 'int')} runs.") + "</p>",
            _worst_families(ctx, dets), _same_splits(ctx)]
-    pair = []
-    for name, cap in (("detector_roc.png", "Window-level ROC of every detector, test sides of all splits pooled: "
+    out.append(F.existing_pair(figs, ctx.results, [
+        ("detector_roc.png", "Window-level ROC of every detector, test sides of all splits pooled: "
                                            "share of training windows detected against share of other windows "
                                            "flagged."),
                       ("detector_time_to_alert.png", "Time to alert of the training runs that alerted, per detector "
-                                                     "(cumulative share; n: alerted test runs pooled over splits).")):
-        pair.append(figs.embed(F.existing(ctx.results, name), name, html.escape(cap + f" (results/figures/{name})")))
-    out.append(f"<div class='pair'>{''.join(pair)}</div>")
+                                                     "(cumulative share; n: alerted test runs pooled over splits).")]))
     if any(d.get("per_family") for d in dets.values()):
         out.append(figs.embed(F.detector_families_figure(ctx.load("detector")), "detector_families",
                               "Share of each family's test runs that alerted, per detector, pooled over splits; "

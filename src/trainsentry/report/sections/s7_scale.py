@@ -59,14 +59,12 @@ def render(ctx, figs) -> str:
            f"{thr_text}</p>"
            "<table class='wide'><tr><th>layout</th><th>nodes</th><th>parameters</th><th>wide-area pattern</th>"
            f"<th>mean wide-area rate</th><th>in-node layout</th><th>seen by</th></tr>{seen}</table></div>"]
-    pair = []
-    for name, cap in (("simulator_cost_vs_target.png", "Cheapest capital cost of reaching a compute target "
+    out.append(F.existing_pair(figs, ctx.results, [
+        ("simulator_cost_vs_target.png", "Cheapest capital cost of reaching a compute target "
                        "(C_local: the training compute, in FLOP, of an equivalent local run), our search against "
                        "the published table."),
                       ("simulator_cost_vs_bandwidth.png", "Cheapest cost of one compute target against the wide-area "
-                       "bandwidth per direction.")):
-        pair.append(figs.embed(F.existing(ctx.results, name), name, html.escape(cap + f" (results/figures/{name})")))
-    out.append(f"<div class='pair'>{''.join(pair)}</div>")
+                       "bandwidth per direction.")]))
     name = "simulator_eta_breakdown.png"
     out.append(figs.embed(F.existing(ctx.results, name), name, html.escape(
         "Where efficiency is lost in each published configuration: the factors (sync interval, compression, "
