@@ -273,11 +273,29 @@ def test_detector_evidence_is_passed_through_and_the_collector_says_what_the_nod
     assert not [e for e in out if re.search(r"\bnan\b", e)], out
     # the collector's own line: why, on this node, from its samples (10 kB/s on its one interface)
     assert out[-1] == ("n/a above: not measurable in this window: no NVLink data on this node (it reports no GPUs); "
-                       "no energy counter on this node (it reports no GPUs); too little network traffic in this "
-                       "window to measure it")
+                       "no PCIe data on this node (it reports no GPUs); no energy counter on this node (it reports "
+                       "no GPUs); too little network traffic in this window to measure it")
     # it knows no detector's wording: any line of any detector is treated alike
     assert detector_lines(["x = nan raises P", "y = 2"], net_only, T0, T0 + 2.0)[:2] == ["x = n/a raises P", "y = 2"]
     assert detector_lines(["y = 2"], net_only, T0, T0 + 2.0) == ["y = 2"]   # nothing missing: nothing added
+
+
+def test_the_collector_names_each_channel_it_could_not_measure():
+    """PCIe is a channel of its own (comm-rules reads host-staged exchanges there): below its floor
+    (driver chatter, 20 MB/s here) the reason names PCIe, and busy NVLink is not blamed."""
+    from trainsentry.collector.evidence import unmeasured
+    from trainsentry.telemetry.base import Reading
+    from trainsentry.traces.io import columns_to_table, readings_to_columns
+    gpu = [Reading(f"gpu{g}", "gpu", T0 + i * 0.1, {"nvlink_tx_kib": 10**6 * i, "nvlink_rx_kib": 10**6 * i,
+                                                     "energy_mj": 60_000 * i, "gpm_pcie_tx_mibps": 20.0,
+                                                     "gpm_pcie_rx_mibps": 19.0})
+           for g in (0, 1) for i in range(30)]
+    why = unmeasured(columns_to_table(readings_to_columns("n", gpu)), T0, T0 + 2.5)
+    assert "too little PCIe traffic in this window to measure it" in why
+    assert not [w for w in why if "NVLink" in w or "energy" in w], why
+    no_pcie = [Reading(r.device, r.kind, r.t, {k: v for k, v in r.values.items() if "pcie" not in k}) for r in gpu]
+    why = unmeasured(columns_to_table(readings_to_columns("n", no_pcie)), T0, T0 + 2.5)
+    assert "no PCIe data on this node (its GPUs report no PCIe throughput)" in why
 
 
 def test_jobs_with_latest_is_each_jobs_newest_verdict(db, client):

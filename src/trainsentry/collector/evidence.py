@@ -7,7 +7,7 @@ quantity the window could not measure is NaN in the detector's numbers, and the 
 shown as ``n/a``, so no dashboard reads "nan".
 
 Why a quantity is missing is something the detector cannot know and the collector can: whether the
-node reports GPUs, NVLink or energy counters and network interfaces at all, and whether the window
+node reports GPUs, NVLink, PCIe or energy counters and network interfaces at all, and whether the window
 held enough traffic to measure. When a detector line has an ``n/a``, :func:`detector_lines` adds
 one line of the collector's own, from the node's samples in the window (:func:`unmeasured`).
 """
@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..features.comm import ACTIVE_FLOOR_BPS
+from ..features.windows import MIB
 
 NA = "n/a"
 _NAN = re.compile(r"\bnan\b")
@@ -43,8 +44,18 @@ def _busiest(table: pa.Table, prefix: str) -> float | None:
     return float(max(tx.max(initial=0.0), rx.max(initial=0.0)))
 
 
+def _busiest_pcie(table: pa.Table) -> float | None:
+    """The highest PCIe TX or RX rate (B/s) of any sample, from the same sources the PCIe features
+    read (GPM's interval averages, else the driver's 20 ms snapshot); None when the table has neither."""
+    for unit, tx, rx in ((MIB, "gpm_pcie_tx_mibps", "gpm_pcie_rx_mibps"), (1000.0, "pcie_tx_kbps", "pcie_rx_kbps")):
+        t, r = _values(table, tx), _values(table, rx)
+        if t.size or r.size:
+            return unit * float(max(t.max(initial=0.0), r.max(initial=0.0)))
+    return None
+
+
 def unmeasured(table: pa.Table | None, t0: float, t1: float) -> list[str]:
-    """Why NVLink, network and energy quantities may be missing from the window ``(t0, t1]`` of
+    """Why NVLink, PCIe, network and energy quantities may be missing from the window ``(t0, t1]`` of
     this node's samples (``table``: the node's buffer with derived rates); only what is missing."""
     if table is None or table.num_rows == 0:
         return ["no samples in this window"]
@@ -54,7 +65,8 @@ def unmeasured(table: pa.Table | None, t0: float, t1: float) -> list[str]:
     wkind = window.column("kind")
     out = []
     if "gpu" not in kinds:
-        out += ["no NVLink data on this node (it reports no GPUs)", "no energy counter on this node (it reports no GPUs)"]
+        out += ["no NVLink data on this node (it reports no GPUs)", "no PCIe data on this node (it reports no GPUs)",
+                "no energy counter on this node (it reports no GPUs)"]
     else:
         gpus = window.filter(pc.equal(wkind, "gpu"))
         nvlink = _busiest(gpus, "nvlink")
@@ -62,6 +74,11 @@ def unmeasured(table: pa.Table | None, t0: float, t1: float) -> list[str]:
             out.append("no NVLink data on this node (its GPUs report no NVLink counters)")
         elif nvlink is None or nvlink < ACTIVE_FLOOR_BPS["nvlink"]:
             out.append("too little NVLink traffic in this window to measure it")
+        pcie = _busiest_pcie(gpus)
+        if pcie is None and _busiest_pcie(table) is None:
+            out.append("no PCIe data on this node (its GPUs report no PCIe throughput)")
+        elif pcie is None or pcie < ACTIVE_FLOOR_BPS["pcie"]:
+            out.append("too little PCIe traffic in this window to measure it")
         if _values(gpus, "energy_W").size == 0:
             out.append("no energy counter on this node's GPUs" if _values(table, "energy_W").size == 0
                        else "no energy counted in this window")
