@@ -2,17 +2,22 @@
 side by side in one run: sklearn ``sample_weight`` (weighted-percentile binning) against repeated
 rows of the smaller class (``detect.learned.balanced_rows``, what the detector does).
 
-    PYTHONPATH=src python3 benchmarks/bench_learned_fit.py [--data data/h200] [--repeats 3]
+    OMP_NUM_THREADS=1 PYTHONPATH=src python3 benchmarks/bench_learned_fit.py [--data data/h200] [--repeats 3]
 
-Prints seconds per fit (median of the repeats) and their ratio; also the window-level agreement of
-the two models' decisions at 0.5 on the same windows (they are not identical: weights and repeats
-bin the features differently)."""
+Prints and writes to ``--out`` (results/learned_fit.json) seconds per fit (median of the repeats) and
+their ratio; also the window-level agreement of the two models' decisions at 0.5 on the same windows
+(they need not be identical: weights and repeats bin the features differently)."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -21,6 +26,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="data/h200")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=Path("results/learned_fit.json"))
     args = ap.parse_args()
     from sklearn.ensemble import HistGradientBoostingClassifier
 
@@ -52,6 +58,16 @@ def main() -> None:
         print(f"{k:14s} {v:7.2f} s per fit (median of {args.repeats})")
     print(f"ratio sample_weight / balanced_rows: {med['sample_weight'] / med['balanced_rows']:.1f}; "
           f"decisions agree on {agree:.1%} of windows")
+    args.out.write_text(json.dumps({
+        "runs": len(runs), "windows": int(M.shape[0]), "features": int(M.shape[1]),
+        "seconds_per_fit": {k: round(v, 3) for k, v in med.items()},
+        "all_seconds": {k: [round(x, 3) for x in v] for k, v in times.items()},
+        "ratio_sample_weight_over_balanced_rows": round(med["sample_weight"] / med["balanced_rows"], 2),
+        "decisions_agree": round(agree, 4), "repeats": args.repeats,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "load_average_1min": round(os.getloadavg()[0], 2),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "OMP_NUM_THREADS=1 PYTHONPATH=src python3 benchmarks/bench_learned_fit.py " + " ".join(sys.argv[1:]),
+    }, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,9 @@ simply lacks those columns), trains in well under a second on thousands of windo
 stay fast), and its log-loss objective gives usable probabilities. Classes are balanced, so a class with long runs
 does not outvote one with many short runs: the smaller class's windows are repeated until both
 classes count the same (``balanced_rows``), which is integer class weighting. Not sklearn's
-``sample_weight``: with weights, sklearn 1.9 bins every feature by weighted percentiles, 8.5× slower
-on the 34-run dataset (``benchmarks/bench_learned_fit.py``, one thread, 2026-11-30: 6.3 s against
-0.74 s per fit; the two models' decisions agreed on every window).
+``sample_weight``: with weights, sklearn 1.9 bins every feature by weighted percentiles, 12.6× slower
+on the 45-run dataset (``benchmarks/bench_learned_fit.py`` → results/learned_fit.json, one thread,
+2026-11-30: 9.27 s against 0.74 s per fit; the two models' decisions agreed on every window).
 """
 
 from __future__ import annotations
