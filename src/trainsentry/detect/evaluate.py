@@ -24,7 +24,7 @@ Two run-level readings of the same predictions, both in the results:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -119,9 +119,8 @@ def faithful_outcomes(outcomes: list[RunOutcome]) -> list[RunOutcome]:
 
 def adapted_outcomes(outcomes: list[RunOutcome]) -> list[RunOutcome]:
     """Every run, with the verdict of the rule capped at its number of windows."""
-    return [RunOutcome(o.run_id, o.cls, o.family, o.config, bool(o.adapted_alerted), o.adapted_time_to_alert_s,
-                       o.p_in_run, o.alternatives, o.n_windows, o.long_enough, o.adapted_alerted,
-                       o.adapted_time_to_alert_s) for o in outcomes]
+    return [replace(o, alerted=bool(o.adapted_alerted), time_to_alert_s=o.adapted_time_to_alert_s)
+            for o in outcomes]
 
 
 def _rate(xs: list[bool]) -> float | None:

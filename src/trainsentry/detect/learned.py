@@ -111,16 +111,21 @@ class LearnedDetector(Detector):
     def explain(self, x: Mapping[str, float], top: int = 5) -> list[str]:
         """The features whose change to a typical value moves P(training) most (local sensitivity)."""
         row = pd.DataFrame([dict(x)])
-        p = float(self.predict_proba(row)[0])
+        gated = getattr(self, "gate", False)
+        if gated:
+            from .rules import CHANNEL_LABEL, CHANNELS, GATE_SYM_MIN, exchange_gate
+            g_all, ch = exchange_gate(row)
+            g = float(g_all[0])
+        else:
+            g = 1.0
+        p = float(self.predict_proba(row)[0]) if self.model is None else \
+            float(self.model.predict_proba(self._matrix(row))[0, 1]) * g
         out = [f"P(training) = {p:.2f} ({self.name}: boosted trees on {len(self.cols_)} features"
-               + (" × exchange gate)" if getattr(self, "gate", False) else ")")]
-        if getattr(self, "gate", False):
-            from .rules import CHANNELS, exchange_gate
-            g, ch = exchange_gate(row)
-            label = {"nvlink": "NVLink", "pcie": "PCIe", "net": "network"}[CHANNELS[int(ch[0])]]
-            out.append(f"exchange gate {g[0]:.2f} (best channel {label}): traffic above the idle floor, "
-                       f"symmetric (>= {_gate_sym()}) and simultaneous across devices, as every multi-device "
-                       "training step is; a closed gate means no such exchange, whatever the trees say")
+               + (" × exchange gate)" if gated else ")")]
+        if gated:
+            out.append(f"exchange gate {g:.2f} (best channel {CHANNEL_LABEL[CHANNELS[int(ch[0])]]}): traffic above "
+                       f"the idle floor, symmetric (>= {GATE_SYM_MIN}) and simultaneous across devices, as every "
+                       "multi-device training step is; a closed gate means no such exchange, whatever the trees say")
         if self.model is None:
             return out
         ref = getattr(self, "medians_", None)
@@ -128,7 +133,7 @@ class LearnedDetector(Detector):
         # One batch: row i has feature i replaced by its typical (median) value.
         alt = np.repeat(base[None, :], base.size, axis=0)
         alt[np.arange(base.size), np.arange(base.size)] = np.nan if ref is None else ref
-        q = self.model.predict_proba(alt)[:, 1] * self._gate(row)[0]
+        q = self.model.predict_proba(alt)[:, 1] * g
         effects = [(p - float(q[i]), c, base[i]) for i, c in enumerate(self.cols_)]
         effects.sort(key=lambda e: -abs(e[0]))
         for d, c, v in effects[:top]:
@@ -150,11 +155,6 @@ class LearnedDetector(Detector):
                 "n_features": len(self.cols_), "prefixes": list(self.prefixes),
                 "sensors_always_seen": list(getattr(self, "groups_seen_", [])),
                 "exchange_gate": bool(getattr(self, "gate", False)), "fit_on": getattr(self, "fit_on", "all")}
-
-
-def _gate_sym() -> float:
-    from .rules import GATE_SYM_MIN
-    return GATE_SYM_MIN
 
 
 def balanced_rows(y: np.ndarray) -> np.ndarray:

@@ -51,6 +51,7 @@ import pandas as pd
 from .base import Detector, check_fit_input
 
 CHANNELS = ("nvlink", "pcie", "net")
+CHANNEL_LABEL = {"nvlink": "NVLink", "pcie": "PCIe", "net": "network"}
 PER_GPU = ("nvlink", "pcie")       # channels measured per GPU (worst GPU: .min; cross-GPU simultaneity)
 VOLUME_GRID_BPS = np.logspace(6, 10, 33)   # the volume thresholds fit() tries (1 MB/s .. 10 GB/s)
 
@@ -182,7 +183,7 @@ class CommRules(Detector):
         p_all, which, factors = self._score(row)
         p, ch = float(p_all[0]), CHANNELS[int(which[0])]
         f = {k: float(v[0]) for k, v in factors[ch].items()}
-        label = {"nvlink": "NVLink", "pcie": "PCIe", "net": "network"}[ch]
+        label = CHANNEL_LABEL[ch]
         sfx = ".min" if ch in PER_GPU else ""
         vol = _get(x, f"comm.{ch}.Bps{sfx}")
         out = [f"P(training) = {p:.2f} from the {label} channel (product of the rule scores below)",

@@ -45,7 +45,8 @@ def link_features(tx: np.ndarray, rx: np.ndarray, dt_s: float, link: str,
     """Features of one device's TX/RX byte-rate series (B/s per bin) on one link type."""
     nan = float("nan")
     f: dict[str, float] = {}
-    tot = _bytes(tx, rx)
+    ftx, frx = S.fill(tx), S.fill(rx)
+    tot = ftx + frx   # _bytes(tx, rx), with the filled series kept for the shape features below
     if not np.isfinite(tot).any():
         return f
     tx_b, rx_b = float(np.nansum(tx) * dt_s), float(np.nansum(rx) * dt_s)
@@ -60,11 +61,10 @@ def link_features(tx: np.ndarray, rx: np.ndarray, dt_s: float, link: str,
     thr = max(floor, 0.1 * float(np.nanpercentile(tot, 95)))
     active = tot > thr
     f["duty"] = float(active.mean())
-    both = active & (S.fill(tx) > 0.25 * thr) & (S.fill(rx) > 0.25 * thr)
+    both = active & (ftx > 0.25 * thr) & (frx > 0.25 * thr)
     f["sym_bins"] = float(both.sum() / active.sum()) if active.any() else nan
-    ftx, frx = S.fill(tx), S.fill(rx)
     if active.any() and rate > floor:   # the shape of a link's traffic, not of its idle chatter
-        d, s_ = (ftx - frx)[active], (ftx + frx)[active]
+        d, s_ = (ftx - frx)[active], tot[active]
         f["oneway_bins"] = float(np.abs(d).sum() / s_.sum()) if s_.sum() > 0 else nan
         # direction of each clearly one-way active bin (|TX - RX| > half the bin's bytes), in time order
         sgn = np.sign(d[np.abs(d) > 0.5 * s_])
