@@ -421,6 +421,9 @@ def test_the_issues_contents_are_there(committed):
         assert "seed FLOP study" in s["s4_flops"]
     if (RESULTS / "redteam.json").is_file():
         rt = s["s5_redteam"]
+        proto = json.loads((RESULTS / "redteam.json").read_text()).get("protocol", {})
+        if str(proto.get("scoring_rounds_2_plus", "")).startswith("leave one strategy out"):
+            assert "was never fitted on that strategy's runs" in rt   # the held-out protocol is said
         for fam in _adv_families():
             sub = rt[rt.index(f"<h3>{fam}</h3>"):]
             assert "GPU-hours per token" in sub[:sub.index("</table>")]  # detection by round and cost

@@ -153,7 +153,7 @@ def _intro(ctx, adv: dict, base: list) -> str:
     if len(rounds) > 1 and scoring:
         text += f"From the second round on, each strategy is scored {ctx.num('redteam', 'protocol/scoring_rounds_2_plus')}"
         text += (": the detector that scores a strategy was never fitted on that strategy's runs."
-                 if scoring == "leave one strategy out" else ".")
+                 if scoring.startswith("leave one strategy out") else ".")
     if len(rounds) > 1 and _same_runs_every_round(rounds):
         text += (" Every round scored the same recorded runs: the strategies did not adapt to the detectors between "
                  "rounds; only the detectors changed.")

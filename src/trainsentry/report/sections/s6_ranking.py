@@ -34,6 +34,9 @@ def _why(ctx, r: dict) -> str:
                        f"against {ctx.derived(lb['power_W'], 'f0', [data_source(ctx, b, pw)], 'W')} per GPU: "
                        + ("with no gradient exchange on NVLink and little power, the window features the detectors "
                           "rely on look like an idle or lightly loaded node."
+                          if la["nvlink_Bps"] < 0.01 * max(lb["nvlink_Bps"], 1.0) and la["power_W"] < 0.5 * lb["power_W"]
+                          else "almost no gradient exchange on NVLink while the GPUs stay as busy as in training: the "
+                               "detectors read training from the exchange, and there is too little of it to see."
                           if la["nvlink_Bps"] < 0.01 * max(lb["nvlink_Bps"], 1.0) else
                           "its synchronisation traffic differs from the per-step exchange the detectors learned."))
     first = next(((i, j) for i, rnd in enumerate(ctx.value("redteam", "rounds"))

@@ -4,7 +4,8 @@ which measurement decides it rather than assuming an outcome."""
 import html
 
 from ..ranking import rank
-from ..summary import detector_vs_targets, primary_detector
+from .s6_ranking import CHEAP
+from ..summary import detector_vs_targets, primary_detector, sec
 from ..targets import TARGETS
 
 TITLE = "Recommendations"
@@ -37,10 +38,11 @@ def render(ctx, figs) -> str:
         else:
             items.append(f"<li><b>Do not act on single alerts yet; record more benign variety first.</b> The best "
                          f"detector so far, {html.escape(name)}, reaches {detector_vs_targets(ctx, name)}. At that "
-                         f"false-positive rate an inspector would chase many benign inference jobs, and a training "
-                         f"family it never saw can pass unnoticed (worst held-out family: "
-                         f"{ctx.num('detector', f'detectors/{name}/lofo_min_family_detection', 'pct')} detected). "
-                         f"Use its verdicts to pick jobs for closer inspection, and finish the benign campaign before "
+                         f"false-positive rate an inspector would chase many benign inference jobs"
+                         + (f", and a training family it never saw can pass unnoticed (worst held-out family: "
+                            f"{ctx.num('detector', f'detectors/{name}/lofo_min_family_detection', 'pct')} detected)"
+                            if (d.get("lofo_min_family_detection") or 0) < 1 else "")
+                         + f". Use its verdicts to pick jobs for closer inspection, and finish the benign campaign before "
                          f"relying on it.</li>")
     else:
         items.append("<li><b>Which detector to deploy</b> is decided by the benign evaluation. "
@@ -53,10 +55,11 @@ def render(ctx, figs) -> str:
                      f"<b>{html.escape(top['name'])}</b> ({ctx.num('redteam', p + '/run_detection', 'pct')} of its "
                      f"runs detected in its last round, at "
                      f"{ctx.derived(1 + top['gpu_hour_overhead'], 'x', [('redteam', p + '/gpu_hour_overhead')])} the "
-                     f"GPU-hours per token of DDP). Detection should cover its signature, training activity with "
-                     f"its synchronisation moved off the monitored interconnect, before strategies that cost the "
-                     f"adversary more; and since it evaded largely by training less per GPU-hour, a regime that also "
-                     f"bounds compute limits what it can gain.</li>")
+                     f"GPU-hours per token of DDP). Detection should cover its signature ({sec('s6_ranking')} says "
+                     f"what its telemetry looked like) before strategies that cost the adversary more"
+                     + ("; since it evaded at a large cost per token, a regime that also bounds compute limits what "
+                        "it can gain.</li>" if top["gpu_hour_overhead"] > CHEAP else
+                        "; it cost the adversary little or nothing per token, so it is the hole to close first.</li>"))
     elif ranked:
         items.append("<li><b>Keep the red team going.</b> No recorded strategy setting evaded the detectors in its "
                      "last round; most planned strategies are not recorded yet, and the ranking will say which hole "
