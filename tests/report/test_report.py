@@ -18,7 +18,7 @@ from trainsentry.report.inputs import INPUTS, MissingInputs
 from trainsentry.report.location import DRAFT_MARK, report_location
 from trainsentry.report.published import PUBLISHED
 from trainsentry.report.sections import SECTIONS
-from trainsentry.report.targets import TARGETS
+from trainsentry.targets import TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS, DATA = ROOT / "results", ROOT / "data"
@@ -276,6 +276,26 @@ def test_redteam_rounds_told_as_the_results_record_them(tmp_path):
     (res / "redteam.json").write_text(json.dumps(doc))
     b = build(res, DATA, tmp_path / "out2", allow_missing=False, pdf=False, configs=CONFIGS)
     assert "did not adapt" not in _sections(b.html_path.read_text())["s5_redteam"]
+
+
+def test_redteam_benign_verdicts_are_the_red_teams_own(tmp_path):
+    """Section 5 states each round's met / missed as results/redteam.json records it (the red team judged
+    them against trainsentry.targets); it does not judge them again."""
+    res = tmp_path / "results"
+    shutil.copytree(RESULTS, res)
+    doc = json.loads((res / "redteam.json").read_text())
+    primary = doc["protocol"]["primary_detector"]
+    for rnd in doc["rounds"]:
+        rnd["benign"][primary]["targets"]["run_accuracy"]["met"] = True
+        rnd["benign"][primary]["targets"]["inference_fpr"]["met"] = None
+    (res / "redteam.json").write_text(json.dumps(doc))
+    b = build(res, DATA, tmp_path / "out", allow_missing=True, pdf=False, configs=CONFIGS)
+    sec = _sections(b.html_path.read_text())["s5_redteam"]
+    table = sec[sec.index("Hardening must not cost benign accuracy"):]
+    table = table[:table.index("</table>")]
+    rows = table.count("<tr>") - 1
+    assert rows == len(doc["rounds"])
+    assert table.count("<span class='met'>met</span>") == rows and table.count("not measured") == rows
 
 
 def test_full_build_has_no_missing_blocks_and_traces(tmp_path):

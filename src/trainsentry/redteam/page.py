@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .rounds import EFFECTIVENESS, effectiveness, json_default, not_run_yet, rank_strategies
+from .rounds import (EFFECTIVENESS, TARGETS, ZERO_ALERT_ALPHA, effectiveness, inference_runs_to_resolve, json_default,
+                     not_run_yet, rank_strategies)
+
 
 def _f(x, pct: bool = False, digits: int = 1) -> str:
     if x is None:
@@ -150,11 +152,14 @@ def _benign(rnd: dict, proto: dict, alt_names: list[str]) -> list[str]:
                          _f(b["alternative_alert_rules"][a]["inference_fpr"], True) for a in alt_names) + " |")
     bounds = {b["inference_runs_held_out"]: b["inference_fpr_bound_at_zero_alerts"] for b in rnd["benign"].values()
               if b.get("inference_fpr_bound_at_zero_alerts") is not None}
+    fpr = TARGETS["inference_fpr"]
     for k, bound in bounds.items():
-        if bound > 0.01:
-            lines += ["", f"{k} distinct inference runs were held out: even with none alerting, a 95 % upper bound on "
-                      f"the inference FPR would be {100 * bound:.0f} %, so the ≤ 1 % target cannot be shown on this data "
-                      "(that needs about 300 held-out inference runs); a ✓ there is a point estimate."]
+        if not fpr.met(bound):
+            lines += ["", f"{k} distinct inference runs were held out: even with none alerting, a "
+                      f"{100 * (1 - ZERO_ALERT_ALPHA):.0f} % upper bound on the inference FPR would be "
+                      f"{100 * bound:.0f} %, so the {'≥' if fpr.at_least else '≤'} {fpr.value_text()} target cannot "
+                      f"be shown on this data (that needs about {round(inference_runs_to_resolve(), -1):.0f} held-out "
+                      "inference runs); a ✓ there is a point estimate."]
     return lines + [""]
 
 

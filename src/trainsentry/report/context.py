@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .inputs import INPUTS, Input, input_path, is_present, where
 from .published import PUBLISHED
-from .targets import TARGETS
+from ..targets import TARGETS
 
 # Names that contain digits but are not measurements (hardware, methods, file names). A test checks
 # that every ``term`` span holds one of these, so a number cannot hide as a "term".
@@ -98,7 +98,7 @@ class Ctx:
         return self._span(PUBLISHED[key].value, fmt, unit, "published", [f"published:{key}"])
 
     def target(self, key: str, fmt: str = "g3", unit: str = "") -> str:
-        """A project target (``targets.py``: what an issue asks for), never a measurement."""
+        """A project target (``trainsentry/targets.py``: what an issue asks for), never a measurement."""
         return self._span(TARGETS[key].value, fmt, unit, "target", [f"target:{key}"])
 
     def _span(self, value, fmt: str, unit: str, kind: str, sources: list[str]) -> str:

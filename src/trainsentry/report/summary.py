@@ -7,9 +7,7 @@ from __future__ import annotations
 import html
 
 from .figures import flop_label
-from .targets import TARGETS
-
-PRIMARY = "fused"  # the detector the project's targets are set for (issue 4)
+from ..targets import DETECTOR as PRIMARY, TARGETS, detector_targets
 
 
 def sec(anchor: str) -> str:
@@ -26,7 +24,7 @@ def verdict(met: bool | None) -> str:
 
 
 def target_clause(ctx, key: str, measured, fmt: str, unit: str = "") -> str:
-    """"target ≥ 99 %: missed" for a target of targets.py."""
+    """"target ≥ 99 %: missed" for a target of trainsentry/targets.py."""
     t = TARGETS[key]
     return f"target {'≥' if t.at_least else '≤'} {ctx.target(key, fmt, unit)}: {verdict(t.met(measured))}"
 
@@ -39,6 +37,12 @@ def primary_detector(ctx) -> str | None:
     if PRIMARY in dets:
         return PRIMARY
     return max(dets, key=lambda d: dets[d].get("run_accuracy") or 0) if dets else None
+
+
+def meets_detector_targets(ctx, name: str) -> bool:
+    """Whether one detector of results/detector.json meets every detector target (issue 4)."""
+    d = ctx.value("detector", f"detectors/{name}")
+    return all(t.met(d.get(k)) for k, t in detector_targets().items())
 
 
 def detector_vs_targets(ctx, name: str) -> str:
@@ -78,10 +82,7 @@ def render(ctx) -> str:
                 if "splits" in (doc.get("protocol") or {}) and "runs" in (doc.get("dataset") or {}) else "")
         items.append(f"<li><b>Detector.</b> {html.escape(name)}: {detector_vs_targets(ctx, name)}{size}. "
                      + (f"The detector targets are not reached yet ({sec('s3_benign')})."
-                        if not all(TARGETS[k].met(ctx.value('detector', f'detectors/{name}/{k.split(".", 1)[1]}'))
-                                   for k in ("detector.run_accuracy", "detector.inference_fpr",
-                                             "detector.median_time_to_alert_s"))
-                        else "The detector targets are reached on this data.")
+                        if not meets_detector_targets(ctx, name) else "The detector targets are reached on this data.")
                      + (f" The reproduced Rahman &amp; Tajdari classifier is not in this evaluation ({sec('s3_benign')} says why)."
                         if "rt-baseline" not in ctx.value("detector", "detectors") else "")
                      + "</li>")
