@@ -72,7 +72,7 @@ def rounds(
 
     from ..detect.pipeline import default_cache_dir
     from .page import write_outputs
-    from .rounds import InputError, rank_strategies, run_rounds
+    from .rounds import InputError, run_rounds
     console = Console(stderr=True)
     command = _command(benign, adversarial, n_rounds, out, docs, figures, detector, primary, splits, seed, rt_trees,
                        campaign, harden, flops_model)
@@ -99,10 +99,30 @@ def rounds(
             raise typer.Exit(2)
     write_outputs(doc, out, Path(docs) if docs not in ("", ".") else None,
                   Path(figures) if figures not in ("", ".") else None)
-    for r in rank_strategies(doc)[0][:10]:
+    for r in doc["ranking"][:10]:
         console.print(f"{r['rank']:3d}. {r['name']:12s} {r['setting']:22s} detected {r['run_detection']:.0%}  "
                       f"overhead {r['gpu_hour_overhead']:+.0%}  effectiveness {r['score']:.2f}")
     console.print(f"wrote {out}" + (f", {docs}" if docs not in ("", ".") else ""))
+
+
+@app.command()
+def page(
+    results: Path = typer.Option(Path("results/redteam.json"), "--results", help="Results JSON of `redteam rounds`"),
+    docs: str = typer.Option("docs/redteam.md", "--docs", help="Generated page ('' to skip)"),
+    figures: str = typer.Option("results/figures/redteam", "--figures", help="Figure directory ('' to skip)"),
+) -> None:
+    """Write docs/redteam.md and its figures again from the results JSON, scoring nothing again (the JSON's
+    figure list is rewritten to match)."""
+    import json
+
+    from .page import write_outputs
+    console = Console(stderr=True)
+    if not results.is_file():
+        console.print(f"[red]redteam page: {results}: no such file[/red]")
+        raise typer.Exit(2)
+    write_outputs(json.loads(results.read_text()), results, Path(docs) if docs not in ("", ".") else None,
+                  Path(figures) if figures not in ("", ".") else None)
+    console.print(f"wrote {results}" + (f", {docs}" if docs not in ("", ".") else ""))
 
 
 @app.command()
