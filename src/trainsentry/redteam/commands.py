@@ -14,6 +14,7 @@ from ..threads import one_native_thread
 from rich.console import Console
 
 NAME = "redteam"
+FLOPS_RESULTS = Path("results/flops.json")
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Red team: detection of recorded evasion strategies, round by round, and their cost.")
 
@@ -25,7 +26,8 @@ def _group() -> None:
 
 def _command(benign: list[Path], adversarial: list[Path], rounds: int, out: Path, docs: str, figures: str,
              detector: list[str], primary: str, splits: int, seed: int, rt_trees: int,
-             campaign: Path | None = None, harden: list[str] = (), flops_model: Path | None = None) -> str:
+             campaign: Path | None = None, harden: list[str] = (), flops_model: Path | None = None,
+             flops_results: Path = FLOPS_RESULTS) -> str:
     """The command line that regenerates these outputs (written into the JSON and the page)."""
     parts = ["trainsentry", "redteam", "rounds"]
     parts += [a for d in benign for a in ("--benign", str(d))]
@@ -37,6 +39,8 @@ def _command(benign: list[Path], adversarial: list[Path], rounds: int, out: Path
     parts += [a for d in harden for a in ("--harden", d)]
     if flops_model is not None:
         parts += ["--flops-model", str(flops_model)]
+    if flops_results != FLOPS_RESULTS:
+        parts += ["--flops-results", str(flops_results)]
     for flag, value, default in (("--primary", primary, "fused"), ("--splits", splits, 20), ("--seed", seed, 0),
                                  ("--rt-trees", rt_trees, 400)):
         if value != default:
@@ -65,6 +69,8 @@ def rounds(
                                      "(repeatable; default: every evaluated detector; must include --primary)"),
     flops_model: Path | None = typer.Option(None, "--flops-model", help="A saved FLOP model (models/flops.json) "
                                             "to score beside the estimators calibrated on the benign runs"),
+    flops_results: Path = typer.Option(FLOPS_RESULTS, "--flops-results", help="`trainsentry flops-eval` results: "
+                                       "their best estimator is the FLOP headline (none when the file is missing)"),
 ) -> None:
     """Score every adversarial strategy, round by round, and write the JSON, figures and page."""
     one_native_thread()
@@ -75,7 +81,7 @@ def rounds(
     from .rounds import InputError, run_rounds
     console = Console(stderr=True)
     command = _command(benign, adversarial, n_rounds, out, docs, figures, detector, primary, splits, seed, rt_trees,
-                       campaign, harden, flops_model)
+                       campaign, harden, flops_model, flops_results)
     for d in [*benign, *adversarial]:
         if not d.is_dir():
             console.print(f"[red]redteam rounds: {d}: no such directory[/red]")
@@ -92,7 +98,7 @@ def rounds(
         try:
             doc = run_rounds(benign, adversarial, n_rounds, detector or None, primary, splits, seed, rt_trees,
                              cache or default_cache_dir(), command, progress=step, campaign=campaign,
-                             harden=harden or None, flops_model=flops_model)
+                             harden=harden or None, flops_model=flops_model, flops_results=flops_results)
         except (InputError, FileNotFoundError) as e:
             prog.stop()
             console.print(f"[red]redteam rounds: {e}[/red]")

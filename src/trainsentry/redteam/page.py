@@ -82,8 +82,9 @@ def _flops(doc: dict) -> list[str]:
     for n, why in (f.get("not_calibrated") or {}).items():
         lines += ["", f"`{n}` could not be calibrated on all benign training runs and scores no red-team run: {why}."]
     names = f["estimators"]
-    lines += ["", f"Headline estimator: `{head}` (lowest held-out median |error|, failed folds counted as unbounded "
-              "errors). Errors per setting (median over "
+    source = f.get("headline_source", "lowest held-out median |error|, failed folds counted as unbounded errors")
+    lines += ["", (f"Headline estimator: `{head}` ({source})." if head else f"No headline estimator ({source}).")
+              + " Errors per setting (median over "
               "its runs; control rows are benign runs recorded beside the strategies):", "",
               "| role | strategy | setting | runs | jobs found | headline, true interval | headline, segmented | "
               "outside benign range | " + " | ".join(f"`{n}`" for n in names) + " |",

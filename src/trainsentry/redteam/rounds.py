@@ -470,11 +470,12 @@ def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: 
                rt_trees: int = 400, cache_dir: Path | None = None, command: str = "trainsentry redteam rounds",
                factories: dict[str, Callable[[], Detector]] | None = None, progress=None,
                campaign: Path | None = None, harden: list[str] | None = None, flops_model: Path | None = None,
-               score_flops: bool = True) -> dict:
+               score_flops: bool = True, flops_results: Path | None = None) -> dict:
     """Every round's detection per strategy setting, its benign metrics, and the cost; the JSON document.
     ``progress(description, total)`` returns the callable that advances one task. ``harden``: the
     detectors the blue side hardens and re-scores in rounds 2 and later (default: all evaluated);
-    ``campaign``: the campaign file whose planned runs are reported as recorded or not."""
+    ``campaign``: the campaign file whose planned runs are reported as recorded or not; ``flops_results``:
+    the FLOP evaluation's results (results/flops.json), whose best estimator is the FLOP headline."""
     if n_rounds < 1:
         raise InputError("--rounds must be at least 1")
     factories = factories or detector_factories(rt_trees)
@@ -493,10 +494,12 @@ def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: 
     if cache_dir is None:
         with tempfile.TemporaryDirectory() as tmp:
             return run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, primary, n_splits, seed, rt_trees,
-                              Path(tmp), command, factories, progress, campaign, harden, flops_model, score_flops)
+                              Path(tmp), command, factories, progress, campaign, harden, flops_model, score_flops,
+                              flops_results)
     with _one_thread():
         return _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, primary, n_splits, seed,
-                           rt_trees, cache_dir, command, factories, progress, campaign, flops_model, score_flops)
+                           rt_trees, cache_dir, command, factories, progress, campaign, flops_model, score_flops,
+                           flops_results)
 
 
 @contextmanager
@@ -516,7 +519,7 @@ def _one_thread():
 
 
 def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, primary, n_splits, seed, rt_trees,
-                cache_dir, command, factories, progress, campaign, flops_model, score_flops) -> dict:
+                cache_dir, command, factories, progress, campaign, flops_model, score_flops, flops_results) -> dict:
     t0 = time.time()
     step = progress or (lambda desc, total: (lambda: None))
     benign_dirs, adversarial_dirs = [Path(d) for d in benign_dirs], [Path(d) for d in adversarial_dirs]
@@ -535,7 +538,9 @@ def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, 
                    for d in data["baselines_only"]]
         advance = step("FLOP estimators: calibrate on benign training runs, score red-team runs", 1)
         t1 = time.time()
-        flops = flop_scores(benign_dirs, scored, seed, flops_model)
+        best = (json.loads(Path(flops_results).read_text()).get("best")
+                if flops_results is not None and Path(flops_results).is_file() else None)
+        flops = flop_scores(benign_dirs, scored, seed, flops_model, best)
         stages["flop_estimators"] = round(time.time() - t1, 1)
         advance()
     rounds = []
