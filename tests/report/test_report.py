@@ -245,7 +245,7 @@ def _full_results(tmp_path: Path) -> Path:
         "tensor": {"median_abs_pct_error": 8.0, "p90_abs_pct_error": 20.0},
         "power_only": {"median_abs_pct_error": None, "p90_abs_pct_error": None, "splits_attempted": 200,
                        "splits_failed": 101, "failures": [{"reason": "energy does not constrain FLOPs", "splits": 101}]}},
-        "protocol": {"splits": 200, "cal_fraction": 2 / 3, "configurations": 30, "runs": 34}}))
+        "protocol": {"splits": 200, "cal_fraction": 2 / 3, "configurations": 30, "runs": 34}, "best": "tensor"}))
     strat = lambda n, d: {"name": n, "setting": "h=50", "window_detection": d, "run_detection": d,  # noqa: E731
                           "median_time_to_alert_s": 60.0, "gpu_hour_overhead": 0.2,
                           "loss_penalty_equal_tokens": 0.01, "loss_penalty_equal_gpu_hours": 0.05,
@@ -296,6 +296,21 @@ def test_redteam_benign_verdicts_are_the_red_teams_own(tmp_path):
     rows = table.count("<tr>") - 1
     assert rows == len(doc["rounds"])
     assert table.count("<span class='met'>met</span>") == rows and table.count("not measured") == rows
+
+
+def test_best_flop_estimator_is_the_one_flops_eval_chose(tmp_path):
+    """Section 4 and the summary name results/flops.json's ``best``, chosen once by flops-eval."""
+    res = tmp_path / "results"
+    shutil.copytree(RESULTS, res)
+    doc = json.loads((res / "flops.json").read_text())
+    other = next(n for n, e in doc["estimators"].items() if n != doc["best"] and e.get("median_abs_pct_error"))
+    doc["best"] = other
+    (res / "flops.json").write_text(json.dumps(doc))
+    text = build(res, DATA, tmp_path / "out", allow_missing=True, pdf=False, configs=CONFIGS).html_path.read_text()
+    from trainsentry.report.figures import flop_label
+    label = html.escape(flop_label(other))
+    assert f"The most accurate was <b>{label}</b>" in _sections(text)["s4_flops"]
+    assert f"The best estimator, {label}, had" in text[text.index("<div class='summary'>"):text.index("<nav>")]
 
 
 def test_full_build_has_no_missing_blocks_and_traces(tmp_path):

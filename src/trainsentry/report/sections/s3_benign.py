@@ -8,7 +8,7 @@ import statistics
 from .. import figures as F
 from ..inputs import INPUTS as ALL_INPUTS
 from ..published import PUBLISHED
-from ..summary import detector_vs_targets, primary_detector
+from ..summary import detector_vs_targets, most_accurate_detector, primary_detector
 
 TITLE = "Benign validation"
 INPUTS = ("dataset", "detector")
@@ -202,7 +202,7 @@ def _detectors(ctx, figs) -> str:
     pub = (f"<tr class='pub'><td>published {ctx.cite('rt')}</td><td>{ctx.pub('rt.accuracy', 'pct')} (window "
            f"accuracy)</td><td>—</td><td>{ctx.pub('rt.fpr', 'pct')}</td><td>—</td>"
            f"<td>{ctx.pub('rt.tta_median_s', 'int')}</td><td>—</td><td>—</td></tr>")
-    best = max(dets, key=lambda d: (dets[d].get("run_accuracy") or 0))
+    best = most_accurate_detector(ctx)
     has_rt = "rt-baseline" in dets
     out = [_protocol(ctx),
            f"<p>The most accurate by run was <b>{html.escape(best)}</b> at "

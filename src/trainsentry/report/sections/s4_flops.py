@@ -3,6 +3,7 @@
 import html
 
 from .. import figures as F
+from ..summary import best_flop_estimator
 
 TITLE = "FLOP estimation"
 INPUTS = ("flops",)
@@ -48,7 +49,7 @@ def render(ctx, figs) -> str:
                             for i, f in enumerate(e.get("failures") or []) if isinstance(f, dict) and f.get("reason"))
             failed.append(f"<b>{html.escape(F.flop_label(name))}</b>" + (f" ({why})" if why else ""))
     scored = {k: v["median_abs_pct_error"] for k, v in est.items() if v.get("median_abs_pct_error") is not None}
-    best = min(scored, key=scored.get) if scored else None
+    best = best_flop_estimator(ctx)
     lead = (f"<p>The most accurate was <b>{html.escape(F.flop_label(best))}</b>, with a median absolute error of "
             f"{ctx.num('flops', f'estimators/{best}/median_abs_pct_error', 'pctv')}.</p>") if best else ""
     fails = (f"<p>A split an estimator cannot be calibrated on is a failure, and its predictions count as "
