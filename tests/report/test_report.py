@@ -313,6 +313,34 @@ def test_best_flop_estimator_is_the_one_flops_eval_chose(tmp_path):
     assert f"The best estimator, {label}, had" in text[text.index("<div class='summary'>"):text.index("<nav>")]
 
 
+FRACTION_WORDS = re.compile(r"\b(all|every one of the) (two|three|four|five|six)\b|\b(a|one|two) (third|quarter)s?\b|"
+                            r"\bhalf of\b|\bone to a few\b", re.I)
+
+
+def test_no_hand_typed_fractions_in_sections_3_and_4():
+    """A share or count in words is computed from the numbers (format ``frac``, ``derived``), never typed."""
+    from trainsentry.report.sections import s3_benign, s4_flops
+    for mod in (s3_benign, s4_flops):
+        typed = FRACTION_WORDS.findall(Path(mod.__file__).read_text())
+        assert not typed, (mod.__name__, typed)
+
+
+def test_shares_in_words_follow_the_protocols(tmp_path):
+    res = tmp_path / "results"
+    shutil.copytree(RESULTS, res)
+    det = json.loads((res / "detector.json").read_text())
+    det["protocol"]["train_fraction_of_configs"] = 0.5
+    (res / "detector.json").write_text(json.dumps(det))
+    flops = json.loads((res / "flops.json").read_text())
+    flops["protocol"]["cal_fraction"] = 0.75
+    (res / "flops.json").write_text(json.dumps(flops))
+    secs = _sections(build(res, DATA, tmp_path / "out", allow_missing=True, pdf=False,
+                           configs=CONFIGS).html_path.read_text())
+    s3 = re.sub(r"<[^>]+>", "", secs["s3_benign"])
+    assert "each holding about half of the configurations" in s3 and "fitted on about half of their" in s3
+    assert "held out in about a quarter of them" in re.sub(r"<[^>]+>", "", secs["s4_flops"])
+
+
 def test_full_build_has_no_missing_blocks_and_traces(tmp_path):
     res = _full_results(tmp_path)
     b = build(res, DATA, tmp_path / "out", allow_missing=False, pdf=False, configs=CONFIGS)
@@ -508,6 +536,8 @@ def test_full_build_shows_the_reproduced_baseline_row(tmp_path):
 
 def test_number_formats():
     from trainsentry.report.context import fmt_value
+    assert fmt_value(1 / 3, "frac") == "a third" and fmt_value(2 / 3, "frac") == "two thirds"
+    assert fmt_value(0.5, "frac") == "half" and fmt_value(0.4, "frac") == "40\u202f%"
     assert fmt_value(0.9036, "x") == "0.90\u00d7" and fmt_value(18.99, "x") == "19\u00d7"
     assert fmt_value(-2.9e-5, "s3") == "0.000" and fmt_value(0.616, "s3") == "+0.616"
     assert fmt_value(-0.0153, "s3") == "\u22120.015"
