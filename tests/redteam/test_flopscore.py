@@ -39,7 +39,21 @@ def scored(tmp_path_factory):
     plain = _adversarial_copy(dirs[5], adv / "adv.accum.k8-r0", "adv.accum.k8", 1.0)
     runs = [{"dir": hidden, "name": "flops", "setting": "hidden", "role": "strategy"},
             {"dir": plain, "name": "accum", "setting": "k8", "role": "strategy"}]
-    return flop_scores([root / "benign"], runs, seed=0), root
+    return flop_scores([root / "benign"], runs, seed=0, best="tensor"), root
+
+
+def test_the_headline_is_the_flop_evaluations_best(scored):
+    """The headline is the estimator flops-eval names best (results/flops.json), never chosen again here."""
+    doc, root = scored
+    assert doc["headline"] == "tensor" and "flops-eval" in doc["headline_source"]
+    runs = [{"dir": root / "adv" / "adv.accum.k8-r0", "name": "accum", "setting": "k8", "role": "strategy"}]
+    other = flop_scores([root / "benign"], runs, seed=0, best="three_input")
+    assert other["headline"] == "three_input"
+    row = other["settings"][0]
+    assert row["headline_pct_error"] == row["pct_error"]["three_input"]
+    none = flop_scores([root / "benign"], runs, seed=0)
+    assert none["headline"] is None and "no FLOP evaluation result" in none["headline_source"]
+    assert "headline_pct_error" not in none["settings"][0]
 
 
 def test_every_benign_configuration_is_held_out_once(scored):
@@ -120,7 +134,7 @@ def test_failed_folds_are_counted_not_skipped(scored, monkeypatch):
     assert b["median_abs_pct_error"] is None and b["min_pct_error"] is not None
 
 
-def test_an_estimator_with_failed_folds_is_reported_and_never_the_headline(scored, monkeypatch):
+def test_an_estimator_with_failed_folds_is_reported_and_not_calibrated_is_no_headline(scored, monkeypatch):
     import copy
 
     from trainsentry.redteam.page import _flops
@@ -129,7 +143,7 @@ def test_an_estimator_with_failed_folds_is_reported_and_never_the_headline(score
     monkeypatch.setattr(flopscore, "ESTIMATORS", ("tensor", "flaky"))
     runs = [{"dir": root / "adv" / "adv.accum.k8-r0", "name": "accum", "setting": "k8", "role": "strategy"},
             {"dir": root / "adv" / "missing-r0", "name": "accum", "setting": "k32", "role": "strategy"}]
-    doc = flop_scores([root / "benign"], runs, seed=0)
+    doc = flop_scores([root / "benign"], runs, seed=0, best="tensor")
     assert doc["headline"] == "tensor"
     assert doc["failed_folds"] == {"flaky": 3} and doc["benign_held_out"]["tensor"]["failed_folds"] == 0
     # the 7th call (calibration on every benign run) refused too: named, with the reason, scoring nothing
@@ -138,3 +152,9 @@ def test_an_estimator_with_failed_folds_is_reported_and_never_the_headline(score
     text = "\n".join(_flops({"flop_estimator": copy.deepcopy(doc)}))
     assert "| 3 of 6: energy per TFLOP not resolved (3) |" in text and "unbounded" in text
     assert "`flaky` could not be calibrated" in text and "Not scored by the FLOP estimators: `missing-r0`" in text
+    # the evaluation's best, when it cannot be calibrated here, is no headline, and the results say why
+    monkeypatch.setattr(flopscore, "make", _flaky([]))
+    doc = flop_scores([root / "benign"], runs, seed=0, best="flaky")
+    assert doc["headline"] is None and "flaky, the best of trainsentry flops-eval, could not be calibrated" in \
+        doc["headline_source"]
+    assert "No headline estimator (none: flaky" in "\n".join(_flops({"flop_estimator": doc}))

@@ -18,7 +18,7 @@ from trainsentry.report.inputs import INPUTS, MissingInputs
 from trainsentry.report.location import DRAFT_MARK, report_location
 from trainsentry.report.published import PUBLISHED
 from trainsentry.report.sections import SECTIONS
-from trainsentry.report.targets import TARGETS
+from trainsentry.targets import TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS, DATA = ROOT / "results", ROOT / "data"
@@ -245,7 +245,7 @@ def _full_results(tmp_path: Path) -> Path:
         "tensor": {"median_abs_pct_error": 8.0, "p90_abs_pct_error": 20.0},
         "power_only": {"median_abs_pct_error": None, "p90_abs_pct_error": None, "splits_attempted": 200,
                        "splits_failed": 101, "failures": [{"reason": "energy does not constrain FLOPs", "splits": 101}]}},
-        "protocol": {"splits": 200, "cal_fraction": 2 / 3, "configurations": 30, "runs": 34}}))
+        "protocol": {"splits": 200, "cal_fraction": 2 / 3, "configurations": 30, "runs": 34}, "best": "tensor"}))
     strat = lambda n, d: {"name": n, "setting": "h=50", "window_detection": d, "run_detection": d,  # noqa: E731
                           "median_time_to_alert_s": 60.0, "gpu_hour_overhead": 0.2,
                           "loss_penalty_equal_tokens": 0.01, "loss_penalty_equal_gpu_hours": 0.05,
@@ -276,6 +276,69 @@ def test_redteam_rounds_told_as_the_results_record_them(tmp_path):
     (res / "redteam.json").write_text(json.dumps(doc))
     b = build(res, DATA, tmp_path / "out2", allow_missing=False, pdf=False, configs=CONFIGS)
     assert "did not adapt" not in _sections(b.html_path.read_text())["s5_redteam"]
+
+
+def test_redteam_benign_verdicts_are_the_red_teams_own(tmp_path):
+    """Section 5 states each round's met / missed as results/redteam.json records it (the red team judged
+    them against trainsentry.targets); it does not judge them again."""
+    res = tmp_path / "results"
+    shutil.copytree(RESULTS, res)
+    doc = json.loads((res / "redteam.json").read_text())
+    primary = doc["protocol"]["primary_detector"]
+    for rnd in doc["rounds"]:
+        rnd["benign"][primary]["targets"]["run_accuracy"]["met"] = True
+        rnd["benign"][primary]["targets"]["inference_fpr"]["met"] = None
+    (res / "redteam.json").write_text(json.dumps(doc))
+    b = build(res, DATA, tmp_path / "out", allow_missing=True, pdf=False, configs=CONFIGS)
+    sec = _sections(b.html_path.read_text())["s5_redteam"]
+    table = sec[sec.index("Hardening must not cost benign accuracy"):]
+    table = table[:table.index("</table>")]
+    rows = table.count("<tr>") - 1
+    assert rows == len(doc["rounds"])
+    assert table.count("<span class='met'>met</span>") == rows and table.count("not measured") == rows
+
+
+def test_best_flop_estimator_is_the_one_flops_eval_chose(tmp_path):
+    """Section 4 and the summary name results/flops.json's ``best``, chosen once by flops-eval."""
+    res = tmp_path / "results"
+    shutil.copytree(RESULTS, res)
+    doc = json.loads((res / "flops.json").read_text())
+    other = next(n for n, e in doc["estimators"].items() if n != doc["best"] and e.get("median_abs_pct_error"))
+    doc["best"] = other
+    (res / "flops.json").write_text(json.dumps(doc))
+    text = build(res, DATA, tmp_path / "out", allow_missing=True, pdf=False, configs=CONFIGS).html_path.read_text()
+    from trainsentry.report.figures import flop_label
+    label = html.escape(flop_label(other))
+    assert f"The most accurate was <b>{label}</b>" in _sections(text)["s4_flops"]
+    assert f"The best estimator, {label}, had" in text[text.index("<div class='summary'>"):text.index("<nav>")]
+
+
+FRACTION_WORDS = re.compile(r"\b(all|every one of the) (two|three|four|five|six)\b|\b(a|one|two) (third|quarter)s?\b|"
+                            r"\bhalf of\b|\bone to a few\b", re.I)
+
+
+def test_no_hand_typed_fractions_in_sections_3_and_4():
+    """A share or count in words is computed from the numbers (format ``frac``, ``derived``), never typed."""
+    from trainsentry.report.sections import s3_benign, s4_flops
+    for mod in (s3_benign, s4_flops):
+        typed = FRACTION_WORDS.findall(Path(mod.__file__).read_text())
+        assert not typed, (mod.__name__, typed)
+
+
+def test_shares_in_words_follow_the_protocols(tmp_path):
+    res = tmp_path / "results"
+    shutil.copytree(RESULTS, res)
+    det = json.loads((res / "detector.json").read_text())
+    det["protocol"]["train_fraction_of_configs"] = 0.5
+    (res / "detector.json").write_text(json.dumps(det))
+    flops = json.loads((res / "flops.json").read_text())
+    flops["protocol"]["cal_fraction"] = 0.75
+    (res / "flops.json").write_text(json.dumps(flops))
+    secs = _sections(build(res, DATA, tmp_path / "out", allow_missing=True, pdf=False,
+                           configs=CONFIGS).html_path.read_text())
+    s3 = re.sub(r"<[^>]+>", "", secs["s3_benign"])
+    assert "each holding about half of the configurations" in s3 and "fitted on about half of their" in s3
+    assert "held out in about a quarter of them" in re.sub(r"<[^>]+>", "", secs["s4_flops"])
 
 
 def test_full_build_has_no_missing_blocks_and_traces(tmp_path):
@@ -473,6 +536,8 @@ def test_full_build_shows_the_reproduced_baseline_row(tmp_path):
 
 def test_number_formats():
     from trainsentry.report.context import fmt_value
+    assert fmt_value(1 / 3, "frac") == "a third" and fmt_value(2 / 3, "frac") == "two thirds"
+    assert fmt_value(0.5, "frac") == "half" and fmt_value(0.4, "frac") == "40\u202f%"
     assert fmt_value(0.9036, "x") == "0.90\u00d7" and fmt_value(18.99, "x") == "19\u00d7"
     assert fmt_value(-2.9e-5, "s3") == "0.000" and fmt_value(0.616, "s3") == "+0.616"
     assert fmt_value(-0.0153, "s3") == "\u22120.015"

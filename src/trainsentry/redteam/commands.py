@@ -14,6 +14,7 @@ from ..threads import one_native_thread
 from rich.console import Console
 
 NAME = "redteam"
+FLOPS_RESULTS = Path("results/flops.json")
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Red team: detection of recorded evasion strategies, round by round, and their cost.")
 
@@ -25,7 +26,8 @@ def _group() -> None:
 
 def _command(benign: list[Path], adversarial: list[Path], rounds: int, out: Path, docs: str, figures: str,
              detector: list[str], primary: str, splits: int, seed: int, rt_trees: int,
-             campaign: Path | None = None, harden: list[str] = (), flops_model: Path | None = None) -> str:
+             campaign: Path | None = None, harden: list[str] = (), flops_model: Path | None = None,
+             flops_results: Path = FLOPS_RESULTS) -> str:
     """The command line that regenerates these outputs (written into the JSON and the page)."""
     parts = ["trainsentry", "redteam", "rounds"]
     parts += [a for d in benign for a in ("--benign", str(d))]
@@ -37,6 +39,8 @@ def _command(benign: list[Path], adversarial: list[Path], rounds: int, out: Path
     parts += [a for d in harden for a in ("--harden", d)]
     if flops_model is not None:
         parts += ["--flops-model", str(flops_model)]
+    if flops_results != FLOPS_RESULTS:
+        parts += ["--flops-results", str(flops_results)]
     for flag, value, default in (("--primary", primary, "fused"), ("--splits", splits, 20), ("--seed", seed, 0),
                                  ("--rt-trees", rt_trees, 400)):
         if value != default:
@@ -65,6 +69,8 @@ def rounds(
                                      "(repeatable; default: every evaluated detector; must include --primary)"),
     flops_model: Path | None = typer.Option(None, "--flops-model", help="A saved FLOP model (models/flops.json) "
                                             "to score beside the estimators calibrated on the benign runs"),
+    flops_results: Path = typer.Option(FLOPS_RESULTS, "--flops-results", help="`trainsentry flops-eval` results: "
+                                       "their best estimator is the FLOP headline (none when the file is missing)"),
 ) -> None:
     """Score every adversarial strategy, round by round, and write the JSON, figures and page."""
     one_native_thread()
@@ -72,10 +78,10 @@ def rounds(
 
     from ..detect.pipeline import default_cache_dir
     from .page import write_outputs
-    from .rounds import InputError, rank_strategies, run_rounds
+    from .rounds import InputError, run_rounds
     console = Console(stderr=True)
     command = _command(benign, adversarial, n_rounds, out, docs, figures, detector, primary, splits, seed, rt_trees,
-                       campaign, harden, flops_model)
+                       campaign, harden, flops_model, flops_results)
     for d in [*benign, *adversarial]:
         if not d.is_dir():
             console.print(f"[red]redteam rounds: {d}: no such directory[/red]")
@@ -92,17 +98,37 @@ def rounds(
         try:
             doc = run_rounds(benign, adversarial, n_rounds, detector or None, primary, splits, seed, rt_trees,
                              cache or default_cache_dir(), command, progress=step, campaign=campaign,
-                             harden=harden or None, flops_model=flops_model)
+                             harden=harden or None, flops_model=flops_model, flops_results=flops_results)
         except (InputError, FileNotFoundError) as e:
             prog.stop()
             console.print(f"[red]redteam rounds: {e}[/red]")
             raise typer.Exit(2)
     write_outputs(doc, out, Path(docs) if docs not in ("", ".") else None,
                   Path(figures) if figures not in ("", ".") else None)
-    for r in rank_strategies(doc)[0][:10]:
+    for r in doc["ranking"][:10]:
         console.print(f"{r['rank']:3d}. {r['name']:12s} {r['setting']:22s} detected {r['run_detection']:.0%}  "
                       f"overhead {r['gpu_hour_overhead']:+.0%}  effectiveness {r['score']:.2f}")
     console.print(f"wrote {out}" + (f", {docs}" if docs not in ("", ".") else ""))
+
+
+@app.command()
+def page(
+    results: Path = typer.Option(Path("results/redteam.json"), "--results", help="Results JSON of `redteam rounds`"),
+    docs: str = typer.Option("docs/redteam.md", "--docs", help="Generated page ('' to skip)"),
+    figures: str = typer.Option("results/figures/redteam", "--figures", help="Figure directory ('' to skip)"),
+) -> None:
+    """Write docs/redteam.md and its figures again from the results JSON, scoring nothing again (the JSON's
+    figure list is rewritten to match)."""
+    import json
+
+    from .page import write_outputs
+    console = Console(stderr=True)
+    if not results.is_file():
+        console.print(f"[red]redteam page: {results}: no such file[/red]")
+        raise typer.Exit(2)
+    write_outputs(json.loads(results.read_text()), results, Path(docs) if docs not in ("", ".") else None,
+                  Path(figures) if figures not in ("", ".") else None)
+    console.print(f"wrote {results}" + (f", {docs}" if docs not in ("", ".") else ""))
 
 
 @app.command()

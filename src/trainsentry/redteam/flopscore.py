@@ -13,8 +13,9 @@ its saved models on every run of its dataset), then frozen and applied to each r
 Error = 100 · (estimate − ground truth) / ground truth; negative = under-reported. A strategy only
 counts as moving the estimator when its error lies outside the range of the estimator's own errors on
 benign configurations it was not calibrated on (configurations dealt into 8 folds, each fold predicted
-by a fit on the others). The headline estimator is the one with the lowest held-out median |error|
-(the criterion ``flops-eval`` uses to pick ``models/flops.json``, there on 200 random splits).
+by a fit on the others). The headline estimator is the one ``trainsentry flops-eval`` names best
+(results/flops.json ``best``, chosen on its 200 random splits, the estimator of ``models/flops.json``),
+read, not chosen again here: the folds above give each estimator's benign range, not a second choice.
 A saved model (``--flops-model``, e.g. ``models/flops.json``) is scored beside them as ``saved``.
 
 Failures are counted, never skipped (as ``trainsentry flops-eval`` does,
@@ -150,9 +151,21 @@ def _median(xs: list[float]) -> float | None:
     return float(np.median(xs)) if xs else None
 
 
-def flop_scores(benign_dirs: list[Path], scored: list[dict], seed: int = 0, saved_model: Path | None = None) -> dict:
+def headline_of(best: str | None, estimators: dict) -> tuple[str | None, str]:
+    """The headline estimator, ``best`` as the FLOP evaluation names it, and where it came from (or why
+    there is none: no evaluation result, or that estimator could not be calibrated here)."""
+    if best is None:
+        return None, "none: no FLOP evaluation result (results/flops.json, trainsentry flops-eval) names a best estimator"
+    if best not in estimators:
+        return None, f"none: {best}, the best of trainsentry flops-eval, could not be calibrated on the benign runs"
+    return best, "the best estimator of trainsentry flops-eval (results/flops.json best)"
+
+
+def flop_scores(benign_dirs: list[Path], scored: list[dict], seed: int = 0, saved_model: Path | None = None,
+                best: str | None = None) -> dict:
     """``scored``: [{"dir", "name", "setting", "role"}] with role "strategy" or "control" (a benign run
-    recorded beside the strategies). Returns the calibration, the benign held-out error range per
+    recorded beside the strategies); ``best``: the estimator ``trainsentry flops-eval`` names best
+    (results/flops.json), the headline. Returns the calibration, the benign held-out error range per
     estimator, the headline estimator, one row per run and medians per (name, setting)."""
     try:
         cal = calibration_set(benign_dirs)
@@ -170,9 +183,7 @@ def flop_scores(benign_dirs: list[Path], scored: list[dict], seed: int = 0, save
         from ..flops.live import load_model
         estimators["saved"] = load_model(saved_model)
     benign = {n: benign_summary(h) for n, h in held.items()}
-    bounded = {n: b["median_abs_pct_error"] for n, b in benign.items()
-               if n in estimators and b["median_abs_pct_error"] is not None and b["held_out_predictions"]}
-    headline = min(bounded, key=bounded.get) if bounded else None
+    headline, headline_source = headline_of(best, estimators)
     rows = []
     for s in scored:
         try:
@@ -191,15 +202,16 @@ def flop_scores(benign_dirs: list[Path], scored: list[dict], seed: int = 0, save
         row = {"role": role, "name": name, "setting": setting, "runs": len(rs), "pct_error": e,
                "pct_error_segmented": seg, "segmented_jobs": _median([r["segmented_jobs"] for r in rs])}
         if headline:
-            lo, hi = benign[headline]["min_pct_error"], benign[headline]["max_pct_error"]
+            lo, hi = (benign[headline]["min_pct_error"], benign[headline]["max_pct_error"]) if headline in benign \
+                else (None, None)   # the saved model has no held-out folds here
             row["headline_pct_error"], row["headline_pct_error_segmented"] = e[headline], seg[headline]
-            row["outside_benign_range"] = bool(e[headline] < lo or e[headline] > hi)
-            row["outside_benign_range_segmented"] = bool(seg[headline] < lo or seg[headline] > hi)
+            row["outside_benign_range"] = None if lo is None else bool(e[headline] < lo or e[headline] > hi)
+            row["outside_benign_range_segmented"] = None if lo is None else bool(seg[headline] < lo or seg[headline] > hi)
         settings.append(row)
     return {"calibrated_on": {"dirs": [str(d) for d in benign_dirs], "runs": len(cal),
                               "configurations": len(set(cal.configs)), "skipped": cal.skipped},
             "estimators": list(estimators), "benign_held_out": benign, "headline": headline,
-            "not_calibrated": not_calibrated,
+            "headline_source": headline_source, "not_calibrated": not_calibrated,
             "failed_folds": {n: b["failed_folds"] for n, b in benign.items() if b["failed_folds"]},
             "runs_not_scored": [{k: r.get(k) for k in ("run_id", "name", "setting", "role", "error")}
                                 for r in rows if "error" in r],

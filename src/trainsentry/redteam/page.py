@@ -1,14 +1,16 @@
-"""docs/redteam.md and the red-team figures, written from results/redteam.json alone (the ranking is
-recomputed from its numbers by :func:`trainsentry.redteam.rounds.rank_strategies`)."""
+"""docs/redteam.md and its figures, written from results/redteam.json alone: the ranking is the one the
+file stores (computed once, by :func:`trainsentry.redteam.rounds.rank_strategies`), the figures are
+:mod:`trainsentry.redteam.figures` (the report draws the same)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import numpy as np
+from .figures import write as write_figures
+from .rounds import (EFFECTIVENESS, TARGETS, ZERO_ALERT_ALPHA, effectiveness, inference_runs_to_resolve, json_default,
+                     not_run_yet)
 
-from .rounds import EFFECTIVENESS, effectiveness, json_default, not_run_yet, rank_strategies
 
 def _f(x, pct: bool = False, digits: int = 1) -> str:
     if x is None:
@@ -80,8 +82,9 @@ def _flops(doc: dict) -> list[str]:
     for n, why in (f.get("not_calibrated") or {}).items():
         lines += ["", f"`{n}` could not be calibrated on all benign training runs and scores no red-team run: {why}."]
     names = f["estimators"]
-    lines += ["", f"Headline estimator: `{head}` (lowest held-out median |error|, failed folds counted as unbounded "
-              "errors). Errors per setting (median over "
+    source = f.get("headline_source", "lowest held-out median |error|, failed folds counted as unbounded errors")
+    lines += ["", (f"Headline estimator: `{head}` ({source})." if head else f"No headline estimator ({source}).")
+              + " Errors per setting (median over "
               "its runs; control rows are benign runs recorded beside the strategies):", "",
               "| role | strategy | setting | runs | jobs found | headline, true interval | headline, segmented | "
               "outside benign range | " + " | ".join(f"`{n}`" for n in names) + " |",
@@ -150,11 +153,14 @@ def _benign(rnd: dict, proto: dict, alt_names: list[str]) -> list[str]:
                          _f(b["alternative_alert_rules"][a]["inference_fpr"], True) for a in alt_names) + " |")
     bounds = {b["inference_runs_held_out"]: b["inference_fpr_bound_at_zero_alerts"] for b in rnd["benign"].values()
               if b.get("inference_fpr_bound_at_zero_alerts") is not None}
+    fpr = TARGETS["inference_fpr"]
     for k, bound in bounds.items():
-        if bound > 0.01:
-            lines += ["", f"{k} distinct inference runs were held out: even with none alerting, a 95 % upper bound on "
-                      f"the inference FPR would be {100 * bound:.0f} %, so the ≤ 1 % target cannot be shown on this data "
-                      "(that needs about 300 held-out inference runs); a ✓ there is a point estimate."]
+        if not fpr.met(bound):
+            lines += ["", f"{k} distinct inference runs were held out: even with none alerting, a "
+                      f"{100 * (1 - ZERO_ALERT_ALPHA):.0f} % upper bound on the inference FPR would be "
+                      f"{100 * bound:.0f} %, so the {'≥' if fpr.at_least else '≤'} {fpr.value_text()} target cannot "
+                      f"be shown on this data (that needs about {round(inference_runs_to_resolve(), -1):.0f} held-out "
+                      "inference runs); a ✓ there is a point estimate."]
     return lines + [""]
 
 
@@ -178,7 +184,7 @@ def _not_run(doc: dict) -> list[str]:
 
 
 def render(doc: dict) -> str:
-    """docs/redteam.md from the results document; the ranking is recomputed from its numbers."""
+    """docs/redteam.md from the results document, its stored ranking included."""
     d, proto = doc["data"], doc["protocol"]
     rule, primary = proto["alert_rule"], proto["primary_detector"]
     alt_names = list(proto["alternative_alert_rules"])
@@ -237,7 +243,7 @@ def render(doc: dict) -> str:
             lines.append(f"| {s['name']} | {s['setting']} | " + " | ".join(
                 _f(s["by_detector"][n]["run_detection"], True, 0) for n in dets) + " |")
         lines += _benign(rnd, proto, alt_names)
-    ranked, unranked = rank_strategies(doc)
+    ranked, unranked = doc["ranking"], doc["unranked"]
     lines += ["## Ranking", "", f"Effectiveness = {EFFECTIVENESS}: the share of runs the monitor missed per GPU-hour "
               "relative to benign training. Computed from the table of the last round, over the recorded settings "
               "only; the loss penalties are shown beside it (an evasion that wrecks training is not a threat).", "",
@@ -279,82 +285,9 @@ def render(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def figures(doc: dict, out: Path) -> list[Path]:
-    """Detection by round per strategy setting, evasion against cost (last round), benign FPR by round."""
-    plt = _plt()
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    fig, ax = plt.subplots(figsize=(8, 4))
-    series: dict[str, list[tuple[int, float]]] = {}
-    for rnd in doc["rounds"]:
-        for s in rnd["strategies"]:
-            if s["run_detection"] is not None:
-                series.setdefault(f"{s['name']} {s['setting']}", []).append((rnd["round"], 100 * s["run_detection"]))
-    for i, (label, pts) in enumerate(sorted(series.items())):
-        dx = 0.25 * (i / max(1, len(series) - 1) - 0.5)      # spread overlapping series sideways
-        # ten colours cycle: the marker changes with each cycle, so 40 settings stay distinguishable
-        ax.plot([p[0] + dx for p in pts], [p[1] for p in pts], marker="osD^v<>px*"[(i // 10) % 10], lw=1,
-                color=f"C{i % 10}", label=label)
-    ax.set_xticks([r["round"] for r in doc["rounds"]])
-    ax.set(xlabel="round", ylabel="runs detected, %", ylim=(-5, 105),
-           title=f"Detection by round ({doc['protocol']['primary_detector']})")
-    ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1, 0.5))
-    paths.append(_save(plt, fig, out / "redteam_detection_by_round.png"))
-    ranked, _ = rank_strategies(doc)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for r in ranked:
-        x, y = 100 * r["gpu_hour_overhead"], 100 * (1 - r["run_detection"])
-        ax.scatter(x, y, s=25)
-        ax.annotate(f"{r['name']} {r['setting']}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set(xlabel="GPU-hour overhead against the DDP baseline, %", ylabel="runs undetected in the last round, %",
-           title="Evasion against cost")
-    paths.append(_save(plt, fig, out / "redteam_evasion_cost.png"))
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    dets = doc["protocol"]["detectors"]
-    width = 0.8 / max(1, len(dets))
-    rounds = [r["round"] for r in doc["rounds"]]
-    for i, n in enumerate(dets):
-        vals = [100 * (r["benign"][n]["inference_fpr"] or 0.0) if n in r["benign"] else np.nan for r in doc["rounds"]]
-        ax.bar(np.arange(len(rounds)) + i * width, vals, width, label=n)
-    ax.set_xticks(np.arange(len(rounds)) + 0.4 - width / 2, [str(r) for r in rounds])
-    ax.set(xlabel="round", ylabel="inference runs alerted, %", title="Benign inference false positives by round")
-    ax.legend(fontsize=7)
-    paths.append(_save(plt, fig, out / "redteam_benign_fpr_by_round.png"))
-    f = doc.get("flop_estimator") or {}
-    if f.get("headline") and f.get("settings"):
-        head, rows = f["headline"], f["settings"]
-        b = f["benign_held_out"][head]
-        fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.6))
-        y = np.arange(len(rows))
-        ax.axvspan(b["min_pct_error"], b["max_pct_error"], color="0.85", label="benign held-out range")
-        ax.scatter([r["headline_pct_error"] for r in rows], y, marker="o", label="true interval", zorder=3)
-        ax.scatter([r["headline_pct_error_segmented"] for r in rows], y, marker="x", label="segmented jobs", zorder=3)
-        ax.axvline(0, color="k", lw=0.6)
-        ax.set_yticks(y, [f"{r['name']} (control)" if r["role"] == "control" else f"{r['name']} {r['setting']}"
-                          for r in rows], fontsize=7)
-        ax.set(xlabel="FLOP estimate error, % (negative: under-reported)", title=f"Frozen FLOP estimator ({head})")
-        ax.legend(fontsize=7)
-        paths.append(_save(plt, fig, out / "redteam_flop_error.png"))
-    return paths
-
-
-def _save(plt, fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 def write_outputs(doc: dict, out: Path, docs: Path | None, figures_dir: Path | None) -> dict:
     """results JSON, figures and the generated page (figures first: the JSON and page list them)."""
-    doc["figures"] = [str(p) for p in figures(doc, figures_dir)] if figures_dir is not None else []
+    doc["figures"] = [str(p) for p in write_figures(doc, figures_dir)] if figures_dir is not None else []
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1, default=json_default) + "\n")
     if docs is not None:

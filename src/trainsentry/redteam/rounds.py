@@ -23,6 +23,7 @@ directory are left out of the benign data (both are listed in the provenance).
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import time
 from collections import Counter
@@ -40,6 +41,7 @@ from ..detect.dataset import Run, load_run, stack
 from ..detect.evaluate import (ALTERNATIVE_RULES, RunOutcome, config_splits, detector_factories, fit_and_score,
                                run_metrics)
 from ..features import FEATURE_VERSION
+from ..targets import DETECTOR as TARGET_DETECTOR, detector_targets
 from ..traces.io import iter_runs
 from .cost import LOSS_BASIS, load_truth, run_cost, score_costs
 from .coverage import NOT_RUN, campaign_coverage, held_out_unit
@@ -53,11 +55,13 @@ HARDENING = {1: "as delivered: fitted on the benign runs only",
              2: "adds the recorded adversarial runs of every other strategy to the fitting data",
              3: "as round 2, with each strategy's runs repeated so that its windows weigh about as much as all "
                 f"benign training windows together (at most {MAX_BALANCE}x)"}
-# The detector issue's targets (issue 4, "Done when"), held out by configuration; every round's
-# re-measured benign numbers are reported against them.
-TARGETS = {"run_accuracy": (">=", 0.99), "inference_fpr": ("<=", 0.01), "median_time_to_alert_s": ("<=", 20.0)}
-TARGETS_SOURCE = ("the detector issue's targets for `fused` on held-out configurations: run accuracy >= 99 %, "
-                  "inference false-positive rate <= 1 %, median time to alert <= 20 s")
+# The detector issue's targets (issue 4, "Done when"; defined once, in trainsentry.targets), held out by
+# configuration; every round's re-measured benign numbers are reported against them.
+TARGETS = detector_targets()
+TARGETS_SOURCE = (f"the detector issue's targets for `{TARGET_DETECTOR}` on held-out configurations: "
+                  + ", ".join(t.text() for t in TARGETS.values()))
+# The upper bound on the inference FPR when no held-out inference run alerts: 1 - ALPHA^(1/n), 95 % confidence.
+ZERO_ALERT_ALPHA = 0.05
 # The window-feature code the detectors of this series of rounds were delivered with. Round 1 is "as
 # delivered" only when it runs on these features: hardened features that replace them in place (a new
 # FEATURE_VERSION) make round 1 a benign-only fit of the hardened features instead, and the results say so
@@ -255,7 +259,7 @@ def benign_metrics(factory: Callable[[], Detector], benign: list[Run], extra: li
     out["splits"] = len(per)
     out["inference_runs_held_out"] = len(inference_runs)
     # with n distinct inference runs and none alerting, a 95 % upper bound on the FPR is 1 - 0.05^(1/n)
-    out["inference_fpr_bound_at_zero_alerts"] = (1.0 - 0.05 ** (1.0 / len(inference_runs))
+    out["inference_fpr_bound_at_zero_alerts"] = (1.0 - ZERO_ALERT_ALPHA ** (1.0 / len(inference_runs))
                                                  if inference_runs else None)
     out["targets"] = against_targets(out)
     return out
@@ -263,14 +267,21 @@ def benign_metrics(factory: Callable[[], Detector], benign: list[Run], extra: li
 
 def against_targets(b: dict) -> dict:
     """Each target number of the detector issue: value, target, met (None when not measured)."""
-    out = {}
-    for k, (op, target) in TARGETS.items():
-        v = b.get(k)
-        met = None if v is None else (v >= target if op == ">=" else v <= target)
-        out[k] = {"value": v, "target": f"{op} {target:g}", "met": met}
+    out = {k: {"value": b.get(k), "target": target_text(t), "met": t.met(b.get(k))} for k, t in TARGETS.items()}
     bound = b.get("inference_fpr_bound_at_zero_alerts")
-    out["inference_fpr"]["resolvable"] = bool(bound is not None and bound <= TARGETS["inference_fpr"][1])
+    out["inference_fpr"]["resolvable"] = bool(bound is not None and bound <= TARGETS["inference_fpr"].value)
     return out
+
+
+def target_text(t) -> str:
+    """A target as results/redteam.json writes it: ">= 0.99"."""
+    return f"{t.op} {t.value:g}"
+
+
+def inference_runs_to_resolve() -> int:
+    """How many distinct held-out inference runs, none alerting, put the zero-alert upper bound on the
+    inference FPR at or below its target."""
+    return math.ceil(math.log(ZERO_ALERT_ALPHA) / math.log(1.0 - TARGETS["inference_fpr"].value))
 
 
 def costs(adv: list[AdvRun], baseline_dirs: list[Path]) -> dict[tuple[str, str], dict]:
@@ -459,11 +470,12 @@ def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: 
                rt_trees: int = 400, cache_dir: Path | None = None, command: str = "trainsentry redteam rounds",
                factories: dict[str, Callable[[], Detector]] | None = None, progress=None,
                campaign: Path | None = None, harden: list[str] | None = None, flops_model: Path | None = None,
-               score_flops: bool = True) -> dict:
+               score_flops: bool = True, flops_results: Path | None = None) -> dict:
     """Every round's detection per strategy setting, its benign metrics, and the cost; the JSON document.
     ``progress(description, total)`` returns the callable that advances one task. ``harden``: the
     detectors the blue side hardens and re-scores in rounds 2 and later (default: all evaluated);
-    ``campaign``: the campaign file whose planned runs are reported as recorded or not."""
+    ``campaign``: the campaign file whose planned runs are reported as recorded or not; ``flops_results``:
+    the FLOP evaluation's results (results/flops.json), whose best estimator is the FLOP headline."""
     if n_rounds < 1:
         raise InputError("--rounds must be at least 1")
     factories = factories or detector_factories(rt_trees)
@@ -482,10 +494,12 @@ def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: 
     if cache_dir is None:
         with tempfile.TemporaryDirectory() as tmp:
             return run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, primary, n_splits, seed, rt_trees,
-                              Path(tmp), command, factories, progress, campaign, harden, flops_model, score_flops)
+                              Path(tmp), command, factories, progress, campaign, harden, flops_model, score_flops,
+                              flops_results)
     with _one_thread():
         return _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, primary, n_splits, seed,
-                           rt_trees, cache_dir, command, factories, progress, campaign, flops_model, score_flops)
+                           rt_trees, cache_dir, command, factories, progress, campaign, flops_model, score_flops,
+                           flops_results)
 
 
 @contextmanager
@@ -505,7 +519,7 @@ def _one_thread():
 
 
 def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, primary, n_splits, seed, rt_trees,
-                cache_dir, command, factories, progress, campaign, flops_model, score_flops) -> dict:
+                cache_dir, command, factories, progress, campaign, flops_model, score_flops, flops_results) -> dict:
     t0 = time.time()
     step = progress or (lambda desc, total: (lambda: None))
     benign_dirs, adversarial_dirs = [Path(d) for d in benign_dirs], [Path(d) for d in adversarial_dirs]
@@ -524,7 +538,9 @@ def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, 
                    for d in data["baselines_only"]]
         advance = step("FLOP estimators: calibrate on benign training runs, score red-team runs", 1)
         t1 = time.time()
-        flops = flop_scores(benign_dirs, scored, seed, flops_model)
+        best = (json.loads(Path(flops_results).read_text()).get("best")
+                if flops_results is not None and Path(flops_results).is_file() else None)
+        flops = flop_scores(benign_dirs, scored, seed, flops_model, best)
         stages["flop_estimators"] = round(time.time() - t1, 1)
         advance()
     rounds = []
@@ -558,7 +574,7 @@ def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, 
                         "feature_version": FEATURE_VERSION, "delivered_feature_version": DELIVERED_FEATURE_VERSION,
                         "round_1_as_delivered": FEATURE_VERSION == DELIVERED_FEATURE_VERSION,
                         "earlier_deliveries": [dict(e) for e in EARLIER_DELIVERIES],
-                        "detector_targets": {k: f"{op} {t:g}" for k, (op, t) in TARGETS.items()},
+                        "detector_targets": {k: target_text(t) for k, t in TARGETS.items()},
                         "detector_targets_source": TARGETS_SOURCE,
                         "hardening": {str(r): hardening(r) for r in range(1, n_rounds + 1)},
                         "gpu_hour_overhead": "baseline tokens per GPU-hour / adversary's - 1 (GPU-hours per token "

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .inputs import INPUTS, Input, input_path, is_present, where
 from .published import PUBLISHED
-from .targets import TARGETS
+from ..targets import TARGETS
 
 # Names that contain digits but are not measurements (hardware, methods, file names). A test checks
 # that every ``term`` span holds one of these, so a number cannot hide as a "term".
@@ -98,7 +98,7 @@ class Ctx:
         return self._span(PUBLISHED[key].value, fmt, unit, "published", [f"published:{key}"])
 
     def target(self, key: str, fmt: str = "g3", unit: str = "") -> str:
-        """A project target (``targets.py``: what an issue asks for), never a measurement."""
+        """A project target (``trainsentry/targets.py``: what an issue asks for), never a measurement."""
         return self._span(TARGETS[key].value, fmt, unit, "target", [f"target:{key}"])
 
     def _span(self, value, fmt: str, unit: str, kind: str, sources: list[str]) -> str:
@@ -149,11 +149,13 @@ def lookup(doc, path: str):
     return cur
 
 
+FRACTION_WORDS = ((0.0, "none"), (0.25, "a quarter"), (1 / 3, "a third"), (0.5, "half"), (2 / 3, "two thirds"),
+                  (0.75, "three quarters"), (1.0, "all"))
 SUPERSCRIPT = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
 
 
 def fmt_value(value, fmt: str) -> str:
-    """Formats: pct (fraction → percent), pct1, int, g2/g3 (significant figures), f1/f2, sci, x (multiplier)."""
+    """Formats: pct (fraction → percent), pct1, frac (fraction → "a third" or percent), int, g2/g3 (significant figures), f1/f2, sci, x (multiplier)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     if isinstance(value, str):
@@ -169,6 +171,9 @@ def fmt_value(value, fmt: str) -> str:
         return f"{v:.1f}\u202f%"
     if fmt == "int":
         return f"{round(v):,}"
+    if fmt == "frac":  # a share in words when it is near a simple fraction ("a third"), else a percentage
+        share, word = min(FRACTION_WORDS, key=lambda sw: abs(sw[0] - v))
+        return word if abs(share - v) <= 0.02 else f"{100 * v:.0f}\u202f%"
     if fmt in ("g2", "g3", "g4"):
         return f"{v:.{fmt[1]}g}"
     if fmt in ("f0", "f1", "f2", "f3"):

@@ -1,8 +1,10 @@
 """Figures the report draws itself (matplotlib, returned as PNG bytes), and reuse of committed ones.
 
 Figures other commands already write (results/figures/*.png) are embedded as they are; this module
-draws only what no other command draws: the counter check, the agent's cost split, telemetry of a
-red-team run beside its benign counterpart, detection by round and the evasion-cost ranking.
+draws the counter check, the agent's cost split and telemetry of a red-team run beside its benign
+counterpart, and renders to PNG the figures whose drawing lives with their results: detection by round
+and evasion against cost (trainsentry.redteam.figures, which also draws docs/redteam.md's), and the FLOP
+evaluation's (trainsentry.flops.report).
 """
 
 from __future__ import annotations
@@ -127,72 +129,15 @@ def telemetry_pair_figure(adv_dir: Path, base_dir: Path) -> bytes:
 
 
 def detection_by_round_figure(redteam: dict) -> bytes:
-    """Each strategy setting (rows) by round (columns): share of runs detected, with the share of
-    windows below it; a grid, so that settings with the same values do not hide one another."""
-    plt = _plt()
-    rounds = [r["round"] for r in redteam["rounds"]]
-    keys: list[tuple] = []
-    cell: dict[tuple, dict] = {}
-    for rnd in redteam["rounds"]:
-        for s in rnd["strategies"]:
-            k = (s["name"], s.get("setting"))
-            if k not in keys:
-                keys.append(k)
-            cell[(k, rnd["round"])] = s
-    keys.sort()
-    grid = np.full((len(keys), len(rounds)), np.nan)
-    for i, k in enumerate(keys):
-        for j, r in enumerate(rounds):
-            s = cell.get((k, r))
-            if s and s.get("run_detection") is not None:
-                grid[i, j] = 100 * s["run_detection"]
-    fig, ax = plt.subplots(figsize=(6.5, 0.9 + 0.45 * len(keys)))
-    im = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=100, aspect="auto")
-    for i, k in enumerate(keys):
-        for j, r in enumerate(rounds):
-            s = cell.get((k, r))
-            if not s:
-                txt = "not played"
-            elif s.get("run_detection") is None:
-                txt = "no score"
-            else:
-                wd = s.get("window_detection")
-                txt = f"runs {100 * s['run_detection']:.0f} %" + (f"\nwindows {100 * wd:.0f} %" if wd is not None else "")
-            dark = not np.isnan(grid[i, j]) and (grid[i, j] < 20 or grid[i, j] > 80)
-            ax.text(j, i, txt, ha="center", va="center", fontsize=7, color="white" if dark else "black")
-    ax.set_xticks(range(len(rounds)), [f"round {r}" for r in rounds], fontsize=8)
-    ax.set_yticks(range(len(keys)), [f"{n} {st}" if st else n for n, st in keys], fontsize=8)
-    ax.xaxis.tick_top()
-    cb = fig.colorbar(im, ax=ax, fraction=0.04)
-    cb.set_label("runs detected, %", fontsize=8)
-    cb.ax.tick_params(labelsize=7)
-    return _png(fig)
+    """Detection by round per strategy setting: the red team's own figure (trainsentry.redteam.figures)."""
+    from ..redteam.figures import detection_by_round
+    return _png(detection_by_round(_plt(), redteam))
 
 
 def evasion_cost_figure(ranking: list[dict]) -> bytes:
-    """Runs undetected against GPU-hours per token relative to DDP (log axis: costs span orders of
-    magnitude); labels listed in the legend so that settings at the same point stay readable."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
-    markers = "osD^vP*Xh<>"
-    for i, r in enumerate(ranking):
-        ax.scatter(1 + r["gpu_hour_overhead"], 100 * r["evasion"], s=45, marker=markers[i % len(markers)],
-                   alpha=0.8, label=r["name"] + (f" {r['setting']}" if r.get("setting") else ""))
-    ax.axvline(1, color="0.6", lw=1, ls=":")
-    ax.set_xscale("log")
-    from matplotlib.ticker import FixedLocator, NullLocator
-    xs = [1 + r["gpu_hour_overhead"] for r in ranking] + [1.0]
-    lo, hi = min(xs) / 1.3, max(xs) * 1.3
-    ticks = [m * 10.0 ** e for e in range(-2, 4) for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
-    ax.set_xlim(lo, hi)
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticklabels([f"{t:g}\u00d7" for t in ticks])
-    ax.set_xlabel("GPU-hours per token, relative to DDP training (1 = same cost)")
-    ax.set_ylabel("runs undetected, last round, %")
-    ax.set_ylim(-8, 108)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    return _png(fig)
+    """Runs undetected against cost per ranked setting: the red team's own figure (trainsentry.redteam.figures)."""
+    from ..redteam.figures import evasion_cost
+    return _png(evasion_cost(_plt(), ranking))
 
 
 CLASS_ORDER = {"training": 0, "inference": 1, "other": 2}

@@ -7,9 +7,7 @@ from __future__ import annotations
 import html
 
 from .figures import flop_label
-from .targets import TARGETS
-
-PRIMARY = "fused"  # the detector the project's targets are set for (issue 4)
+from ..targets import DETECTOR as PRIMARY, TARGETS, detector_targets
 
 
 def sec(anchor: str) -> str:
@@ -26,19 +24,34 @@ def verdict(met: bool | None) -> str:
 
 
 def target_clause(ctx, key: str, measured, fmt: str, unit: str = "") -> str:
-    """"target ≥ 99 %: missed" for a target of targets.py."""
+    """"target ≥ 99 %: missed" for a target of trainsentry/targets.py."""
     t = TARGETS[key]
     return f"target {'≥' if t.at_least else '≤'} {ctx.target(key, fmt, unit)}: {verdict(t.met(measured))}"
+
+
+def most_accurate_detector(ctx) -> str | None:
+    """The detector of results/detector.json with the highest run accuracy (the first of equals)."""
+    dets = ctx.value("detector", "detectors")
+    return max(dets, key=lambda d: dets[d].get("run_accuracy") or 0) if dets else None
 
 
 def primary_detector(ctx) -> str | None:
     """The detector the targets are set for when it was evaluated, else the most accurate one."""
     if not ctx.has("detector"):
         return None
-    dets = ctx.value("detector", "detectors")
-    if PRIMARY in dets:
-        return PRIMARY
-    return max(dets, key=lambda d: dets[d].get("run_accuracy") or 0) if dets else None
+    return PRIMARY if PRIMARY in ctx.value("detector", "detectors") else most_accurate_detector(ctx)
+
+
+def best_flop_estimator(ctx) -> str | None:
+    """The FLOP estimator ``trainsentry flops-eval`` chose (results/flops.json ``best``: lowest median
+    absolute error, failed splits counted as unbounded errors); None without FLOP results."""
+    return ctx.value("flops", "best") if ctx.has("flops") else None
+
+
+def meets_detector_targets(ctx, name: str) -> bool:
+    """Whether one detector of results/detector.json meets every detector target (issue 4)."""
+    d = ctx.value("detector", f"detectors/{name}")
+    return all(t.met(d.get(k)) for k, t in detector_targets().items())
 
 
 def detector_vs_targets(ctx, name: str) -> str:
@@ -78,27 +91,22 @@ def render(ctx) -> str:
                 if "splits" in (doc.get("protocol") or {}) and "runs" in (doc.get("dataset") or {}) else "")
         items.append(f"<li><b>Detector.</b> {html.escape(name)}: {detector_vs_targets(ctx, name)}{size}. "
                      + (f"The detector targets are not reached yet ({sec('s3_benign')})."
-                        if not all(TARGETS[k].met(ctx.value('detector', f'detectors/{name}/{k.split(".", 1)[1]}'))
-                                   for k in ("detector.run_accuracy", "detector.inference_fpr",
-                                             "detector.median_time_to_alert_s"))
-                        else "The detector targets are reached on this data.")
+                        if not meets_detector_targets(ctx, name) else "The detector targets are reached on this data.")
                      + (f" The reproduced Rahman &amp; Tajdari classifier is not in this evaluation ({sec('s3_benign')} says why)."
                         if "rt-baseline" not in ctx.value("detector", "detectors") else "")
                      + "</li>")
-    if ctx.has("flops"):
-        est = ctx.value("flops", "estimators")
-        scored = {k: v["median_abs_pct_error"] for k, v in est.items() if v.get("median_abs_pct_error") is not None}
-        if scored:
-            best = min(scored, key=scored.get)
-            tgt = ctx.value("flops", "target_median_abs_pct_error") \
-                if "target_median_abs_pct_error" in ctx.load("flops") else None
-            clause = (f" (target ≤ {ctx.num('flops', 'target_median_abs_pct_error', 'pctv')}: "
-                      f"{verdict(scored[best] <= tgt)})") if tgt is not None else ""
-            runs = (f", on {ctx.num('flops', 'protocol/runs', 'int')} training runs"
-                    if "runs" in (ctx.load("flops").get("protocol") or {}) else "")
-            items.append(f"<li><b>FLOP estimation.</b> The best estimator, {html.escape(flop_label(best))}, had a "
-                         f"median absolute error of {ctx.num('flops', f'estimators/{best}/median_abs_pct_error', 'pctv')}"
-                         f"{clause}{runs} ({sec('s4_flops')}).</li>")
+    best = best_flop_estimator(ctx)
+    if best:
+        tgt = ctx.value("flops", "target_median_abs_pct_error") \
+            if "target_median_abs_pct_error" in ctx.load("flops") else None
+        clause = (f" (target ≤ {ctx.num('flops', 'target_median_abs_pct_error', 'pctv')}: "
+                  f"{verdict(ctx.value('flops', f'estimators/{best}/median_abs_pct_error') <= tgt)})") \
+            if tgt is not None else ""
+        runs = (f", on {ctx.num('flops', 'protocol/runs', 'int')} training runs"
+                if "runs" in (ctx.load("flops").get("protocol") or {}) else "")
+        items.append(f"<li><b>FLOP estimation.</b> The best estimator, {html.escape(flop_label(best))}, had a "
+                     f"median absolute error of {ctx.num('flops', f'estimators/{best}/median_abs_pct_error', 'pctv')}"
+                     f"{clause}{runs} ({sec('s4_flops')}).</li>")
     if ctx.has("redteam"):
         from .ranking import rank
         doc = ctx.load("redteam")

@@ -8,7 +8,7 @@ import statistics
 from .. import figures as F
 from ..inputs import INPUTS as ALL_INPUTS
 from ..published import PUBLISHED
-from ..summary import detector_vs_targets, primary_detector
+from ..summary import detector_vs_targets, most_accurate_detector, primary_detector
 
 TITLE = "Benign validation"
 INPUTS = ("dataset", "detector")
@@ -48,10 +48,18 @@ def _protocol(ctx) -> str:
             f"{ctx.num('detector', 'protocol/splits', 'int')} random splits of the "
             f"{ctx.num('detector', 'dataset/runs', 'int')} runs ({ctx.num('detector', 'dataset/configs', 'int')} "
             f"configurations in {ctx.num('detector', 'dataset/families', 'int')} families); no configuration is "
-            f"on both sides of a split. Run-level numbers are means over the splits' test sides, each holding about a "
-            f"third of the runs, so one run more or less correct moves a split's accuracy by several points. "
+            f"on both sides of a split. Run-level numbers are means over the splits' test sides, each holding "
+            f"{_test_share(ctx, proto)} the configurations, so one run more or less correct moves a split's accuracy by several points. "
             f"Each family was also scored by a model fitted without any run of that family "
             f"(leave one family out; for inference and other families, correct means not alerted). Times to alert are in seconds from the true start of the workload.</p>")
+
+
+def _test_share(ctx, proto: dict) -> str:
+    """The share of the configurations on the test side of a split, in words, from the protocol's training share."""
+    if "train_fraction_of_configs" not in proto:
+        return "part of"
+    share = ctx.derived(1 - proto["train_fraction_of_configs"], "frac", [("detector", "protocol/train_fraction_of_configs")])
+    return f"about {share} of"
 
 
 def _targets(ctx) -> str:
@@ -61,8 +69,10 @@ def _targets(ctx) -> str:
     return (f"<p><b>Against the targets.</b> The project set targets for the {html.escape(name)} detector; on this "
             f"data it reaches {detector_vs_targets(ctx, name)}."
             + (f" These numbers are preliminary: they rest on {ctx.num('detector', 'dataset/runs', 'int')} runs, and "
-               f"a detector fitted on about two thirds of them has seen few examples of each family."
-               if "dataset" in ctx.load("detector") else "") + "</p>")
+               f"a detector fitted on about {ctx.num('detector', 'protocol/train_fraction_of_configs', 'frac')} of "
+               f"their configurations has seen few examples of each family."
+               if "dataset" in ctx.load("detector") and "train_fraction_of_configs" in (ctx.load("detector").get("protocol") or {})
+               else "") + "</p>")
 
 
 def _rt_missing(ctx) -> str:
@@ -89,7 +99,7 @@ def _rt_missing(ctx) -> str:
                 f"{ctx.derived(statistics.median(lengths), 'f0', [('traces', 'end-start')], 's')}. ")
     shared = ctx.has("redteam") and "rt-baseline" in ((ctx.value("redteam", "rounds") or [{}])[0].get("benign") or {})
     out += (f"A full comparison needs longer runs and <code>{html.escape(ALL_INPUTS['detector'].command)}</code>, "
-            f"which evaluates all four detectors on the same splits. "
+            f"which evaluates every detector on the same splits. "
             + ("Meanwhile, a like-for-like comparison on fewer splits follows below."
                if shared else "Until then the published row below is the only reference, and it is not on our data.")
             + "</p>")
@@ -127,9 +137,8 @@ def _same_splits(ctx) -> str:
         if alt:
             cells += f"<td>{ctx.num('redteam', f'{p}/alternative_alert_rules/{alt}/run_accuracy', 'pct')}</td>"
         rows += f"<tr><td>{html.escape(n)}</td>{cells}</tr>"
-    splits = {v.get("splits") for v in bench.values()}
-    n_splits = (ctx.num("redteam", f"rounds/0/benign/{next(iter(bench))}/splits", "int")
-                if len(splits) == 1 and None not in splits else "a few")
+    splits = [v["splits"] for v in bench.values() if v.get("splits") is not None]
+    n_splits = ctx.spread(splits, "int", [("redteam", "rounds/0/benign")]) if splits else "several"
     rt = bench["rt-baseline"]
     note = ""
     if rt.get("training_detection") == 0 and (rt.get("window_auc") or 0) > 0.5:
@@ -138,7 +147,8 @@ def _same_splits(ctx) -> str:
                 f"under its own alert rule, because the runs end before the rule can fire; alerting on any single "
                 f"window instead (last column) shows what its windows are worth on runs this short.")
     return (f"<div class='keep'><h3>Side by side with the reproduced classifier, on shared splits</h3><p>The red team's first round "
-            f"(detectors as delivered, before any hardening) fitted and scored all four detectors, "
+            f"(detectors as delivered, before any hardening) fitted and scored "
+            f"{ctx.derived(len(bench), 'int', [('redteam', 'rounds/0/benign')])} detectors, "
             f"{ctx.term('rt-baseline')} included, on the same {n_splits} configuration-grouped splits of the benign "
             f"runs. Far fewer splits than above, so each number is rough, but the comparison is like for like.{note}</p>"
             f"<table class='wide'><tr><th>detector</th>{head}</tr>{rows}</table></div>")
@@ -165,8 +175,9 @@ def _family_table(ctx, dets: dict) -> str:
     return ("<h3>Per family</h3><p>For each family: its runs in the dataset; then, per detector, the share of "
             "its test runs that alerted, pooled over every split in which they were on the test side (for "
             "training: detected; for inference and other: a false alarm), and the share of its runs classified "
-            "correctly when the whole family was left out of fitting. With one to a few runs per family, each "
-            "share rests on very few runs.</p>"
+            "correctly when the whole family was left out of fitting."
+            + (f" With {ctx.spread(list(runs.values()), 'int', [('detector', 'dataset/runs_by_family')])} runs per "
+               "family, each share rests on very few runs." if runs else "") + "</p>"
             f"<table class='wide'><tr><th>family</th><th>class</th><th>runs</th>{head}</tr>{rows}</table>")
 
 
@@ -202,7 +213,7 @@ def _detectors(ctx, figs) -> str:
     pub = (f"<tr class='pub'><td>published {ctx.cite('rt')}</td><td>{ctx.pub('rt.accuracy', 'pct')} (window "
            f"accuracy)</td><td>—</td><td>{ctx.pub('rt.fpr', 'pct')}</td><td>—</td>"
            f"<td>{ctx.pub('rt.tta_median_s', 'int')}</td><td>—</td><td>—</td></tr>")
-    best = max(dets, key=lambda d: (dets[d].get("run_accuracy") or 0))
+    best = most_accurate_detector(ctx)
     has_rt = "rt-baseline" in dets
     out = [_protocol(ctx),
            f"<p>The most accurate by run was <b>{html.escape(best)}</b> at "

@@ -3,6 +3,7 @@
 import html
 
 from .. import figures as F
+from ..summary import best_flop_estimator
 
 TITLE = "FLOP estimation"
 INPUTS = ("flops",)
@@ -19,9 +20,8 @@ WHAT = {"three_input": "energy above idle, corrected for memory and NVLink traff
 
 def render(ctx, figs) -> str:
     intro = (f"<p>Beyond training or not, a verifier may want to know how much compute a job used. We "
-             f"reproduced the estimators of the {ctx.cite('seed')} (energy above idle corrected for memory and "
-             f"NVLink traffic, power alone, and small neural networks on log features) and added estimators that "
-             f"use the tensor-pipe activity our agent records, all on the same grouped splits: "
+             f"reproduced the estimators of the {ctx.cite('seed')} and added estimators that use the tensor-pipe "
+             f"activity our agent records (the table says what each reads), all on the same grouped splits: "
              f"configurations used for calibration are never evaluated. FLOPs are defined for training runs only, so "
              f"this section uses the training runs of the benign dataset.</p>")
     if not ctx.has("flops"):
@@ -48,7 +48,7 @@ def render(ctx, figs) -> str:
                             for i, f in enumerate(e.get("failures") or []) if isinstance(f, dict) and f.get("reason"))
             failed.append(f"<b>{html.escape(F.flop_label(name))}</b>" + (f" ({why})" if why else ""))
     scored = {k: v["median_abs_pct_error"] for k, v in est.items() if v.get("median_abs_pct_error") is not None}
-    best = min(scored, key=scored.get) if scored else None
+    best = best_flop_estimator(ctx)
     lead = (f"<p>The most accurate was <b>{html.escape(F.flop_label(best))}</b>, with a median absolute error of "
             f"{ctx.num('flops', f'estimators/{best}/median_abs_pct_error', 'pctv')}.</p>") if best else ""
     fails = (f"<p>A split an estimator cannot be calibrated on is a failure, and its predictions count as "
@@ -61,8 +61,10 @@ def render(ctx, figs) -> str:
         target = (f"<p>The project's target is a median absolute error of at most "
                   f"{ctx.num('flops', 'target_median_abs_pct_error', 'pctv')}: "
                   + (f"met by {', '.join(html.escape(m) for m in meet)}." if meet else "not met by any estimator.")
-                  + " Each median pools every held-out prediction over the splits; a training run is held out in "
-                    "about a third of them.</p>")
+                  + " Each median pools every held-out prediction over the splits"
+                  + (f"; a training run is held out in about "
+                     f"{ctx.derived(1 - proto['cal_fraction'], 'frac', [('flops', 'protocol/cal_fraction')])} of them"
+                     if "cal_fraction" in proto else "") + ".</p>")
     out = [intro, lead, target, "<table class='wide'><tr><th>estimator</th><th>what it reads</th><th>median abs. error (ours)</th><th>upper-decile abs. error (ours)</th>"
            f"<th>splits failed</th><th>median abs. error, {ctx.cite('seed')}</th></tr>{rows}</table>", fails,
            "<p class='note'>The seed study's figures are from two NVLink-connected "
@@ -113,14 +115,24 @@ def _redteam(ctx) -> str:
     calib = fe.get("calibrated_on") or {}
     cal = (f", calibrated on the {ctx.num('redteam', 'flop_estimator/calibrated_on/runs', 'int')} benign training runs"
            if "runs" in calib else "")
+    settings = fe.get("settings") or []
+    src = [("redteam", "flop_estimator/settings")]
+    n_runs = [st["runs"] for st in settings if st.get("runs") is not None]
+    single = bool(n_runs) and max(n_runs) == 1
+    n_controls = sum(st.get("role") == "control" for st in settings)
+    controls = (f" and to the {ctx.derived(n_controls, 'int', src)} benign control "
+                f"{'run' if n_controls == 1 else 'runs'} recorded with them" if n_controls else "")
+    per_row = (f"; {ctx.derived(1, 'int', src)} run per row" if single else
+               f"; the median of {ctx.spread(n_runs, 'int', src)} runs per row" if n_runs else "")
     out = (f"<div class='keep'><h3>Under the red team</h3><p>The estimators, frozen{cal}, were applied to every recorded red-team "
-           f"run and to the benign control run recorded with them. Signed error in percent (negative: the estimate "
-           f"is too low); one run per row. The {ctx.cite('seed')} reported a median error of "
+           f"run{controls}. Signed error in percent (negative: the estimate "
+           f"is too low){per_row}. The {ctx.cite('seed')} reported a median error of "
            f"{ctx.pub('seed.redteam_median', 'int', '%')} under its strongest red-team strategy.</p>"
            f"<table class='wide'><tr><th>run</th><th>role</th>{head}</tr>{rows}</table></div>")
     if worst:
         n = min(worst, key=worst.get)
         out += (f"<p>The estimator whose largest red-team error was smallest is {html.escape(F.flop_label(n))}, "
-                f"at most {ctx.derived(worst[n], 'f1', [('redteam', 'flop_estimator/settings')], '%')} off; with one "
-                f"run per strategy these are single measurements, not medians.</p>")
+                f"at most {ctx.derived(worst[n], 'f1', src, '%')} off"
+                + ("; with one run per strategy setting these are single measurements, not medians" if single else "")
+                + ".</p>")
     return out

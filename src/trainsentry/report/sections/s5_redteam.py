@@ -14,7 +14,6 @@ from .. import figures as F
 from ...redteam.rounds import _setting  # the setting name the red team's results use
 from ..inputs import INPUTS as ALL_INPUTS, input_path
 from ..summary import sec, verdict
-from ..targets import TARGETS
 
 TITLE = "Red-team experiments"
 INPUTS = ("redteam", "traces", "redteam_traces")
@@ -171,7 +170,8 @@ def _intro(ctx, adv: dict, base: list) -> str:
 
 
 def _benign_by_round(ctx, rounds: list, proto: dict) -> str:
-    """The hardened detector's benign accuracy and false-positive rate, re-measured in every round."""
+    """The hardened detector's benign accuracy and false-positive rate, re-measured in every round, each
+    met or missed as the red team judged it against the targets (results/redteam.json ``targets``)."""
     name = proto.get("primary_detector")
     if not name:
         return ""
@@ -182,13 +182,10 @@ def _benign_by_round(ctx, rounds: list, proto: dict) -> str:
             continue
         p = f"rounds/{i}/benign/{name}"
         splits = ctx.num("redteam", f"{p}/splits", "int") if "splits" in b else "—"
-        acc = b.get("run_accuracy")
-        fpr = b.get("inference_fpr")
-        rows += (f"<tr><td>{ctx.num('redteam', f'rounds/{i}/round', 'int')}</td>"
-                 f"<td>{ctx.num('redteam', f'{p}/run_accuracy', 'pct') if acc is not None else '—'} "
-                 f"({verdict(TARGETS['detector.run_accuracy'].met(acc))})</td>"
-                 f"<td>{ctx.num('redteam', f'{p}/inference_fpr', 'pct') if fpr is not None else '—'} "
-                 f"({verdict(TARGETS['detector.inference_fpr'].met(fpr))})</td><td>{splits}</td></tr>")
+        met = {k: v.get("met") for k, v in (b.get("targets") or {}).items()}
+        cells = "".join(f"<td>{ctx.num('redteam', f'{p}/{k}', 'pct') if b.get(k) is not None else '—'} "
+                        f"({verdict(met.get(k))})</td>" for k in ("run_accuracy", "inference_fpr"))
+        rows += f"<tr><td>{ctx.num('redteam', f'rounds/{i}/round', 'int')}</td>{cells}<td>{splits}</td></tr>"
     if not rows:
         return ""
     return (f"<div class='keep'><p>Hardening must not cost benign accuracy. Each round re-measured the {html.escape(name)} detector "

@@ -5,8 +5,7 @@ import html
 
 from ..ranking import rank
 from .s6_ranking import CHEAP
-from ..summary import detector_vs_targets, primary_detector, sec
-from ..targets import TARGETS
+from ..summary import detector_vs_targets, meets_detector_targets, primary_detector, sec
 
 TITLE = "Recommendations"
 INPUTS = ("gpu_check", "detector", "redteam", "simulator")
@@ -30,9 +29,7 @@ def render(ctx, figs) -> str:
         name = primary_detector(ctx)
         dets = ctx.value("detector", "detectors")
         d = dets[name]
-        ok = all(TARGETS[k].met(d.get(k.split(".", 1)[1])) for k in
-                 ("detector.run_accuracy", "detector.inference_fpr", "detector.median_time_to_alert_s"))
-        if ok:
+        if meets_detector_targets(ctx, name):
             items.append(f"<li><b>Deploy the {html.escape(name)} detector.</b> On this data it reaches "
                          f"{detector_vs_targets(ctx, name)}.</li>")
         else:

@@ -82,14 +82,11 @@ def _campaigns(ctx) -> str:
 
 def _measured_limits(ctx) -> str:
     """Limits the results themselves show: targets missed, a baseline not evaluated, single runs."""
-    from ..summary import detector_vs_targets, primary_detector, sec
-    from ..targets import TARGETS
+    from ..summary import detector_vs_targets, meets_detector_targets, primary_detector, sec
     items = []
     name = primary_detector(ctx)
     if name:
-        d = ctx.value("detector", f"detectors/{name}")
-        if not all(TARGETS[k].met(d.get(k.split(".", 1)[1])) for k in
-                   ("detector.run_accuracy", "detector.inference_fpr", "detector.median_time_to_alert_s")):
+        if not meets_detector_targets(ctx, name):
             items.append(f"<li><b>Detector targets missed.</b> {html.escape(name)}: {detector_vs_targets(ctx, name)} "
                          f"({sec('s3_benign')}).</li>")
         if "rt-baseline" not in ctx.value("detector", "detectors"):
