@@ -91,7 +91,9 @@ small and continuous (tensor-parallel decode), or absent (independent replicas).
 * *Exchange gate* (`trainsentry.detect.rules.exchange_gate`, both learned detectors): P(training) =
   gate × trees, where the gate (0..1) is the evidence of a collective exchange on some channel
   (NVLink, PCIe or network): traffic ≥ 10× the link's idle floor, symmetric over the window
-  (≥ 0.5 on the worst GPU), simultaneous across GPUs (≥ 0.5) and compute-bound (≤ 1 GB per joule).
+  (≥ 0.5 on the worst GPU), simultaneous across GPUs (≥ 0.5) and compute-bound (≤ 1 GB per joule):
+  the same four factors as `comm-rules` (`trainsentry.detect.rules.exchange_factors`, one copy for
+  both) at the gate's thresholds, without the regularity rule.
   Every way of training on more than one device exchanges bytes both ways within a step
   (all-reduce, reduce-scatter + all-gather, pipeline activations forward and gradients back,
   host-staged copies out and back); no traffic (replicas, matmul burn, copies inside a GPU) or

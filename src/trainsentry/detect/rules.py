@@ -77,8 +77,30 @@ def _get(x: Mapping, key: str) -> float:
         return math.nan
 
 
-# The exchange gate of the learned detectors (``exchange_gate``): looser than the rules above, since
-# it only asks whether any collective exchange is there at all and leaves the rest to the trees.
+def exchange_factors(X: pd.DataFrame, ch: str, volume_Bps: float, sym_min: float, simult_min: float,
+                     bytes_per_J_max: float) -> dict[str, np.ndarray]:
+    """The evidence of a collective exchange on one channel, one soft score (0..1) per window each:
+    ``volume`` (bytes per second per GPU at least ``volume_Bps``), ``symmetry`` (each device sends
+    about what it receives, worst GPU), ``simultaneity`` (per-GPU channels: bursts on all GPUs at
+    once) and ``compute_bound`` (at most ``bytes_per_J_max``: collective benchmarks and peer copies
+    spend their energy moving bytes). Shared by ``CommRules`` and ``exchange_gate``, which ask the
+    same questions at different thresholds."""
+    per_gpu = ch in PER_GPU
+    sfx = ".min" if per_gpu else ""
+    vol = _col(X, f"comm.{ch}.Bps{sfx}")
+    f = {"volume": _soft(np.log10(np.maximum(vol, 0) + 1.0), math.log10(volume_Bps), 0.15),
+         "symmetry": _soft(_col(X, f"comm.{ch}.sym{sfx}"), sym_min, 0.05)}
+    if per_gpu:
+        best = np.fmax(_col(X, f"comm.{ch}.coactive"), _col(X, f"comm.{ch}.simult_corr"))
+        # One GPU with traffic cannot be unsimultaneous with itself: neutral.
+        f["simultaneity"] = np.where(np.isfinite(best), _soft(best, simult_min, 0.05), 1.0)
+    bpj = _col(X, f"comm.{ch}.log_bytes_per_J" + (".mean" if per_gpu else ""))
+    f["compute_bound"] = np.where(np.isfinite(bpj), 1.0 - _soft(bpj, math.log10(bytes_per_J_max), 0.1), 1.0)
+    return f
+
+
+# The exchange gate of the learned detectors (``exchange_gate``): looser than CommRules, since it
+# only asks whether a collective exchange is there at all and leaves the rest to the trees.
 GATE_SYM_MIN = 0.5
 GATE_SIMULT_MIN = 0.5
 GATE_FLOOR_FACTOR = 10.0     # volume at least 10x the link's idle floor (features.comm.ACTIVE_FLOOR_BPS)
@@ -88,7 +110,8 @@ GATE_BYTES_PER_J_MAX = 1e9   # the compute-bound rule's bound (CommRules.bytes_p
 def exchange_gate(X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Evidence (0..1) that a window holds a collective exchange on some channel, and that channel's
     index in ``CHANNELS``: traffic above the link's idle floor that is symmetric over the window
-    (each device sends about what it receives) and simultaneous across devices.
+    (each device sends about what it receives), simultaneous across devices and compute-bound: the
+    ``exchange_factors`` of ``CommRules`` at looser thresholds, without its regularity rule.
 
     Every way of training on more than one device exchanges gradients or activations both ways
     within a step: data parallelism all-reduces (ring: each GPU sends what it receives), FSDP
@@ -97,23 +120,13 @@ def exchange_gate(X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     Workloads that do not exchange both ways — no traffic (replicas, single-GPU compute, copies
     inside one GPU) or one-way traffic (prefill → decode hand-off, pipeline inference) — are not
     multi-device training, whatever their power or activity looks like. The exchange must also be
-    that of a compute-bound workload (at most ``GATE_BYTES_PER_J_MAX`` bytes per joule, the
-    compute-bound rule of ``CommRules``): collective benchmarks and peer copies spend their energy
-    moving bytes. What the gate cannot see: training on one device alone (no exchange to measure)."""
+    that of a compute-bound workload (at most ``GATE_BYTES_PER_J_MAX`` bytes per joule):
+    collective benchmarks and peer copies spend their energy moving bytes. What the gate cannot
+    see: training on one device alone (no exchange to measure)."""
     from ..features.comm import ACTIVE_FLOOR_BPS
-    scores = []
-    for ch in CHANNELS:
-        per_gpu = ch in PER_GPU
-        sfx = ".min" if per_gpu else ""
-        vol = _col(X, f"comm.{ch}.Bps{sfx}")
-        g = (_soft(np.log10(np.maximum(vol, 0) + 1.0), math.log10(GATE_FLOOR_FACTOR * ACTIVE_FLOOR_BPS[ch]), 0.15)
-             * _soft(_col(X, f"comm.{ch}.sym{sfx}"), GATE_SYM_MIN, 0.05))
-        if per_gpu:
-            best = np.fmax(_col(X, f"comm.{ch}.coactive"), _col(X, f"comm.{ch}.simult_corr"))
-            g = g * np.where(np.isfinite(best), _soft(best, GATE_SIMULT_MIN, 0.05), 1.0)
-        bpj = _col(X, f"comm.{ch}.log_bytes_per_J" + (".mean" if per_gpu else ""))
-        g = g * np.where(np.isfinite(bpj), 1.0 - _soft(bpj, math.log10(GATE_BYTES_PER_J_MAX), 0.1), 1.0)
-        scores.append(g)
+    scores = [np.prod(np.vstack(list(exchange_factors(
+        X, ch, GATE_FLOOR_FACTOR * ACTIVE_FLOOR_BPS[ch], GATE_SYM_MIN, GATE_SIMULT_MIN, GATE_BYTES_PER_J_MAX).values())),
+        axis=0) for ch in CHANNELS]
     s = np.vstack(scores)
     return s.max(axis=0), s.argmax(axis=0)
 
@@ -133,24 +146,16 @@ class CommRules(Detector):
         return column.startswith("comm.")
 
     def _factors(self, X: pd.DataFrame, ch: str, volume_Bps: float | None = None) -> dict[str, np.ndarray]:
+        thr = self.volume_Bps if volume_Bps is None else volume_Bps
+        f = exchange_factors(X, ch, thr, self.sym_min, self.simult_min, self.bytes_per_J_max)
         per_gpu = ch in PER_GPU
         sfx = ".min" if per_gpu else ""
-        vol = _col(X, f"comm.{ch}.Bps{sfx}")
-        thr = self.volume_Bps if volume_Bps is None else volume_Bps
-        steady = _col(X, f"comm.{ch}.steady" + (".min" if per_gpu else ""))
         busy = _soft(_col(X, f"comm.{ch}.duty{sfx}"), self.duty_min, 0.05)
+        regular = _soft(_col(X, f"comm.{ch}.acf_peak{sfx}"), self.acf_min, 0.05)
         if per_gpu:
             # inside a node, where tensor parallelism lives, busy must also be steady
-            busy = busy * _soft(steady, self.steady_min, 0.03)
-        f = {"volume": _soft(np.log10(np.maximum(vol, 0) + 1.0), math.log10(thr), 0.15),
-             "symmetry": _soft(_col(X, f"comm.{ch}.sym{sfx}"), self.sym_min, 0.05),
-             "regularity": np.maximum(busy, _soft(_col(X, f"comm.{ch}.acf_peak{sfx}"), self.acf_min, 0.05))}
-        bpj = _col(X, f"comm.{ch}.log_bytes_per_J" + (".mean" if per_gpu else ""))
-        f["compute_bound"] = np.where(np.isfinite(bpj), 1.0 - _soft(bpj, math.log10(self.bytes_per_J_max), 0.1), 1.0)
-        if per_gpu:
-            best = np.fmax(_col(X, f"comm.{ch}.coactive"), _col(X, f"comm.{ch}.simult_corr"))
-            # One GPU with NVLink traffic cannot be unsimultaneous with itself: neutral.
-            f["simultaneity"] = np.where(np.isfinite(best), _soft(best, self.simult_min, 0.05), 1.0)
+            busy = busy * _soft(_col(X, f"comm.{ch}.steady.min"), self.steady_min, 0.03)
+        f["regularity"] = np.maximum(busy, regular)
         return f
 
     def _score(self, X: pd.DataFrame, volume_Bps: float | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
