@@ -26,7 +26,11 @@ Training needs a large, regular, symmetric gradient exchange; each rule is one o
   symmetry). On the network a busy symmetric exchange stays regular, as before: host-timed steps
   jitter (the demo's gloo DDP on a loaded 2-core CPU reads 0.65–0.82, as unsteady as TP serving),
   and a symmetric, busy serving exchange between nodes (expert-parallel all-to-all, tensor
-  parallelism across nodes) would be a false alarm of this rule.
+  parallelism across nodes) would be a false alarm of this rule. Pipeline training counts as
+  regular too (per-GPU channels): its stages send activations forward and gradients back point to
+  point, so its bins go mostly one way (``oneway_bins`` ≥ 0.15 on the worst GPU; 0.18–0.86 on the
+  dataset's GPipe and 1F1B runs, where every collective reads ≤ 0.16) while the symmetry rule sees
+  as many bytes back as forward; at 10 Hz its bins are neither steady nor clearly periodic.
 * compute-bound — training spends most of its energy computing: per step it does ≈ 6·Ψ·tokens
   FLOPs for ≈ 4·Ψ bytes of bf16 gradient traffic per GPU, so bytes per joule ≈ (2/3)·(FLOP per
   joule) / tokens per GPU per step; at H200 efficiency (≲ 1e12 FLOP/J) and ≥ ~700 tokens per step
@@ -136,8 +140,9 @@ class CommRules(Detector):
 
     def __init__(self, volume_Bps: float = 1e8, sym_min: float = 0.7, simult_min: float = 0.5,
                  duty_min: float = 0.8, acf_min: float = 0.3, bytes_per_J_max: float = 1e9,
-                 steady_min: float = 0.7):
+                 steady_min: float = 0.7, alternating_min: float = 0.15):
         self.volume_Bps, self.sym_min, self.simult_min = volume_Bps, sym_min, simult_min
+        self.alternating_min = alternating_min
         self.duty_min, self.acf_min, self.steady_min = duty_min, acf_min, steady_min
         self.bytes_per_J_max = bytes_per_J_max
         self.calibration: dict = {}
@@ -155,6 +160,9 @@ class CommRules(Detector):
         if per_gpu:
             # inside a node, where tensor parallelism lives, busy must also be steady
             busy = busy * _soft(_col(X, f"comm.{ch}.steady.min"), self.steady_min, 0.03)
+            # pipeline training: point-to-point sends, one way per bin, as many bytes back
+            # (gradients) as forward (activations); the symmetry factor asks the latter
+            regular = np.maximum(regular, _soft(_col(X, f"comm.{ch}.oneway_bins.min"), self.alternating_min, 0.02))
         f["regularity"] = np.maximum(busy, regular)
         return f
 
@@ -199,8 +207,10 @@ class CommRules(Detector):
                f"regularity: busy {_get(x, f'comm.{ch}.duty{sfx}'):.2f} of the window "
                + (f"at steadiness {_get(x, f'comm.{ch}.steady{sfx}'):.2f} (vs {self.duty_min} and "
                   f"{self.steady_min}), " if ch in PER_GPU else f"(vs {self.duty_min}), ")
-               + f"autocorrelation peak {_get(x, f'comm.{ch}.acf_peak{sfx}'):.2f} (vs {self.acf_min}): "
-               f"score {f['regularity']:.2f}"]
+               + f"autocorrelation peak {_get(x, f'comm.{ch}.acf_peak{sfx}'):.2f} (vs {self.acf_min})"
+               + (f", one way per bin {_get(x, f'comm.{ch}.oneway_bins{sfx}'):.2f} (vs {self.alternating_min}: "
+                  "pipeline sends, forward and back)" if ch in PER_GPU else "")
+               + f": score {f['regularity']:.2f}"]
         bpj = _get(x, f"comm.{ch}.log_bytes_per_J" + (".mean" if ch in PER_GPU else ""))
         out.append(f"bytes per joule {10 ** bpj if math.isfinite(bpj) else math.nan:.3g} vs at most "
                    f"{self.bytes_per_J_max:.0e} for compute-bound work: score {f['compute_bound']:.2f}")
@@ -212,6 +222,6 @@ class CommRules(Detector):
     def describe(self) -> dict:
         return {**super().describe(), "volume_Bps": self.volume_Bps, "sym_min": self.sym_min,
                 "simult_min": self.simult_min, "duty_min": self.duty_min, "acf_min": self.acf_min,
-                "steady_min": self.steady_min,
+                "steady_min": self.steady_min, "alternating_min": self.alternating_min,
                 "bytes_per_J_max": self.bytes_per_J_max,
                 "calibration": self.calibration}
