@@ -58,6 +58,7 @@ def test_the_gate_is_part_of_the_evidence(runs):
     ev = det.explain(one_way)
     assert "exchange gate" in ev[1] and float(ev[1].split()[2]) < 0.1
     assert det.describe()["exchange_gate"] is True
+    assert det.describe()["fit_on"] == "all"   # trees learn from every window; the gate still multiplies
 
 
 def test_fit_on_is_checked():
