@@ -67,3 +67,15 @@ def test_pipeline_training_alternates_and_pipeline_inference_only_sends_forward(
     assert p_train > 0.9
     assert p_infer < 0.01 and p_serve < 0.1
     assert "one way per bin" in " ".join(CommRules().explain(pp_train))
+
+
+def test_the_volume_threshold_rises_only_for_a_material_gain():
+    train = [_nvlink(bps=5e9)] * 50
+    few = [_nvlink(bps=2e8)] + [_nvlink(bps=0.0)] * 199        # one server ramp window at 200 MB/s
+    many = [_nvlink(bps=2e8)] * 100 + [_nvlink(bps=0.0)] * 100  # half of the negatives at 200 MB/s
+    y = np.array([1] * 50 + [0] * 200)
+    low = CommRules().fit(pd.DataFrame(train + few), y)
+    assert low.volume_Bps == 1e6 and low.calibration["best_balanced_accuracy_on_fit"] > low.calibration[
+        "balanced_accuracy_on_fit"]
+    high = CommRules().fit(pd.DataFrame(train + many), y)
+    assert 2e8 < high.volume_Bps <= 5e9
