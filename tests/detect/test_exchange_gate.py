@@ -58,8 +58,24 @@ def test_the_gate_is_part_of_the_evidence(runs):
     ev = det.explain(one_way)
     assert "exchange gate" in ev[1] and float(ev[1].split()[2]) < 0.1
     assert det.describe()["exchange_gate"] is True
+    assert det.describe()["fit_on"] == "all"   # trees learn from every window; the gate still multiplies
 
 
 def test_fit_on_is_checked():
     with pytest.raises(ValueError):
         LearnedDetector("x", ("comm.",), fit_on="some")
+
+
+def test_the_gate_and_comm_rules_share_one_definition_of_an_exchange():
+    # one copy of the volume / symmetry / simultaneity / compute-bound logic (rules.exchange_factors):
+    # comm-rules adds its regularity rule to exactly these factors, at its own thresholds
+    from trainsentry.detect.rules import CHANNELS, CommRules, exchange_factors
+    X = pd.DataFrame([_row("nvlink", 5e9, 1.0), _row("pcie", 9e8, 0.8, coactive=0.8), _row("net", 5e8, 0.95),
+                      _row("nvlink", 5e9, 0.0), _row("nvlink", 1.4e11, 1.0, bpj=9.09)])
+    rules = CommRules()
+    for ch in CHANNELS:
+        f = rules._factors(X, ch)
+        shared = exchange_factors(X, ch, rules.volume_Bps, rules.sym_min, rules.simult_min, rules.bytes_per_J_max)
+        assert set(f) == set(shared) | {"regularity"}
+        for k, v in shared.items():
+            np.testing.assert_array_equal(f[k], v)

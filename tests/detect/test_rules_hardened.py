@@ -6,9 +6,9 @@ import pandas as pd
 from trainsentry.detect.rules import CommRules
 
 
-def _nvlink(bps=5e9, sym=1.0, duty=1.0, steady=0.9, acf=0.05, bpj=7.0, coactive=1.0):
+def _nvlink(bps=5e9, sym=1.0, duty=1.0, steady=0.9, acf=0.05, bpj=7.0, coactive=1.0, oneway=0.0):
     return {"comm.nvlink.Bps.min": bps, "comm.nvlink.sym.min": sym, "comm.nvlink.duty.min": duty,
-            "comm.nvlink.steady.min": steady, "comm.nvlink.acf_peak.min": acf,
+            "comm.nvlink.steady.min": steady, "comm.nvlink.acf_peak.min": acf, "comm.nvlink.oneway_bins.min": oneway,
             "comm.nvlink.log_bytes_per_J.mean": bpj, "comm.nvlink.coactive": coactive,
             "comm.nvlink.simult_corr": coactive}
 
@@ -55,3 +55,27 @@ def test_a_busy_network_exchange_stays_regular_however_jittered_its_host_timed_s
            "comm.net.acf_peak": 0.1}
     (p,) = _p(net)
     assert p > 0.9
+
+
+def test_pipeline_training_alternates_and_pipeline_inference_only_sends_forward():
+    # the dataset's 1F1B / GPipe runs: ~0.4 GB/s point-to-point, one way per bin (0.2-0.9), as many
+    # bytes back (gradients) as forward (activations); unsteady bins, weak autocorrelation
+    pp_train = _nvlink(bps=4e8, sym=0.99, steady=0.6, acf=0.25, oneway=0.22)
+    pp_infer = _nvlink(bps=4e8, sym=0.0, steady=0.0, acf=0.25, oneway=1.0)      # activations forward only
+    tp_serving = _nvlink(bps=2.3e9, sym=1.0, steady=0.4, acf=0.15, oneway=0.0)  # all-reduce: both ways per bin
+    p_train, p_infer, p_serve = _p(pp_train, pp_infer, tp_serving)
+    assert p_train > 0.9
+    assert p_infer < 0.01 and p_serve < 0.1
+    assert "one way per bin" in " ".join(CommRules().explain(pp_train))
+
+
+def test_the_volume_threshold_rises_only_for_a_material_gain():
+    train = [_nvlink(bps=5e9)] * 50
+    few = [_nvlink(bps=2e8)] + [_nvlink(bps=0.0)] * 199        # one server ramp window at 200 MB/s
+    many = [_nvlink(bps=2e8)] * 100 + [_nvlink(bps=0.0)] * 100  # half of the negatives at 200 MB/s
+    y = np.array([1] * 50 + [0] * 200)
+    low = CommRules().fit(pd.DataFrame(train + few), y)
+    assert low.volume_Bps == 1e6 and low.calibration["best_balanced_accuracy_on_fit"] > low.calibration[
+        "balanced_accuracy_on_fit"]
+    high = CommRules().fit(pd.DataFrame(train + many), y)
+    assert 2e8 < high.volume_Bps <= 5e9
