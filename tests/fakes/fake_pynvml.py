@@ -59,6 +59,7 @@ _GPM_METRIC_SIZE = ctypes.sizeof(_real.c_nvmlGpmMetric_t)
 assert [getattr(_real.c_nvmlGpmMetric_t, n).offset for n in ("metricId", "nvmlReturn", "value")] == [0, 4, 8]
 _GPM_METRICS_OFFSET = _real.c_nvmlGpmMetricsGet_t.metrics.offset
 _UNSEEN = object()
+_VT_ULL, _VT_UINT, _SUCCESS = _real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, _real.NVML_VALUE_TYPE_UNSIGNED_INT, _real.NVML_SUCCESS
 
 
 class ManualClock:
@@ -112,6 +113,7 @@ class FakeNvml:
         # per GPU index: key -> _series_of's answer (None: never recorded), looked up once, not on
         # every call (the recording is not changed while it is played)
         self._series: list[dict[object, tuple | None]] = [{} for _ in range(self.gpu_count)]
+        self._rec_t0, self._rec_span = self.recording.t0, max(self.recording.t1 - self.recording.t0, 1e-9)
 
     # Constants, structures and error classes are the real binding's own objects, copied onto the
     # class below; any other name (a call that is not faked) raises AttributeError.
@@ -119,15 +121,14 @@ class FakeNvml:
     # ---- timeline -------------------------------------------------------------------------
     def rec_time(self) -> tuple[float, int]:
         """(time inside the recording, completed loops)."""
-        rec = self.recording
+        t0, span = self._rec_t0, self._rec_span
         tau = (self.clock() - self.start) * self.speed
-        span = max(rec.t1 - rec.t0, 1e-9)
         if tau < 0:
-            return rec.t0, 0
+            return t0, 0
         if not self.loop:
-            return rec.t0 + min(tau, span), 0
+            return t0 + min(tau, span), 0
         k, rem = divmod(tau, span)
-        return rec.t0 + rem, int(k)
+        return t0 + rem, int(k)
 
     def _value(self, handle: FakeHandle, key: object, gate: str,
                at: tuple[float, int] | None = None) -> object:
@@ -230,11 +231,11 @@ class FakeNvml:
             except TypeError:
                 f, scope = fid, 0
             f, scope = f & 0xFFFFFFFF, scope & 0xFFFFFFFF   # what the c_uint fields keep
-            value_type, ret, v = _real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, _real.NVML_SUCCESS, 0
+            value_type, ret, v = _VT_ULL, _SUCCESS, 0
             try:
                 if f == FI_LINK_COUNT:
                     v = int(self._value(handle, ("field", f, 0), "link_count", at))
-                    value_type = _real.NVML_VALUE_TYPE_UNSIGNED_INT
+                    value_type = _VT_UINT
                 elif f in _CALL_FIELDS:
                     # The call's own series: in all four H200 snapshots (nvml_before/after.json)
                     # field 83 equals nvmlDeviceGetTotalEnergyConsumption to the millijoule.
@@ -254,7 +255,7 @@ class FakeNvml:
                 ret, v = e.value, 0
             # One C-level write per element: the binding's structures set every attribute through
             # a Python __setattr__, which made this fake call several times the real binding's own.
-            pack = _FV_UINT if value_type == _real.NVML_VALUE_TYPE_UNSIGNED_INT else _FV_ULL
+            pack = _FV_UINT if value_type == _VT_UINT else _FV_ULL
             pack.pack_into(values, i * _FV_SIZE, f, scope, now_us, 0, value_type, ret, v)
         return values
 
