@@ -62,6 +62,26 @@ _UNSEEN = object()
 _VT_ULL, _VT_UINT, _SUCCESS = _real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, _real.NVML_VALUE_TYPE_UNSIGNED_INT, _real.NVML_SUCCESS
 
 
+def _parse_fields(request: tuple) -> list[tuple]:
+    """(fieldId, scopeId, recorded key, gate, knob of the field alone or None) per element, parsed as
+    pynvml does: (fieldId, scopeId) pairs or bare ids (scope 0), kept to what the c_uint members hold."""
+    out = []
+    for fid in request:
+        try:
+            f, scope = fid
+        except TypeError:
+            f, scope = fid, 0
+        f, scope = f & 0xFFFFFFFF, scope & 0xFFFFFFFF
+        if f == FI_LINK_COUNT:
+            out.append((f, scope, ("field", f, 0), "link_count", None))
+        elif f in _CALL_FIELDS:
+            key, knob = _CALL_FIELDS[f]
+            out.append((f, scope, key, key, knob))
+        else:
+            out.append((f, scope, ("field", f, scope), "nvlink", None))
+    return out
+
+
 class ManualClock:
     """A clock tests move by hand; pass the same one to the fake and to the source."""
 
@@ -114,6 +134,7 @@ class FakeNvml:
         # every call (the recording is not changed while it is played)
         self._series: list[dict[object, tuple | None]] = [{} for _ in range(self.gpu_count)]
         self._rec_t0, self._rec_span = self.recording.t0, max(self.recording.t1 - self.recording.t0, 1e-9)
+        self._requests: dict[tuple, list[tuple]] = {}   # field-values request -> _parse_fields of it
 
     # Constants, structures and error classes are the real binding's own objects, copied onto the
     # class below; any other name (a call that is not faked) raises AttributeError.
@@ -130,24 +151,27 @@ class FakeNvml:
         k, rem = divmod(tau, span)
         return t0 + rem, int(k)
 
-    def _value(self, handle: FakeHandle, key: object, gate: str,
-               at: tuple[float, int] | None = None) -> object:
-        """The recorded ``key`` of ``handle``'s GPU at ``at`` (a :meth:`rec_time`; default now): one call
-        of a multi-value NVML function answers all its values from the same instant, as the driver does."""
-        if not self.initialized or not (isinstance(handle, FakeHandle) and 0 <= handle.index < self.gpu_count):
-            self._check(handle)   # raises the error NVML would (the check inline: ~50 calls a tick)
-        self.calls.append((gate, handle.index, (key,)))
+    def _value(self, handle: FakeHandle, key: object, gate: str) -> object:
+        """The recorded ``key`` of ``handle``'s GPU now (:meth:`_answer`), the handle checked as NVML would."""
+        self._check(handle)
+        return self._answer(handle.index, key, gate, self.rec_time())
+
+    def _answer(self, index: int, key: object, gate: str, at: tuple[float, int]) -> object:
+        """The recorded ``key`` of fake GPU ``index`` at ``at`` (a :meth:`rec_time`), logged under
+        ``gate`` and answered with the error a test set for that gate. A call answering several values
+        answers them all from one instant, as the driver does."""
+        self.calls.append((gate, index, (key,)))
         if gate in self.fail:
             _raise(self.fail[gate])
         if gate in self.unsupported:
             _raise(_real.NVML_ERROR_NOT_SUPPORTED)
-        series = self._series[handle.index].get(key, _UNSEEN)
+        series = self._series[index].get(key, _UNSEEN)
         if series is _UNSEEN:
-            series = self._series_of(handle.index, key)
+            series = self._series_of(index, key)
         if series is None:
             _raise(_real.NVML_ERROR_NOT_SUPPORTED)
         times, values, growth = series
-        t, loops = self.rec_time() if at is None else at
+        t, loops = at
         v = values[max(bisect_right(times, t) - 1, 0)]   # GpuRecording.at: held from its time on
         if isinstance(v, Err):
             _raise(v.code)
@@ -221,36 +245,33 @@ class FakeNvml:
     # ---- field values: per-field return codes and timestamps, like the driver --------------
     def nvmlDeviceGetFieldValues(self, handle: FakeHandle, fieldIds: list) -> ctypes.Array:
         self._check(handle)
-        self._log("nvmlDeviceGetFieldValues", handle, tuple(fieldIds))
-        values = (_real.c_nvmlFieldValue_t * len(fieldIds))()
+        request = tuple(fieldIds)
+        self.calls.append(("nvmlDeviceGetFieldValues", handle.index, (request,)))
+        try:
+            fields = self._requests.get(request)
+        except TypeError:          # an unhashable element (a list as (fieldId, scopeId)): parse anew
+            fields = _parse_fields(request)
+        if fields is None:
+            fields = self._requests[request] = _parse_fields(request)
+        values = (_real.c_nvmlFieldValue_t * len(request))()
         now_us = int((self.clock() + self.timestamp_offset_s) * 1e6)
-        at = self.rec_time()
-        for i, fid in enumerate(fieldIds):
-            try:  # same request parsing as pynvml: (fieldId, scopeId) tuples or bare ids (scope 0)
-                f, scope = fid
-            except TypeError:
-                f, scope = fid, 0
-            f, scope = f & 0xFFFFFFFF, scope & 0xFFFFFFFF   # what the c_uint fields keep
+        at, index = self.rec_time(), handle.index
+        for i, (f, scope, key, gate, knob) in enumerate(fields):
             value_type, ret, v = _VT_ULL, _SUCCESS, 0
             try:
-                if f == FI_LINK_COUNT:
-                    v = int(self._value(handle, ("field", f, 0), "link_count", at))
-                    value_type = _VT_UINT
-                elif f in _CALL_FIELDS:
-                    # The call's own series: in all four H200 snapshots (nvml_before/after.json)
+                if knob is not None:
+                    # A call's own series: in all four H200 snapshots (nvml_before/after.json)
                     # field 83 equals nvmlDeviceGetTotalEnergyConsumption to the millijoule.
-                    key, knob = _CALL_FIELDS[f]
                     if knob in self.fail:                  # the field alone failing, the call not
                         _raise(self.fail[knob])
                     if knob in self.unsupported:
                         _raise(_real.NVML_ERROR_NOT_SUPPORTED)
-                    v = int(self._value(handle, key, key, at))
-                else:
-                    if scope == SCOPE_ALL_LINKS and (not self.sum_scope or self.link0_only):
-                        _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
-                    if self.link0_only and scope != 0:
-                        _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
-                    v = int(self._value(handle, ("field", f, scope), "nvlink", at))
+                elif gate == "nvlink" and (self.link0_only and scope != 0 or
+                                           scope == SCOPE_ALL_LINKS and not self.sum_scope):
+                    _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
+                v = int(self._answer(index, key, gate, at))
+                if gate == "link_count":
+                    value_type = _VT_UINT
             except _real.NVMLError as e:
                 ret, v = e.value, 0
             # One C-level write per element: the binding's structures set every attribute through
@@ -267,10 +288,11 @@ class FakeNvml:
         return int(self._value(handle, "energy_mj", "energy_mj"))
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle):
+        self._check(handle)
         u = _real.c_nvmlUtilization_t()
         at = self.rec_time()
-        _UTIL.pack_into(u, 0, int(self._value(handle, "gpu_util", "util", at)),
-                        int(self._value(handle, "mem_util", "util", at)))
+        _UTIL.pack_into(u, 0, int(self._answer(handle.index, "gpu_util", "util", at)),
+                        int(self._answer(handle.index, "mem_util", "util", at)))
         return u
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version=None):
@@ -362,7 +384,7 @@ class FakeNvml:
             try:
                 # The recording holds each metric as the average over the interval ending at its
                 # time; the value for (s1, s2) is the one recorded at s2's time.
-                value = float(self._value(handle, ("gpm", metric_id), "gpm", at))
+                value = float(self._answer(handle.index, ("gpm", metric_id), "gpm", at))
                 _GPM_METRIC_ANSWER.pack_into(mg, off + 4, _real.NVML_SUCCESS, value)
             except _real.NVMLError as e:
                 struct.pack_into("=I", mg, off + 4, e.value)
