@@ -46,6 +46,20 @@ def test_the_cli_starts_with_heavy_packages_blocked(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
 
 
+def test_live_sources_open_with_heavy_packages_blocked():
+    """Opening nvml and net must not import the replay source (pyarrow): before, it was imported for
+    every open_sources call, and the agent could not start on a node without pyarrow."""
+    from agent_testkit import REPO
+    root = REPO / "tests" / "fixtures" / "sysfs" / "node1"
+    script = (f"import sys\nfor n in {BLOCKED!r}: sys.modules[n] = None\n"
+              "from trainsentry.agent.sources import open_sources\n"
+              f"[net] = open_sources([{'net:' + str(root)!r}])\n"
+              "print(sorted(r.device for r in net.read()))\n")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env(), timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split("\n")[0] == "['eth0', 'ifb0', 'mlx5_0:1', 'mlx5_1:1']"
+
+
 def test_nvml_spec_sets_the_read_periods(monkeypatch):
     import pytest
     from trainsentry import telemetry

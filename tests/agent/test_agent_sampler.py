@@ -97,6 +97,24 @@ def test_non_finite_values_are_dropped_counted_and_the_rest_kept():
     assert all("net_rx_bytes" in r.values for r in got)
 
 
+@pytest.mark.parametrize("values, dropped", [
+    ({"a": float("nan"), "b": 3}, {"a"}),
+    ({"a": float("inf"), "b": float("-inf"), "c": 1.5}, {"a", "b"}),      # their sum is NaN
+    ({"a": 1e308, "b": 1e308, "c": 7}, set()),                             # finite values whose sum overflows
+    ({"a": 2**64 - 1, "b": 0.25, "c": -3}, set()),
+    ({"a": float("nan"), "b": 2**1100}, {"a"}),                            # an int no float can hold
+    ({}, set()),
+])
+def test_exactly_the_non_finite_floats_are_dropped(values, dropped):
+    from trainsentry.telemetry.base import Reading
+    sampler = Sampler([CounterSource()], hz=10)
+    r = Reading("gpu0", "gpu", 1.0, dict(values))
+    sampler._drop_nonfinite(r)
+    assert set(r.values) == set(values) - dropped
+    assert all(r.values[k] is values[k] for k in r.values)
+    assert sampler.stats.dropped_values == len(dropped)
+
+
 def test_the_agent_seals_batches_through_non_finite_readings(tmp_path):
     # The spool's canonical JSON refuses NaN: before the sampler dropped them, the agent died on the
     # first NaN GPM reading (bench_agent on the H200s, 2026-11-30, gpm_period_s=0.1).

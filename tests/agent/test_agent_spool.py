@@ -203,3 +203,21 @@ def test_a_tick_torn_by_a_kill_in_mid_write_is_dropped_and_the_rest_kept(tmp_pat
     sp.stage(samples(1, t0=4))                                     # appended after the cut, not glued to it
     assert sp.seal(1.0) == [0]
     assert [s["t"] for s in parse_batch(sp.get(0).body).samples] == [1.0, 1.1, 1.2, 2.0, 2.1, 4.0]
+
+
+def test_a_seal_that_fails_rolls_back_keeps_the_ticks_and_restores_normal_sync(tmp_path, monkeypatch):
+    import trainsentry.agent.spool as spool_mod
+    sp = Spool(tmp_path / "s.db", "node-a", KEY)
+    sp.stage(samples(3, t0=1))
+
+    def broken_digest(body):   # fails after the batch row is inserted, before the chain state is
+        raise OSError("digest failed")
+    monkeypatch.setattr(spool_mod, "digest", broken_digest)
+    with pytest.raises(OSError):
+        sp.seal(1.0)
+    assert sp._db.execute("PRAGMA synchronous").fetchone()[0] == 1       # NORMAL again after the FULL commit try
+    assert sp.pending_stats() == (0, 0, 0) and sp.next_seq == 0           # nothing half-written
+    assert sp.staged_samples() == 3
+    monkeypatch.undo()
+    assert sp.seal(1.0) == [0]
+    assert [s["t"] for s in parse_batch(sp.get(0).body).samples] == [1.0, 1.1, 1.2]

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import inspect
 import struct
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -45,6 +47,39 @@ assert _real.c_nvmlValue_t.uiVal.offset == 0
 
 # field id -> (recorded key and gate it answers from, knob for the field alone)
 _CALL_FIELDS = {83: ("energy_mj", "energy_field")}   # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+# What the driver writes into the structures it fills, written the same way (one C-level write):
+# the binding's structures set every attribute through a Python-level __setattr__, which the
+# binding itself never does for them (the driver fills them), and which made the fake's utilization
+# and GPM calls several times the binding's own cost. Checked against the binding's offsets.
+_UTIL = struct.Struct("=II")
+assert [(n, getattr(_real.c_nvmlUtilization_t, n).offset) for n, _ in _real.c_nvmlUtilization_t._fields_] == \
+    [("gpu", 0), ("memory", 4)] and ctypes.sizeof(_real.c_nvmlUtilization_t) == _UTIL.size
+_GPM_METRIC_ANSWER = struct.Struct("=Id")   # nvmlReturn, value of one c_nvmlGpmMetric_t
+_GPM_METRIC_SIZE = ctypes.sizeof(_real.c_nvmlGpmMetric_t)
+assert [getattr(_real.c_nvmlGpmMetric_t, n).offset for n in ("metricId", "nvmlReturn", "value")] == [0, 4, 8]
+_GPM_METRICS_OFFSET = _real.c_nvmlGpmMetricsGet_t.metrics.offset
+_UNSEEN = object()
+_VT_ULL, _VT_UINT, _SUCCESS = _real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, _real.NVML_VALUE_TYPE_UNSIGNED_INT, _real.NVML_SUCCESS
+
+
+def _parse_fields(request: tuple) -> list[tuple]:
+    """(fieldId, scopeId, recorded key, gate, knob of the field alone or None) per element, parsed as
+    pynvml does: (fieldId, scopeId) pairs or bare ids (scope 0), kept to what the c_uint members hold."""
+    out = []
+    for fid in request:
+        try:
+            f, scope = fid
+        except TypeError:
+            f, scope = fid, 0
+        f, scope = f & 0xFFFFFFFF, scope & 0xFFFFFFFF
+        if f == FI_LINK_COUNT:
+            out.append((f, scope, ("field", f, 0), "link_count", None))
+        elif f in _CALL_FIELDS:
+            key, knob = _CALL_FIELDS[f]
+            out.append((f, scope, key, key, knob))
+        else:
+            out.append((f, scope, ("field", f, scope), "nvlink", None))
+    return out
 
 
 class ManualClock:
@@ -95,45 +130,68 @@ class FakeNvml:
         self.calls: deque[tuple] = deque(maxlen=10_000)
         self._gpm_samples: dict[int, tuple[int, float] | None] = {}
         self._gpm_keep: dict[int, object] = {}
+        # per GPU index: key -> _series_of's answer (None: never recorded), looked up once, not on
+        # every call (the recording is not changed while it is played)
+        self._series: list[dict[object, tuple | None]] = [{} for _ in range(self.gpu_count)]
+        self._rec_t0, self._rec_span = self.recording.t0, max(self.recording.t1 - self.recording.t0, 1e-9)
+        self._requests: dict[tuple, list[tuple]] = {}   # field-values request -> _parse_fields of it
 
-    # Constants, structures and error classes: the real binding's own objects.
-    def __getattr__(self, name: str):
-        if name.startswith(("NVML", "c_nvml", "struct_c_nvml", "nvmlExceptionClass")):
-            return getattr(_real, name)
-        raise AttributeError(f"fake pynvml has no {name!r} (only recorded calls are faked)")
+    # Constants, structures and error classes are the real binding's own objects, copied onto the
+    # class below; any other name (a call that is not faked) raises AttributeError.
 
     # ---- timeline -------------------------------------------------------------------------
     def rec_time(self) -> tuple[float, int]:
         """(time inside the recording, completed loops)."""
-        rec = self.recording
+        t0, span = self._rec_t0, self._rec_span
         tau = (self.clock() - self.start) * self.speed
-        span = max(rec.t1 - rec.t0, 1e-9)
         if tau < 0:
-            return rec.t0, 0
+            return t0, 0
         if not self.loop:
-            return rec.t0 + min(tau, span), 0
+            return t0 + min(tau, span), 0
         k, rem = divmod(tau, span)
-        return rec.t0 + rem, int(k)
+        return t0 + rem, int(k)
 
     def _value(self, handle: FakeHandle, key: object, gate: str) -> object:
+        """The recorded ``key`` of ``handle``'s GPU now (:meth:`_answer`), the handle checked as NVML would."""
         self._check(handle)
-        self._log(gate, handle, key)
+        return self._answer(handle.index, key, gate, self.rec_time())
+
+    def _answer(self, index: int, key: object, gate: str, at: tuple[float, int]) -> object:
+        """The recorded ``key`` of fake GPU ``index`` at ``at`` (a :meth:`rec_time`), logged under
+        ``gate`` and answered with the error a test set for that gate. A call answering several values
+        answers them all from one instant, as the driver does."""
+        self.calls.append((gate, index, (key,)))
         if gate in self.fail:
             _raise(self.fail[gate])
         if gate in self.unsupported:
             _raise(_real.NVML_ERROR_NOT_SUPPORTED)
-        gpu = self.recording.gpus[handle.index % len(self.recording.gpus)]
-        t, loops = self.rec_time()
-        v = gpu.at(key, t)
-        if v is None:
+        series = self._series[index].get(key, _UNSEEN)
+        if series is _UNSEEN:
+            series = self._series_of(index, key)
+        if series is None:
             _raise(_real.NVML_ERROR_NOT_SUPPORTED)
+        times, values, growth = series
+        t, loops = at
+        v = values[max(bisect_right(times, t) - 1, 0)]   # GpuRecording.at: held from its time on
         if isinstance(v, Err):
             _raise(v.code)
-        if loops and is_counter(key):
-            first, last = gpu.span(key)
-            if not isinstance(first, Err) and not isinstance(last, Err):
-                v = v + loops * (last - first)
+        if loops and growth is not None:
+            v = v + loops * growth
         return v
+
+    def _series_of(self, index: int, key: object) -> tuple | None:
+        """(times, values, what a cumulative counter grows by per loop, else None) of ``key`` on fake
+        GPU ``index`` (recorded GPUs replicated round-robin); None if never recorded."""
+        gpu = self.recording.gpus[index % len(self.recording.gpus)]
+        if key not in gpu.series:
+            series = None
+        else:
+            times, values = gpu.series[key]
+            first, last = gpu.span(key)
+            counter = is_counter(key) and not isinstance(first, Err) and not isinstance(last, Err)
+            series = (times, values, last - first if counter else None)
+        self._series[index][key] = series
+        return series
 
     def _check(self, handle: FakeHandle | None = None) -> None:
         if not self.initialized:
@@ -187,40 +245,38 @@ class FakeNvml:
     # ---- field values: per-field return codes and timestamps, like the driver --------------
     def nvmlDeviceGetFieldValues(self, handle: FakeHandle, fieldIds: list) -> ctypes.Array:
         self._check(handle)
-        self._log("nvmlDeviceGetFieldValues", handle, tuple(fieldIds))
-        values = (_real.c_nvmlFieldValue_t * len(fieldIds))()
+        request = tuple(fieldIds)
+        self.calls.append(("nvmlDeviceGetFieldValues", handle.index, (request,)))
+        try:
+            fields = self._requests.get(request)
+        except TypeError:          # an unhashable element (a list as (fieldId, scopeId)): parse anew
+            fields = _parse_fields(request)
+        if fields is None:
+            fields = self._requests[request] = _parse_fields(request)
+        values = (_real.c_nvmlFieldValue_t * len(request))()
         now_us = int((self.clock() + self.timestamp_offset_s) * 1e6)
-        for i, fid in enumerate(fieldIds):
-            try:  # same request parsing as pynvml: (fieldId, scopeId) tuples or bare ids (scope 0)
-                f, scope = fid
-            except TypeError:
-                f, scope = fid, 0
-            f, scope = f & 0xFFFFFFFF, scope & 0xFFFFFFFF   # what the c_uint fields keep
-            value_type, ret, v = _real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, _real.NVML_SUCCESS, 0
+        at, index = self.rec_time(), handle.index
+        for i, (f, scope, key, gate, knob) in enumerate(fields):
+            value_type, ret, v = _VT_ULL, _SUCCESS, 0
             try:
-                if f == FI_LINK_COUNT:
-                    v = int(self._value(handle, ("field", f, 0), "link_count"))
-                    value_type = _real.NVML_VALUE_TYPE_UNSIGNED_INT
-                elif f in _CALL_FIELDS:
-                    # The call's own series: in all four H200 snapshots (nvml_before/after.json)
+                if knob is not None:
+                    # A call's own series: in all four H200 snapshots (nvml_before/after.json)
                     # field 83 equals nvmlDeviceGetTotalEnergyConsumption to the millijoule.
-                    key, knob = _CALL_FIELDS[f]
                     if knob in self.fail:                  # the field alone failing, the call not
                         _raise(self.fail[knob])
                     if knob in self.unsupported:
                         _raise(_real.NVML_ERROR_NOT_SUPPORTED)
-                    v = int(self._value(handle, key, key))
-                else:
-                    if scope == SCOPE_ALL_LINKS and (not self.sum_scope or self.link0_only):
-                        _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
-                    if self.link0_only and scope != 0:
-                        _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
-                    v = int(self._value(handle, ("field", f, scope), "nvlink"))
+                elif gate == "nvlink" and (self.link0_only and scope != 0 or
+                                           scope == SCOPE_ALL_LINKS and not self.sum_scope):
+                    _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
+                v = int(self._answer(index, key, gate, at))
+                if gate == "link_count":
+                    value_type = _VT_UINT
             except _real.NVMLError as e:
                 ret, v = e.value, 0
             # One C-level write per element: the binding's structures set every attribute through
             # a Python __setattr__, which made this fake call several times the real binding's own.
-            pack = _FV_UINT if value_type == _real.NVML_VALUE_TYPE_UNSIGNED_INT else _FV_ULL
+            pack = _FV_UINT if value_type == _VT_UINT else _FV_ULL
             pack.pack_into(values, i * _FV_SIZE, f, scope, now_us, 0, value_type, ret, v)
         return values
 
@@ -232,9 +288,11 @@ class FakeNvml:
         return int(self._value(handle, "energy_mj", "energy_mj"))
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle):
+        self._check(handle)
         u = _real.c_nvmlUtilization_t()
-        u.gpu = int(self._value(handle, "gpu_util", "util"))
-        u.memory = int(self._value(handle, "mem_util", "util"))
+        at = self.rec_time()
+        _UTIL.pack_into(u, 0, int(self._answer(handle.index, "gpu_util", "util", at)),
+                        int(self._answer(handle.index, "mem_util", "util", at)))
         return u
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version=None):
@@ -315,20 +373,32 @@ class FakeNvml:
             _raise(_real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         s1 = self._gpm_samples.get(ctypes.addressof(mg.sample1.contents)) if mg.sample1 else None
         s2 = self._gpm_samples.get(ctypes.addressof(mg.sample2.contents)) if mg.sample2 else None
-        if s1 is None or s2 is None or s1[0] != s2[0] or not s2[1] > s1[1]:
+        if s1 is None or s2 is None or s1[0] != s2[0] or not s2[1] > s1[1] or mg.numMetrics > len(mg.metrics):
             _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
         self._log("nvmlGpmMetricsGet", FakeHandle(s2[0]), s1[1], s2[1])
         handle = FakeHandle(s2[0])
+        at = self.rec_time()
         for j in range(mg.numMetrics):
-            m = mg.metrics[j]
+            off = _GPM_METRICS_OFFSET + j * _GPM_METRIC_SIZE
+            (metric_id,) = struct.unpack_from("=I", mg, off)
             try:
                 # The recording holds each metric as the average over the interval ending at its
                 # time; the value for (s1, s2) is the one recorded at s2's time.
-                m.value = float(self._value(handle, ("gpm", int(m.metricId)), "gpm"))
-                m.nvmlReturn = _real.NVML_SUCCESS
+                value = float(self._answer(handle.index, ("gpm", metric_id), "gpm", at))
+                _GPM_METRIC_ANSWER.pack_into(mg, off + 4, _real.NVML_SUCCESS, value)
             except _real.NVMLError as e:
-                m.nvmlReturn = e.value
+                struct.pack_into("=I", mg, off + 4, e.value)
         return mg
+
+
+# The binding's constants, structures and error classes as class attributes, as the module has them
+# (functions among them as static methods). Not through a __getattr__ fallback: a class defining
+# __getattr__ takes CPython's slow attribute path for every attribute read on its instances, and the
+# source and the fake read ~400 a tick, where the real module's reads are plain dict lookups.
+for _name in dir(_real):
+    if _name.startswith(("NVML", "c_nvml", "struct_c_nvml", "nvmlExceptionClass")) and _name not in vars(FakeNvml):
+        _obj = getattr(_real, _name)
+        setattr(FakeNvml, _name, staticmethod(_obj) if inspect.isfunction(_obj) else _obj)
 
 
 def calls_named(fake: FakeNvml, fn: str) -> list[tuple]:

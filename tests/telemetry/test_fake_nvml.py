@@ -102,3 +102,55 @@ def test_field_values_fill_every_member_like_the_driver():
     assert got[0].value.ullVal == gpu.at(("field", 138, 3), t) > 0
     assert got[1].value.uiVal == 18 and got[2].value.ullVal == 0
     assert got[3].value.ullVal == gpu.at("energy_mj", t) == fake.nvmlDeviceGetTotalEnergyConsumption(h)
+
+
+@pytest.mark.parametrize("offset_s", [-3.0, 0.0, 7.31, 20.0, 44.9, 46.0, 100.0, 300.5])
+def test_every_answer_is_the_recording_at_the_fake_clock(offset_s):
+    """The fake's answers are GpuRecording.at of the recorded GPU at the clock's recording time, counters
+    grown by whole loops past the seam; structures read back through the binding's own attributes."""
+    import pynvml
+    rec = load_recording(FIXTURE_FILE)
+    clock = ManualClock()
+    fake = FakeNvml(rec, clock=clock, start=clock() - offset_s, gpu_count=3)
+    fake.nvmlInit()
+    t, loops = fake.rec_time()
+    for index in range(3):
+        h = fake.nvmlDeviceGetHandleByIndex(index)
+        gpu = rec.gpus[index % len(rec.gpus)]
+
+        def recorded(key):
+            first, last = gpu.span(key)
+            return gpu.at(key, t) + (loops * (last - first) if key == "energy_mj" or key[0] == "field" else 0)
+        got = fake.nvmlDeviceGetFieldValues(h, [(138, SCOPE_ALL_LINKS), (139, SCOPE_ALL_LINKS), (138, 5), (83, 0)])
+        assert [v.value.ullVal for v in got] == [recorded(("field", 138, SCOPE_ALL_LINKS)),
+                                                 recorded(("field", 139, SCOPE_ALL_LINKS)),
+                                                 recorded(("field", 138, 5)), recorded("energy_mj")]
+        assert fake.nvmlDeviceGetPowerUsage(h) == gpu.at("power_mw", t)
+        u = fake.nvmlDeviceGetUtilizationRates(h)
+        assert (u.gpu, u.memory) == (gpu.at("gpu_util", t), gpu.at("mem_util", t))
+        a, b = fake.nvmlGpmSampleAlloc(), fake.nvmlGpmSampleAlloc()
+        fake.nvmlGpmSampleGet(h, a)
+        clock.advance(0.5)
+        fake.nvmlGpmSampleGet(h, b)
+        mg = pynvml.c_nvmlGpmMetricsGet_t()
+        mg.version, mg.numMetrics, mg.sample1, mg.sample2 = pynvml.NVML_GPM_METRICS_GET_VERSION, 3, a, b
+        for j, mid in enumerate((2, 60, 999)):
+            mg.metrics[j].metricId = mid
+        fake.nvmlGpmMetricsGet(mg)
+        t_gpm = fake.rec_time()[0]
+        assert [(m.nvmlReturn, m.value) for m in mg.metrics[:2]] == [(0, gpu.at(("gpm", 2), t_gpm)),
+                                                                     (0, gpu.at(("gpm", 60), t_gpm))]
+        assert mg.metrics[2].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED   # a metric never recorded
+        clock.advance(-0.5)
+
+
+def test_the_fake_carries_the_bindings_own_constants_structures_and_errors():
+    import pynvml
+    from fakes.fake_pynvml import FakeNvml as cls
+    fake = FakeNvml()
+    assert fake.NVMLError is pynvml.NVMLError and fake.c_nvmlFieldValue_t is pynvml.c_nvmlFieldValue_t
+    assert fake.NVML_ERROR_NOT_SUPPORTED == pynvml.NVML_ERROR_NOT_SUPPORTED and fake.NVML_CLOCK_SM == pynvml.NVML_CLOCK_SM
+    assert fake.nvmlExceptionClass(pynvml.NVML_ERROR_TIMEOUT) is pynvml.nvmlExceptionClass(pynvml.NVML_ERROR_TIMEOUT)
+    # as class attributes, not through a __getattr__ fallback: a class defining __getattr__ sends every
+    # attribute read on its instances down CPython's slow path (the agent and the fake make ~400 a tick)
+    assert "__getattr__" not in vars(cls)

@@ -288,7 +288,7 @@ def test_gpm_at_a_lower_rate_averages_over_the_longer_interval():
 
 
 def test_field_values_unpacked_from_bytes_equal_the_bindings_attributes():
-    from trainsentry.telemetry.nvml import _field_layout
+    from trainsentry.telemetry.nvml_structs import field_layout as _field_layout
     vals = (pynvml.c_nvmlFieldValue_t * 3)()
     for k, (ret, v, ts) in enumerate([(0, 2**64 - 1, 1796007431823081), (pynvml.NVML_ERROR_NOT_SUPPORTED, 0, 0),
                                       (0, 18, -5)]):
@@ -327,3 +327,81 @@ def test_nvlink_read_less_often_when_asked_and_no_call_when_nothing_is_due():
     assert src.nvlink_period_s == 1.0
     with pytest.raises(ValueError, match="nvlink"):
         NvmlSource(nvml=FakeNvml(REC), nvlink_period_s=-1)
+
+
+def test_utilization_and_gpm_unpacked_from_bytes_equal_the_bindings_attributes():
+    from trainsentry.telemetry.nvml_structs import gpm_layout, util_layout
+    u = pynvml.c_nvmlUtilization_t()
+    u.gpu, u.memory = 97, 2**32 - 1
+    assert util_layout(pynvml.c_nvmlUtilization_t).unpack_from(u) == (u.gpu, u.memory)
+    mg = pynvml.c_nvmlGpmMetricsGet_t()
+    answers = [(0, 12.5), (pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0), (0, float("nan")), (0, -1e-300)]
+    for j, (ret, value) in enumerate(answers):
+        mg.metrics[j].metricId, mg.metrics[j].nvmlReturn, mg.metrics[j].value = 60 + j, ret, value
+    layout, offset = gpm_layout(pynvml.c_nvmlGpmMetricsGet_t, len(answers))
+    got = layout.unpack_from(mg, offset)
+    assert list(zip(got[0::2], got[1::2]))[:2] == [(m.nvmlReturn, m.value) for m in mg.metrics[:2]] == answers[:2]
+    assert got[4] == 0 and got[5] != got[5] and got[6:] == (0, -1e-300)
+    assert util_layout(int) is None and gpm_layout(int, 8) is None and util_layout(pynvml.c_nvmlMemory_t) is None
+
+
+def read_for(src, clock, ticks=25):
+    out = []
+    for _ in range(ticks):
+        out.append([(r.device, r.t, r.values) for r in src.read()])
+        clock.advance(0.1)
+    return out
+
+
+def test_readings_are_the_same_where_the_structures_cannot_be_unpacked(monkeypatch):
+    """The attribute-by-attribute fallback (a binding with another layout, or one answering field
+    values with a plain list) reads exactly what unpacking the bytes reads."""
+    import trainsentry.telemetry.nvml as nvml_mod
+    off = at("ddp_100M_40steps", 0.3)
+    reference = read_for(*make(off)[1:])
+    assert any("gpm_sm_util_pct" in v for tick in reference for _, _, v in tick)   # GPM read in there too
+
+    fake, src, clock = make(off)
+    as_arrays = fake.nvmlDeviceGetFieldValues
+    monkeypatch.setattr(fake, "nvmlDeviceGetFieldValues", lambda h, req: list(as_arrays(h, req)))
+    assert read_for(src, clock) == reference
+    monkeypatch.undo()
+
+    for name in ("fields_layout", "util_layout", "gpm_layout"):
+        monkeypatch.setattr(nvml_mod, name, lambda *a: None)
+    assert read_for(*make(off)[1:]) == reference
+
+
+def test_the_read_loop_reads_no_structure_through_the_bindings_python_attributes(monkeypatch):
+    """Field values, utilization and GPM answers are unpacked from the structures' bytes, and the GPM
+    requests are filled once: none of their fields is read through the binding's Python-level
+    __getattribute__ or set through its __setattr__ once the GPUs are set up (every GPU, ten times a
+    second, otherwise). Memory info, a slow gauge read once a second, still reads ``used`` by name."""
+    import sys
+    clock = ManualClock()
+    fake = FakeNvml(REC, clock=clock, start=clock() - at("ddp_100M_40steps", 0.3), gpu_count=4)
+    src = NvmlSource(nvml=fake, clock=clock, gpm_period_s=0.1)
+    read_for(src, clock, 3)                       # setup: GPM support, buffers and requests, field plans
+    seen = []
+    cls = pynvml._PrintableStructure
+    get, put = cls.__getattribute__, cls.__setattr__
+
+    def from_source(kind, obj, name):
+        if sys._getframe(2).f_code.co_filename.endswith(("telemetry/nvml.py", "telemetry\\nvml.py")):
+            seen.append((kind, type(obj).__name__, name))
+
+    def counted_get(self, name):
+        from_source("get", self, name)
+        return get(self, name)
+
+    def counted_set(self, name, value):
+        from_source("set", self, name)
+        put(self, name, value)
+    monkeypatch.setattr(cls, "__getattribute__", counted_get)
+    monkeypatch.setattr(cls, "__setattr__", counted_set)
+    readings = read_for(src, clock, 20)
+    monkeypatch.undo()
+    assert sum("gpm_sm_util_pct" in v for tick in readings for _, _, v in tick) >= 4 * 8
+    assert sum("gpu_util_pct" in v and "nvlink_tx_kib" in v for tick in readings for _, _, v in tick) == 4 * 20
+    assert {s for s in seen if s[1] != "c_nvmlMemory_t"} == set()
+    assert set(seen) <= {("get", "c_nvmlMemory_t", "used")}

@@ -44,8 +44,10 @@ from ..wire.batch import GENESIS_PREV, digest, encode_batch, sign
 
 _SAMPLES_SLOT = b'"samples":[]'
 # The wire's canonical encoding (wire.batch.canonical_bytes), made once: json.dumps with options
-# builds a new encoder on every call, ten times a second here.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+# builds a new encoder on every call, ten times a second here. check_circular=False writes the same
+# bytes without keeping a table of every list and dict it enters (a tick's readings hold no cycle).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False,
+                              check_circular=False)
 
 SPOOL_FORMAT = "trainsentry.spool/1"
 # Well under the wire limits (20,000 samples, 4 MiB): a sample is about 0.3-0.6 kB of JSON.
@@ -114,6 +116,29 @@ class _TickLog:
         os.close(self.fd)
 
 
+class _Tx:
+    """:meth:`Spool._tx`'s context manager: one class made once (a class statement inside ``_tx``
+    built a new class, a reference cycle for the garbage collector, at every seal and every ack)."""
+
+    __slots__ = ("db", "durable")
+
+    def __init__(self, db: sqlite3.Connection, durable: bool):
+        self.db, self.durable = db, durable
+
+    def __enter__(self) -> None:
+        if self.durable:
+            self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            if self.durable:
+                self.db.execute("PRAGMA synchronous=NORMAL")
+        return False
+
+
 class Spool:
     """Thread-safe: the sampler appends and the sender reads/acks from another thread."""
 
@@ -159,24 +184,9 @@ class Spool:
         self._next_tick = max([through] + [t for t, _, _ in logged]) + 1
 
     # -- internals -----------------------------------------------------------------------------
-    def _tx(self, durable: bool = False):
+    def _tx(self, durable: bool = False) -> "_Tx":
         """BEGIN IMMEDIATE .. COMMIT (ROLLBACK on error); ``durable``: the commit is fsynced (FULL)."""
-        db = self._db
-
-        class _Tx:
-            def __enter__(self_inner):
-                if durable:
-                    db.execute("PRAGMA synchronous=FULL")
-                db.execute("BEGIN IMMEDIATE")
-
-            def __exit__(self_inner, exc_type, exc, tb):
-                try:
-                    db.execute("ROLLBACK" if exc_type else "COMMIT")
-                finally:
-                    if durable:
-                        db.execute("PRAGMA synchronous=NORMAL")
-                return False
-        return _Tx()
+        return _Tx(self._db, durable)
 
     def _meta(self) -> dict[str, str]:
         return dict(self._db.execute("SELECT key, value FROM meta").fetchall())

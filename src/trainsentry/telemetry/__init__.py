@@ -22,9 +22,15 @@ def open_sources(spec: list[str], **opts: Any) -> list[Source]:
     """
     from .net import NetSource
     from .nvml import NvmlSource
-    from .replay import ReplaySource
 
-    classes = {"nvml": NvmlSource, "net": NetSource, "replay": ReplaySource}
+    def replay_source(*args: Any, **kw: Any) -> Source:
+        # Imported only when asked for: it needs pyarrow (and so numpy), which the agent on a bare node
+        # has not got (``trainsentry agent`` with nvml and net failed to start there) and which an agent
+        # reading live sources has no use for.
+        from .replay import ReplaySource
+        return ReplaySource(*args, **kw)
+
+    classes = {"nvml": NvmlSource, "net": NetSource, "replay": replay_source}
     by_kind: dict[str, dict[str, Any]] = {k: {} for k in classes}
     common: dict[str, Any] = {}
     for key, value in opts.items():

@@ -24,13 +24,12 @@ traffic on an H200), and the deprecated ``nvmlDeviceGetNvLinkUtilizationCounter`
 from __future__ import annotations
 
 import ctypes
-import functools
-import struct
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .base import Reading, SourceError
+from .nvml_structs import fields_layout, gpm_layout, util_layout
 
 FI_NVLINK_DATA_TX = 138   # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, KiB, 64-bit
 FI_NVLINK_DATA_RX = 139   # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
@@ -70,27 +69,6 @@ GPM_METRIC_IDS: dict[str, int] = {
 }
 
 
-@functools.cache
-def _field_layout(t: Any) -> struct.Struct | None:
-    """A Struct reading (timestamp, nvmlReturn, value as u64) from one element of the binding's
-    c_nvmlFieldValue_t array, built from the binding's own field offsets; None if it cannot."""
-    try:
-        parts = sorted((getattr(t, name).offset, code) for name, code in
-                       (("nvmlReturn", "I"), ("value", "Q"), ("timestamp", "q")))
-        size = ctypes.sizeof(t)
-    except (AttributeError, TypeError):
-        return None
-    fmt, pos = "=", 0
-    for off, code in parts:
-        fmt += f"{off - pos}x{code}"
-        pos = off + struct.calcsize("=" + code)
-    s = struct.Struct(fmt + f"{size - pos}x")
-    order = [c for _, c in parts]
-    if order != ["q", "I", "Q"] or s.size != size:  # the layout every pynvml release has had
-        return None
-    return s
-
-
 class _Missing:
     """The query helper's answer when a metric is not available (never a number)."""
 
@@ -104,9 +82,11 @@ MISSING = _Missing()
 class _Gpm:
     """Two alternating GPM sample buffers of one GPU; ``last`` holds the newest taken sample."""
 
-    def __init__(self, buffers: list[Any], request: Any):
+    def __init__(self, buffers: list[Any], requests: list[Any]):
         self.buffers = buffers
-        self.request = request         # the c_nvmlGpmMetricsGet_t reused for every metrics call
+        # requests[p]: the c_nvmlGpmMetricsGet_t for "buffer p, then the other one", filled once and
+        # reused (setting its sample pointers on every read goes through the binding's __setattr__)
+        self.requests = requests
         self.last: int | None = None   # index of the buffer holding the newest sample
         self.last_t = 0.0
 
@@ -138,6 +118,7 @@ class NvmlSource:
         # (trainsentry eval --counter-period nvlink=S measures what detection loses)
         self.nvlink_period_s = float(nvlink_period_s)
         self.gpm_period_s = max(float(gpm_period_s), GPM_MIN_INTERVAL_S)
+        self._gpm_gap_s = max(GPM_MIN_INTERVAL_S, 0.9 * self.gpm_period_s)   # a sample is due this long after the last
         self._unsupported: set[tuple[int, str]] = set()
         try:
             nvml.nvmlInit()
@@ -252,7 +233,9 @@ class NvmlSource:
             values["power_mw"] = power
         util = q(i, "util", n.nvmlDeviceGetUtilizationRates, h)
         if util is not MISSING:
-            values["gpu_util_pct"], values["mem_util_pct"] = float(util.gpu), float(util.memory)
+            layout = util_layout(type(util))
+            gpu, mem = layout.unpack_from(util) if layout is not None else (util.gpu, util.memory)
+            values["gpu_util_pct"], values["mem_util_pct"] = float(gpu), float(mem)
         if self._is_due(self._slow_due, k, i, host_t, self.slow_period_s):
             self._read_slow(i, values)
         if self._gpm_enabled:
@@ -295,6 +278,11 @@ class NvmlSource:
     # ---- NVLink and energy: one field-values call -----------------------------------------
     def _field_values(self, i: int, requests: list[tuple[int, int]]) -> list[tuple[int, int, int]] | None:
         """[(nvmlReturn, value, timestamp_us)] per (fieldId, scopeId) request; None if the call failed."""
+        flat = self._field_flat(i, requests)
+        return None if flat is None else list(zip(flat[1::3], flat[2::3], flat[0::3]))
+
+    def _field_flat(self, i: int, requests: list[tuple[int, int]]) -> tuple[int, ...] | None:
+        """(timestamp_us, nvmlReturn, value) of every request, flat in one tuple; None if the call failed."""
         try:
             vals = self.nvml.nvmlDeviceGetFieldValues(self.handles[i], requests)
         except TypeError:
@@ -302,31 +290,39 @@ class NvmlSource:
             return None
         except self.nvml.NVMLError:
             return None
-        layout = _field_layout(getattr(vals, "_type_", None)) if isinstance(vals, ctypes.Array) else None
-        if layout is not None:
-            # The binding's structures read every attribute through a Python-level __getattribute__;
-            # three per field, every GPU, ten times a second: unpack the C array's bytes in one go.
-            return [(r, v, ts) for ts, r, v in layout.iter_unpack(bytes(vals))]
-        return [(int(v.nvmlReturn), int(v.value.ullVal), int(v.timestamp)) for v in vals]
+        if isinstance(vals, ctypes.Array):
+            layout = fields_layout(vals._type_, len(vals))
+            if layout is not None:
+                # The binding's structures read every attribute through a Python-level
+                # __getattribute__; three per field, every GPU, ten times a second: unpack the C
+                # array's buffer in one go instead.
+                return layout.unpack_from(vals)
+        return tuple(x for v in vals for x in (int(v.timestamp), int(v.nvmlReturn), int(v.value.ullVal)))
 
-    def _field_plan(self, i: int) -> tuple[list[tuple[int, int]], int, list[str]]:
-        """(the field request, NVLink scopes per direction, scalar metrics asked), made once per GPU
-        and made again only after something was found unsupported (those sets only grow)."""
+    def _field_plan(self, i: int, with_scalars: bool = True,
+                    with_nvlink: bool = True) -> tuple[list[tuple[int, int]], int, list[str]]:
+        """(the field request, NVLink scopes per direction in it, scalar metrics asked in it) for GPU
+        ``i`` and what is due now. The four variants are made once per GPU and made again only after
+        something was found unsupported (those sets only grow)."""
         plan = self._plans.get(i)
         if plan is not None and plan[0] == (len(self._unsupported), len(self._by_call)):
-            return plan[1]
+            return plan[1][with_scalars, with_nvlink]
         links: list[int] | None = []
         if (i, "nvlink") not in self._unsupported:
             if i not in self._nvlink_links:
                 self._nvlink_links[i] = self._nvlink_plan(i)
             links = [] if (i, "nvlink") in self._unsupported else self._nvlink_links[i]
         scopes = [SCOPE_ALL_LINKS] if links is None else links
+        k = len(scopes)
         req = [(fid, s) for fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX) for s in scopes]
         asked = [(metric, fid) for metric, fid, _ in SCALAR_FIELDS
                  if (i, metric) not in self._by_call and (i, metric) not in self._unsupported]
         req += [(fid, 0) for _, fid in asked]
-        self._plans[i] = ((len(self._unsupported), len(self._by_call)), (req, len(scopes), [m for m, _ in asked]))
-        return self._plans[i][1]
+        metrics = [m for m, _ in asked]
+        variants = {(True, True): (req, k, metrics), (False, True): (req[:2 * k], k, []),
+                    (True, False): (req[2 * k:], 0, metrics), (False, False): ([], 0, [])}
+        self._plans[i] = ((len(self._unsupported), len(self._by_call)), variants)
+        return variants[with_scalars, with_nvlink]
 
     def _fields(self, i: int, host_t: float, with_scalars: bool = True,
                 with_nvlink: bool = True) -> tuple[Any, Any, dict[str, Any], float | None]:
@@ -336,29 +332,31 @@ class NvmlSource:
         MISSING after a transient error (lost for this read), or absent when the field was not
         asked or will not answer, so the caller uses the metric's own call.
         """
-        req, k, asked = self._field_plan(i)
-        if not with_scalars:
-            req, asked = req[:2 * k], []
-        if not with_nvlink:
-            req, k = req[2 * k:], 0
-        got = self._field_values(i, req) if req else None
-        if got is None:
+        req, k, asked = self._field_plan(i, with_scalars, with_nvlink)
+        flat = self._field_flat(i, req) if req else None
+        if flat is None:
             return MISSING, MISSING, {}, None
+        # flat: (timestamp, nvmlReturn, value) per request: the 2k NVLink scopes (TX then RX), then
+        # the scalar fields asked
         scalars: dict[str, Any] = {}
-        for metric, (ret, value, _) in zip(asked, got[2 * k:]):
-            if ret == 0:
-                scalars[metric] = value
-            elif self._is_permanent(ret):
-                self._by_call.add((i, metric))   # this driver has it only through the call
-            else:
-                scalars[metric] = MISSING         # transient: lost for this read, like any metric
+        if asked:
+            for metric, ret, value in zip(asked, flat[6 * k + 1::3], flat[6 * k + 2::3]):
+                if ret == 0:
+                    scalars[metric] = value
+                elif self._is_permanent(ret):
+                    self._by_call.add((i, metric))   # this driver has it only through the call
+                else:
+                    scalars[metric] = MISSING         # transient: lost for this read, like any metric
         if not k:
             return MISSING, MISSING, scalars, None
-        got = got[:2 * k]
-        # A total from a subset of the links would silently undercount: all of them or nothing.
-        tx = sum(v for _, v, _ in got[:k]) if all(r == 0 for r, _, _ in got[:k]) else MISSING
-        rx = sum(v for _, v, _ in got[k:]) if all(r == 0 for r, _, _ in got[k:]) else MISSING
-        stamps = [ts for r, _, ts in got if r == 0]
+        rets, vals, stamps = flat[1:6 * k:3], flat[2:6 * k:3], flat[0:6 * k:3]
+        if any(rets):
+            # A total from a subset of the links would silently undercount: all of them or nothing.
+            tx = MISSING if any(rets[:k]) else sum(vals[:k])
+            rx = MISSING if any(rets[k:]) else sum(vals[k:])
+            stamps = [ts for r, ts in zip(rets, stamps) if r == 0]
+        else:
+            tx, rx = (vals[0], vals[1]) if k == 1 else (sum(vals[:k]), sum(vals[k:]))
         return tx, rx, scalars, self._sane_time(max(stamps) if stamps else None, host_t)
 
     def _nvlink_plan(self, i: int) -> list[int] | None:
@@ -411,28 +409,29 @@ class NvmlSource:
             if support is not MISSING and getattr(support, "isSupportedDevice", 0):
                 bufs = [self._query(i, "gpm", n.nvmlGpmSampleAlloc) for _ in range(2)]
                 if all(b is not MISSING for b in bufs):
-                    state = _Gpm(bufs, self._metrics_request())
+                    state = _Gpm(bufs, [self._metrics_request(bufs[p], bufs[1 - p]) for p in (0, 1)])
             self._gpm[i] = state
         return self._gpm[i]
 
-    def _metrics_request(self) -> Any:
-        """The metrics-get structure, filled with our metric ids once and reused for every read."""
+    def _metrics_request(self, sample1: Any, sample2: Any) -> Any:
+        """The metrics-get structure for the interval from ``sample1`` to ``sample2``, filled with our
+        metric ids once and reused for every read."""
         n = self.nvml
         mg = n.c_nvmlGpmMetricsGet_t()
         mg.version = n.NVML_GPM_METRICS_GET_VERSION
         mg.numMetrics = len(GPM_METRIC_IDS)
+        mg.sample1, mg.sample2 = sample1, sample2
         for j, mid in enumerate(GPM_METRIC_IDS.values()):
             mg.metrics[j].metricId = mid
         return mg
 
     def _gpm_read(self, i: int, values: dict[str, float | int], now: float) -> None:
         """Take a sample into the buffer not holding the last one; add the metrics between the two."""
-        g = self._gpm_state(i)
-        if g is None or (i, "gpm") in self._unsupported:
-            return
+        g = self._gpm[i] if i in self._gpm else self._gpm_state(i)
         # Not yet due (10 % early is due, so tick jitter does not skip a whole period; never under
         # NVML's 100 ms): keep the older sample so the next interval is long enough.
-        if g.last is not None and now - g.last_t < max(GPM_MIN_INTERVAL_S, 0.9 * self.gpm_period_s):
+        if g is None or (g.last is not None and now - g.last_t < self._gpm_gap_s) or \
+                (i, "gpm") in self._unsupported:
             return
         n, h = self.nvml, self.handles[i]
         nxt = 0 if g.last is None else 1 - g.last
@@ -441,12 +440,17 @@ class NvmlSource:
         prev, g.last, g.last_t = g.last, nxt, now
         if prev is None:
             return
-        mg = g.request
-        mg.sample1, mg.sample2 = g.buffers[prev], g.buffers[nxt]
+        mg = g.requests[prev]   # sample1 = buffers[prev], sample2 = buffers[nxt]
         if self._query(i, "gpm_metrics", n.nvmlGpmMetricsGet, mg) is MISSING:
             return
-        metrics = mg.metrics
-        for j, name in enumerate(GPM_METRIC_IDS):
-            m = metrics[j]
-            if m.nvmlReturn == 0:
-                values[name] = float(m.value)
+        layout = gpm_layout(type(mg), len(GPM_METRIC_IDS))
+        if layout is not None:
+            # (nvmlReturn, value) of each metric from the structure's bytes: three reads per metric
+            # through the binding's Python-level __getattribute__ otherwise
+            got = layout[0].unpack_from(mg, layout[1])
+            answers = zip(got[0::2], got[1::2])
+        else:
+            answers = ((m.nvmlReturn, m.value) for m in (mg.metrics[j] for j in range(len(GPM_METRIC_IDS))))
+        for name, (ret, value) in zip(GPM_METRIC_IDS, answers):
+            if ret == 0:
+                values[name] = float(value)
