@@ -95,3 +95,113 @@ def test_a_restart_held_up_by_a_reader_gives_up_quickly_and_ingest_goes_on(tmp_p
     reader.execute("COMMIT")
     reader.close()
     store.close()
+
+
+class _FakeCheckpointConn:
+    """Stands in for the checkpoint thread's connection: records whether the writer was parked
+    while the RESTART ran, and takes ``seconds`` to run it."""
+
+    def __init__(self, ck, seconds: float):
+        self.ck, self.seconds, self.saw_parked = ck, seconds, []
+
+    def execute(self, sql):
+        assert sql == "PRAGMA wal_checkpoint(RESTART)"
+        self.saw_parked.append(self.ck._writer_parked)
+        time.sleep(self.seconds)
+        return self
+
+    def fetchall(self):
+        return [(0, 0, 0)]
+
+
+def test_a_due_restart_parks_the_writer_in_poke_until_it_is_over(tmp_path):
+    """The writer waits for a RESTART between its transactions (in poke) and goes on as soon as it
+    is over, instead of polling for the lock in SQLite's busy handler (sleeps of up to 20 ms)."""
+    import threading
+
+    from trainsentry.collector.checkpoint import Checkpointer
+    ck = Checkpointer(tmp_path / "c.db", min_interval_s=0.01)
+    fake = _FakeCheckpointConn(ck, seconds=0.2)
+    results = []
+    thread = threading.Thread(target=lambda: results.append(ck._restart(fake)))
+    thread.start()
+    longest = 0.0
+    while thread.is_alive():  # a writer committing continuously: poke after every commit
+        t = time.monotonic()
+        ck.poke()
+        longest = max(longest, time.monotonic() - t)
+        time.sleep(0.001)
+    thread.join()
+    assert results == [True] and fake.saw_parked == [True]
+    assert 0.15 < longest < 1.0, longest            # parked for the RESTART, not beyond it
+    assert 0.15 < ck.writer_parked_s < 1.0
+    t = time.monotonic()
+    ck.poke()                                       # nothing due: poke does not wait
+    assert time.monotonic() - t < 0.05
+    ck.close()
+
+
+def test_a_restart_does_not_wait_long_for_a_writer_that_does_not_come(tmp_path):
+    from trainsentry.collector.checkpoint import Checkpointer
+    ck = Checkpointer(tmp_path / "c.db")
+    fake = _FakeCheckpointConn(ck, seconds=0.0)
+    t = time.monotonic()
+    assert ck._restart(fake) is True
+    assert fake.saw_parked == [False] and time.monotonic() - t < ck.park_wait_s + 0.5
+    assert not ck._restart_due
+    ck.close()
+
+
+def test_the_database_file_is_synced_through_sqlites_own_descriptor(tmp_path, monkeypatch):
+    """Opening and closing a descriptor of our own would drop every POSIX lock the process's SQLite
+    connections hold on the file: the pre-RESTART sync must use one SQLite has open."""
+    import os
+
+    import pytest
+
+    from trainsentry.collector import checkpoint
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd (Linux)")
+    store = Store(tmp_path / "c.db")
+    synced = []
+
+    def no_open(*a, **kw):
+        raise AssertionError("the checkpointer opened a descriptor of its own")
+
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(checkpoint.os, "open", no_open)
+    monkeypatch.setattr(checkpoint.os, "close", no_open)
+    monkeypatch.setattr(checkpoint.os, "fdatasync",
+                        lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fdatasync(fd)))
+    assert store._checkpointer._sync_database_file() is True
+    assert synced == [os.path.realpath(tmp_path / "c.db")]
+    monkeypatch.undo()
+    store.close()
+
+
+def test_restarts_under_continuous_ingest_park_the_writer(tmp_path, monkeypatch):
+    """The real thread: every RESTART under a writer that never pauses is run with it parked."""
+    db = tmp_path / "c.db"
+    store, key = _store_checkpointing(db, monkeypatch, max_wal_pages=256)
+    ck = store._checkpointer
+    ck.park_wait_s = 5.0  # a loaded test machine may take long over one batch: do not run without it
+    parked_during_restart = []
+    real_restart = ck._restart
+
+    def watching(conn):
+        class Watch:
+            def execute(self, sql):
+                parked_during_restart.append(ck._writer_parked)
+                return conn.execute(sql)
+        return real_restart(Watch())
+
+    ck._restart = watching
+    prev, seq = GENESIS_PREV, 0
+    deadline = time.monotonic() + 60
+    while (ck.restarts < 3 or seq < 100) and time.monotonic() < deadline:
+        prev, seq = _ingest(store, key, seq, prev), seq + 1
+    assert ck.restarts >= 3 and ck.errors == 0
+    assert parked_during_restart and all(parked_during_restart[:3]), parked_during_restart
+    assert ck.writer_parked_s > 0
+    store.close()
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 100 * seq

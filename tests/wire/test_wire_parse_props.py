@@ -118,7 +118,7 @@ def test_random_mutations_give_a_verdict_and_the_shortcut_never_overrules_the_ru
     body = _dump(obj)
     verdict, _ = _outcome(body)
     samples = obj.get("samples") if isinstance(obj, dict) else None
-    if isinstance(samples, list) and wire._samples_certainly_valid(samples, body):
+    if isinstance(samples, list) and wire._samples_certainly_valid(samples):
         assert _rules_accept(samples)
     if isinstance(samples, list) and not _rules_accept(samples):
         assert verdict == "error"
@@ -184,16 +184,52 @@ def test_edge_values(value, code):
         assert _outcome(_one(value)) == ("error", code)
 
 
-def test_true_inside_a_device_name_is_still_accepted():
-    # The shortcut steps aside for any body containing a true/false literal; the rules then accept.
-    verdict, b = _outcome(_one(5, dev="gpu-true-false"))
+def test_true_inside_a_device_name_is_accepted_by_the_shortcut():
+    # The shortcut looks at the parsed values' types, not at the text: "true" in a name is no bool.
+    body = _one(5, dev="gpu-true-false")
+    assert wire._samples_certainly_valid(json.loads(body)["samples"])
+    verdict, b = _outcome(body)
     assert verdict == "ok" and b.samples[0]["dev"] == "gpu-true-false"
+
+
+@pytest.mark.parametrize("value", [True, False, None, "1", [1], {"a": 1}])
+def test_the_shortcut_steps_aside_for_every_value_that_is_not_int_or_float(value):
+    for where in ("t", "m"):
+        s = {"dev": "gpu0", "kind": "gpu", "t": 1.0, "m": {"energy_mj": 5, "power_mw": 1.5}}
+        if where == "t":
+            s["t"] = value
+        else:
+            s["m"]["power_mw"] = value
+        assert not wire._samples_certainly_valid([s, dict(s, dev="gpu1")])
+        assert not _rules_accept([s])
+
+
+@pytest.mark.parametrize("value, ok", [
+    (2 ** 63 - 1, True), (2 ** 63, True), (2 ** 64 - 1, True), (-(2 ** 63), True), (2.0 ** 63, True),
+    (float(2 ** 64), False), (-float(2 ** 64), False), (1.8446744073709550e19, True), (1e19, True), (2e19, False),
+])
+def test_the_range_shortcut_near_the_bounds_agrees_with_the_rules(value, ok):
+    # hypot bounds every |value| only below 2**63; from there each value is compared exactly.
+    samples = [{"dev": "gpu0", "kind": "gpu", "t": 1.0, "m": {"energy_mj": value, "power_mw": 3.5}}]
+    assert wire._samples_certainly_valid(samples) is ok
+    assert _rules_accept(samples) is ok
+
+
+def test_without_orjson_huge_numbers_are_refused_not_crashed(monkeypatch):
+    # The standard library's json gives ints of any size and inf for 1e400: the shortcut says "not
+    # sure" (hypot overflows, or sees inf) and the rules refuse them.
+    monkeypatch.setattr(wire, "_orjson", None)
+    head = b'{"created":1.0,"interval_s":1.0,"node":"n","prev":"' + GENESIS_PREV.encode() + b'","samples":['
+    for number in (b"1" + b"0" * 400, b"-1" + b"0" * 400, b"1e400", b"18446744073709551616"):
+        body = head + b'{"dev":"g","kind":"gpu","m":{"energy_mj":' + number + b'},"t":1}],"seq":0,"v":1}'
+        assert _outcome(body) == ("error", "bad_field")
+    assert _outcome(_one(2 ** 64 - 1))[0] == "ok"
 
 
 def test_counters_whose_sum_passes_2_64_are_accepted_each_in_range():
     samples = [{"dev": f"gpu{i}", "kind": "gpu", "t": 1.0, "m": {"nvlink_tx_kib": 2 ** 63 + i}} for i in range(4)]
     body = encode_batch("n", 0, GENESIS_PREV, samples, 1.0, 1.0)
-    assert wire._samples_certainly_valid(json.loads(body)["samples"], body)
+    assert wire._samples_certainly_valid(json.loads(body)["samples"])
     assert _outcome(body)[0] == "ok"
 
 

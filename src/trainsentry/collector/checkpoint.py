@@ -12,16 +12,31 @@ The WAL stays bounded. SQLite starts writing the WAL from its beginning again on
 checkpoint has copied every frame; under continuous ingest a PASSIVE checkpoint never catches up
 (new frames arrive while it copies), so the file grew without end (196 MB after 2,000 benchmark
 batches). When the WAL holds more than ``max_wal_pages`` frames after a PASSIVE checkpoint, the
-thread runs one RESTART checkpoint: it waits for the writer's transaction
-to end, copies the rest, and makes the next commit start the WAL over; the writer waits for it
-(busy_timeout) once per ``max_wal_pages`` of traffic. While a reader holds an old snapshot the
-RESTART gives up after ``restart_wait_s`` (0.25 s) and is not tried again for
-``restart_backoff_s`` (5 s), so a long query holds ingest up at most 0.25 s in every 5 s. ``journal_size_limit`` then truncates the
-file back to that size.
+thread runs one RESTART checkpoint: it copies the rest with writers held off and makes the next
+commit start the WAL over, once per ``max_wal_pages`` of traffic. While a reader holds an old
+snapshot the RESTART gives up after ``restart_wait_s`` (0.25 s) and is not tried again for
+``restart_backoff_s`` (5 s), so a long query holds ingest up at most 0.25 s in every 5 s.
+``journal_size_limit`` then truncates the file back to that size.
+
+How long the writer is held off by a RESTART (docs/performance.md, "Collector ingest"):
+
+* The writer waits in :meth:`Checkpointer.poke`, between its transactions, and goes on the moment
+  the RESTART is over. Left to SQLite, the two connections met through busy handlers that poll with
+  sleeps of 1, 2, 5, 10, 15, 20 ms...: the RESTART waited for a gap between the writer's
+  transactions, then the writer slept on in its BEGIN after the RESTART had finished (33 or 53 ms
+  a time in the benchmark). Now the thread asks (``_restart_due``), the writer parks at its next
+  ``poke`` and the RESTART runs at once. A writer that does not come (no ingest) is waited for at
+  most ``park_wait_s``, and a parked writer waits at most ``park_timeout_s``: SQLite's locks still
+  decide who writes, the handoff only replaces the polling.
+* A PASSIVE checkpoint syncs the database file only when it has copied the whole WAL, which under
+  continuous ingest it never has: by the time of a RESTART the file holds up to ``max_wal_pages``
+  of copied, unsynced pages, and the RESTART's fdatasync of them (~30 ms here) held the writer. The
+  thread syncs the file first, while the writer still runs, so the RESTART syncs only what it copies.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -44,12 +59,73 @@ class Checkpointer:
         self.errors = 0
         self._wake = threading.Event()
         self._stopping = False
+        self._real_path = os.path.realpath(self.path)
+        # The RESTART handoff (module docstring). poke reads _restart_due without the lock: a stale
+        # False costs one more commit before the writer parks.
+        self.park_wait_s = 0.1
+        self.park_timeout_s = 2.0
+        self.writer_parked_s = 0.0             # time the writer spent parked for RESTARTs, in all
+        self._handoff = threading.Condition()
+        self._restart_due = False
+        self._writer_parked = False
         self._thread = threading.Thread(target=self._run, name="wal-checkpoint", daemon=True)
         self._thread.start()
 
     def poke(self) -> None:
-        """A commit happened: checkpoint soon."""
-        self._wake.set()
+        """A commit happened: checkpoint soon. The writer calls it between transactions; while a
+        RESTART is due it waits here until the RESTART is over (module docstring)."""
+        if not self._wake.is_set():  # set() takes the event's lock (~4 µs); the thread clears it every round only
+            self._wake.set()
+        if self._restart_due:
+            self._park_writer()
+
+    def _park_writer(self) -> None:
+        t = time.monotonic()
+        with self._handoff:
+            if not self._restart_due:
+                return
+            self._writer_parked = True
+            self._handoff.notify_all()
+            self._handoff.wait_for(lambda: not self._restart_due, timeout=self.park_timeout_s)
+            self._writer_parked = False
+        self.writer_parked_s += time.monotonic() - t
+
+    def _restart(self, conn) -> bool:
+        """One RESTART checkpoint, the database file synced first and the writer parked (or absent).
+        True when it started the WAL over, False when a reader held it up past restart_wait_s."""
+        self._sync_database_file()
+        with self._handoff:
+            self._restart_due = True
+            self._handoff.wait_for(lambda: self._writer_parked or self._stopping, timeout=self.park_wait_s)
+        try:
+            return not conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()[0][0]
+        finally:
+            with self._handoff:
+                self._restart_due = False
+                self._handoff.notify_all()
+
+    def _sync_database_file(self) -> bool:
+        """fdatasync the database file through a descriptor SQLite holds open (Linux: /proc/self/fd).
+
+        Never through one of our own: closing any descriptor of the file drops every POSIX lock the
+        process holds on it, SQLite's included, and another process could then take the database
+        as unused and checkpoint and delete the WAL under us (sqlite.org/howtocorrupt.html, "POSIX
+        advisory locks canceled by a separate thread doing close()"). A descriptor closed and
+        reused between readlink and fdatasync syncs some other file or fails: harmless either way.
+        False when none was found (other systems): the RESTART then syncs the file itself.
+        """
+        try:
+            fds = os.listdir("/proc/self/fd")
+        except OSError:
+            return False
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}") == self._real_path:
+                    os.fdatasync(int(fd))
+                    return True
+            except (OSError, ValueError):
+                continue
+        return False
 
     def _run(self) -> None:
         conn = connect(self.path, self.synchronous)
@@ -73,10 +149,10 @@ class Checkpointer:
                     # writer never found the log fully copied at the start of a transaction (it
                     # keeps appending while PASSIVE copies), so make it
                     if log > self.max_wal_pages and time.monotonic() >= retry_at:
-                        busy = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()[0][0]
-                        self.restarts += not busy
-                        self.restarts_given_up += bool(busy)
-                        retry_at = time.monotonic() + self.restart_backoff_s if busy else 0.0
+                        restarted = self._restart(conn)
+                        self.restarts += restarted
+                        self.restarts_given_up += not restarted
+                        retry_at = 0.0 if restarted else time.monotonic() + self.restart_backoff_s
                 except Exception:  # a busy or failing checkpoint is retried on the next poke
                     self.errors += 1
                 time.sleep(self.min_interval_s)
@@ -87,4 +163,6 @@ class Checkpointer:
         """Stop the thread (the last WAL pages are checkpointed when the writer connection closes)."""
         self._stopping = True
         self._wake.set()
+        with self._handoff:
+            self._handoff.notify_all()
         self._thread.join(timeout=30)

@@ -44,6 +44,8 @@ _NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _DEV_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}\Z")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _MAX_ABS = float(2 ** 64)
+_SURELY_IN_RANGE = float(2 ** 63)
+_NUMBER_TYPES = frozenset((int, float))
 _SAMPLE_KEYS = frozenset(("dev", "kind", "t", "m"))
 _METRIC_KEYS = frozenset(METRIC_BY_NAME)
 _KIND_SET = frozenset(DEVICE_KINDS)
@@ -172,7 +174,7 @@ def parse_batch(body: bytes, max_bytes: int = MAX_BATCH_BYTES, max_samples: int 
         raise BatchError("bad_schema", "samples must be a list")
     if len(samples) > max_samples:
         raise BatchError("too_large", f"{len(samples)} samples exceed the limit of {max_samples}")
-    if not _samples_certainly_valid(samples, body):
+    if not _samples_certainly_valid(samples):
         _check_samples(samples)
     return Batch(node=node, seq=seq, prev=prev, created=created, interval_s=interval_s,
                  samples=samples, gap_from=gap_from, body=bytes(body), digest=digest(bytes(body)))
@@ -202,13 +204,13 @@ def _check_samples(samples: list) -> None:
             _number(v, f"samples[{i}].m.{k}")
 
 
-def _samples_certainly_valid(samples: list, body: bytes) -> bool:
+def _samples_certainly_valid(samples: list) -> bool:
     """True only if :func:`_check_samples` would accept every sample; False means "not sure".
 
     Per-sample Python work caps ingest: the loop above costs ~8 µs for a GPU sample with twenty
-    metrics. Here each rule is checked for the whole batch at once with C-level map/set/sum passes
-    (~1-2 µs per sample). Parsed JSON holds only dict, list, str, int, float, bool and None, which
-    is what makes the shortcuts below exact.
+    metrics. Here each rule is checked for the whole batch at once with C-level map/set passes
+    (~0.9 µs per sample of a realistic batch). Parsed JSON holds only dict, list, str, int, float,
+    bool and None, which is what makes the shortcuts below exact.
     """
     try:
         if set(map(type, samples)) != {dict} or set(map(len, samples)) != {4}:
@@ -223,19 +225,22 @@ def _samples_certainly_valid(samples: list, body: bytes) -> bool:
         for d in devs:  # distinct names only: a node has a handful of devices
             if type(d) is not str or _DEV_RE.match(d) is None:
                 return False
-        for names in set(map(tuple, ms)):  # distinct metric sets: a handful (one per device kind)
-            if not _METRIC_KEYS.issuperset(names):
-                return False
-        # Values: abs() raises TypeError on str, None, list and dict; bool would pass, so a body
-        # with a true/false literal anywhere (even inside a string) takes the exact path instead.
-        if b"true" in body or b"false" in body:
+        # Every metric name of the batch at once: set.union takes a dict's keys with their stored
+        # hashes (half the cost of a tuple of names per sample).
+        if not _METRIC_KEYS.issuperset(set().union(*ms)):
             return False
-        values = chain(map(_T, samples), chain.from_iterable(map(dict.values, ms)))
-        if sum(map(abs, values)) < _MAX_ABS:  # the sum bounds every |value|; inf fails it
+        values = [*map(_T, samples), *chain.from_iterable(map(dict.values, ms))]
+        # Exact types: int and float only, so no bool (an int subclass, which _number refuses),
+        # str, None, list or dict.
+        if not _NUMBER_TYPES.issuperset(map(type, values)):
+            return False
+        # Range, in one C pass: hypot >= the largest |value| (inf or nan when one is) to within an
+        # ulp, and a value of magnitude >= 2**64 converts to a double >= 2**64 (rounding is
+        # monotone, 2**64 is a double); so a hypot below 2**63 puts every value inside |v| < 2**64.
+        if math.hypot(*values) < _SURELY_IN_RANGE:
             return True
-        # Large counters can add up past 2**64 while each is in range: compare one by one (exact:
-        # float-vs-int comparison is exact in Python, and nan compares False).
-        values = chain(map(_T, samples), chain.from_iterable(map(dict.values, ms)))
+        # Large counters (or many of them) can reach 2**63 while each is in range: compare one by
+        # one (exact: float-vs-int comparison is exact in Python, and nan compares False).
         return all(map(_MAX_ABS.__gt__, map(abs, values)))
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, OverflowError):  # OverflowError: an int beyond a double (json, not orjson)
         return False
