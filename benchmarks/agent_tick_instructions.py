@@ -17,8 +17,8 @@ periodic read (energy, slow gauges, GPM) comes at its real rate. It runs itself 
 ``--part``: ``all`` (the tick as above), ``read`` (the sources and the sampler's read), ``nvml`` (the
 NVML source over the fake), ``binding`` (one GPU's every-tick calls through the real ``pynvml``
 binding over a driver that does nothing, the real binding's own Python; per call set, not per
-tick), ``fake-calls`` (the same calls through the fake). Prints one JSON line; valgrind's output is
-deterministic up to a few hundred instructions a tick (hash seeds fixed).
+tick), ``fake-calls`` (the same calls through the fake). Prints one JSON line; the count is
+deterministic to a few hundred instructions a tick (hash seed fixed, one OpenBLAS thread).
 """
 
 from __future__ import annotations
@@ -86,7 +86,9 @@ def workload(tree: Path, part: str, ticks: int) -> None:
 
 def count(tree: Path, part: str, ticks: int) -> int:
     with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, PYTHONHASHSEED="0")
+        # OpenBLAS's worker threads (numpy, where a checkout still imports pyarrow with the agent) spin
+        # a varying while under valgrind: one thread keeps the count deterministic
+        env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
         p = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={d}/cg.out",
                             sys.executable, __file__, "--workload", "--tree", str(tree), "--part", part,
                             "--ticks", str(ticks)], capture_output=True, text=True, env=env)
