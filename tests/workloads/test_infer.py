@@ -18,12 +18,13 @@ from trainsentry.workloads import flops as flopcount
 from trainsentry.workloads import infer, other  # noqa: F401  (registers the workloads under test)
 from trainsentry.workloads.base import WORKLOADS
 from trainsentry.workloads.infer_common import MODELS, fit_model, model_config
+from trainsentry.workloads.infer_moe import ExpertParallelMoE, capacity, moe_params
 from trainsentry.workloads.infer_parallel import kv_transfer_bytes
 from trainsentry.workloads.infer_serve import SlotPool, decode_pool, prefill_into_pool
 from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed"}
+INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep"}
 OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle"}
 # (configs that need a larger launch than this file's 2 ranks are run in test_ngpu.py)
 MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other") and s.min_ranks <= 2)
@@ -66,6 +67,18 @@ LAUNCHER = textwrap.dedent('''
         out = {"max_abs_diff": (a - b).abs().max().item(), "max_abs": a.abs().max().item(),
                "same_tokens": bool((a.argmax(-1) == b.argmax(-1)).all())}
         open(sys.argv[2] + "/tp_check.json", "w").write(json.dumps(out))
+
+    # expert parallel over the two ranks vs the same MoE with every expert on one device
+    from trainsentry.workloads.infer_moe import make_moe
+    moe_cfg = {"experts": 4, "top_k": 2, "expert_ff": 32, "capacity_factor": 8.0}
+    torch.manual_seed(0); single = make_moe(GPT(cfg).eval(), moe_cfg, 0, 1)
+    torch.manual_seed(0); ep = make_moe(GPT(cfg).eval(), moe_cfg, rank, world)
+    with torch.inference_mode():
+        a, b = generate(single, None), generate(ep, None)
+    if rank == 0:
+        out = {"max_abs_diff": (a - b).abs().max().item(), "max_abs": a.abs().max().item(),
+               "same_tokens": bool((a.argmax(-1) == b.argmax(-1)).all())}
+        open(sys.argv[2] + "/ep_check.json", "w").write(json.dumps(out))
     dist.destroy_process_group()
 ''')
 
@@ -126,6 +139,10 @@ def test_gpu_configs_fit_two_h200():
         if shards == 2:
             assert m.n_heads % 2 == 0 and m.kv_heads % 2 == 0, name
         gb = (m.params() * 2 * (1 + (shards == 1)) / shards + kv_per_token * tokens / shards) / 1e9
+        if spec.family == "ep":   # dense attention on both GPUs, half the experts on each, no second copy
+            assert cfg["experts"] % 2 == 0, name
+            experts = moe_params(m, cfg) - (m.params() - 2 * m.d_model * m.ff * m.n_layers)
+            gb = ((moe_params(m, cfg) - experts) * 2 + experts * 2 / 2 + kv_per_token * tokens) / 1e9
         assert gb < 110, f"{name} needs ~{gb:.0f} GB per GPU"
 
 
@@ -187,6 +204,52 @@ def test_tensor_parallel_decode_equals_single_device(toy_run):
     check = json.loads((toy_run / "tp_check.json").read_text())
     assert check["same_tokens"]
     assert check["max_abs_diff"] <= 1e-5 * max(1.0, check["max_abs"])
+
+
+def test_expert_parallel_all_to_all_bytes(toy_run):
+    """Two all-to-alls per MoE layer per forward, each of the whole [experts, capacity, d] buffer;
+    the same on both ranks (symmetric); the toy run is one round: a prefill and gen_len - 1 decodes."""
+    t = truth(toy_run, "infer.ep.l1b_e8_k2_b64")
+    cfg, gt = t["config"], t["ground_truth"]
+    m = model_config(cfg)
+    rounds = gt["extra"]["0"]["rounds"]
+    assert rounds >= 1 and gt["extra"]["1"]["rounds"] == rounds
+    e, k, f = cfg["experts"], cfg["top_k"], cfg["capacity_factor"]
+    slots = capacity(cfg["batch"] * cfg["prompt_len"], e, k, f) + (cfg["gen_len"] - 1) * capacity(cfg["batch"], e, k, f)
+    expect = rounds * 2 * m.n_layers * e * slots * m.d_model * FP32
+    for rank in ("0", "1"):
+        assert gt["collective_bytes_per_rank"][rank] == {"all_to_all": expect}
+    # every rank serves its own prompts: tokens from both
+    assert gt["tokens"] == 2 * rounds * cfg["batch"] * (cfg["prompt_len"] + cfg["gen_len"] - 1)
+
+
+def test_expert_parallel_decode_equals_single_device(toy_run):
+    check = json.loads((toy_run / "ep_check.json").read_text())
+    assert check["same_tokens"]
+    assert check["max_abs_diff"] <= 1e-5 * max(1.0, check["max_abs"])
+
+
+def test_moe_layer_equals_per_token_experts_and_drops_over_capacity():
+    """The dispatch by capacity slots computes, for every token, the weighted sum of its top-k
+    experts; a token past its expert's capacity gets nothing from that expert (it skips the layer)."""
+    torch.manual_seed(0)
+    moe = ExpertParallelMoE(16, 8, 4, 2, 100.0, 0, 1, generator=torch.Generator().manual_seed(3))
+    x = torch.randn(3, 5, 16)
+    flat = x.reshape(-1, 16)
+    w, e = torch.softmax(flat @ moe.router, -1).topk(2, -1)
+    w = w / w.sum(-1, keepdim=True)
+    ref = torch.zeros_like(flat)
+    for i in range(flat.shape[0]):
+        for j in range(2):
+            h = torch.nn.functional.gelu(flat[i] @ moe.w1[e[i, j]], approximate="tanh")
+            ref[i] += w[i, j] * (h @ moe.w2[e[i, j]])
+    assert torch.allclose(moe(x), ref.view_as(x), atol=1e-6)
+    tight = ExpertParallelMoE(16, 8, 4, 2, 0.01, 0, 1, generator=torch.Generator().manual_seed(3))
+    assert capacity(15, 4, 2, 0.01) == 1          # one slot per expert: at most 4 of 30 assignments served
+    served = (tight(x).reshape(-1, 16).abs().sum(-1) > 0).sum().item()
+    assert 1 <= served <= 4
+    with pytest.raises(ValueError, match="do not split"):
+        ExpertParallelMoE(16, 8, 3, 2, 1.0, 0, 2)
 
 
 def test_disaggregated_kv_transfer_bytes(toy_run):
