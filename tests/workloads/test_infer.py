@@ -24,7 +24,7 @@ from trainsentry.workloads.infer_serve import SlotPool, decode_pool, prefill_int
 from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep"}
+INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp"}
 OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle"}
 # (configs that need a larger launch than this file's 2 ranks are run in test_ngpu.py)
 MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other") and s.min_ranks <= 2)
@@ -79,6 +79,21 @@ LAUNCHER = textwrap.dedent('''
         out = {"max_abs_diff": (a - b).abs().max().item(), "max_abs": a.abs().max().item(),
                "same_tokens": bool((a.argmax(-1) == b.argmax(-1)).all())}
         open(sys.argv[2] + "/ep_check.json", "w").write(json.dumps(out))
+
+    # context parallel over the two ranks vs one device prefilling the whole prompt
+    from trainsentry.workloads.infer_cp import make_context_parallel
+    torch.manual_seed(0); whole = GPT(cfg).eval()
+    torch.manual_seed(0); cp = make_context_parallel(GPT(cfg).eval(), rank, world)
+    long_prompt = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(2))
+    c = 24 // world
+    with torch.inference_mode():
+        a = whole(long_prompt)[:, rank * c:(rank + 1) * c]
+        b = cp(long_prompt[:, rank * c:(rank + 1) * c], pos_offset=rank * c)
+    diff = [torch.zeros(1) for _ in range(world)]
+    dist.all_gather(diff, (a - b).abs().max().reshape(1))
+    if rank == 0:
+        out = {"max_abs_diff": max(float(d) for d in diff), "max_abs": a.abs().max().item()}
+        open(sys.argv[2] + "/cp_check.json", "w").write(json.dumps(out))
     dist.destroy_process_group()
 ''')
 
@@ -129,6 +144,9 @@ def test_gpu_configs_fit_two_h200():
             tokens = cfg["slots"] * cfg["seq_len"]
         elif spec.family == "embed":
             assert cfg["text_len"] <= cfg["seq_len"], name
+            tokens = 0
+        elif spec.family == "cp":   # no KV cache is kept: one layer's gathered K/V at a time
+            assert cfg["prompt_len"] <= cfg["seq_len"] and cfg["prompt_len"] % 2 == 0, name
             tokens = 0
         else:
             assert cfg["prompt_len"] + cfg["gen_len"] <= cfg["seq_len"], name
@@ -250,6 +268,25 @@ def test_moe_layer_equals_per_token_experts_and_drops_over_capacity():
     assert 1 <= served <= 4
     with pytest.raises(ValueError, match="do not split"):
         ExpertParallelMoE(16, 8, 3, 2, 1.0, 0, 2)
+
+
+def test_context_parallel_all_gathers_kv_every_layer(toy_run):
+    t = truth(toy_run, "infer.cp.xl3b_ctx32k")
+    cfg, gt = t["config"], t["ground_truth"]
+    m = model_config(cfg)
+    chunk = cfg["prompt_len"] // 2
+    per_step = m.n_layers * 2 * cfg["batch"] * m.kv_heads * chunk * m.head_dim * FP32
+    for rank in ("0", "1"):
+        assert gt["collective_bytes_per_rank"][rank] == {"all_gather": gt["steps"] * per_step}
+    assert gt["tokens"] == gt["steps"] * cfg["batch"] * cfg["prompt_len"]     # each rank its chunk
+    assert gt["extra"]["1"]["first_tokens"] == gt["steps"] * cfg["batch"]
+    assert gt["flops"] > 0
+
+
+def test_context_parallel_prefill_equals_single_device(toy_run):
+    """Every position of every chunk: the hidden states' logits match one device on the whole prompt."""
+    check = json.loads((toy_run / "cp_check.json").read_text())
+    assert check["max_abs_diff"] <= 1e-5 * max(1.0, check["max_abs"])
 
 
 def test_disaggregated_kv_transfer_bytes(toy_run):

@@ -36,6 +36,7 @@ RUNS = {  # run_id -> (workload, max_steps, overrides)
     "disagg4x4": ("infer.disagg4x4.l1b_b32_p2k", 2, {}),
     "replicas8": ("infer.replicas8.m350m_b64", 4, {}),
     "ep8": ("infer.ep.l1b_e8_k2_b64", 4, {"experts": 8}),   # one expert per rank
+    "cp8": ("infer.cp.xl3b_ctx32k", 2, {}),                  # 32 toy tokens, 4 per rank
     "oneway": ("other.nccl_sweep.oneway_1m_512m", 2, {"min_bytes": 1024, "max_bytes": 2048, "reps": 1}),
 }
 
@@ -201,6 +202,14 @@ def test_expert_parallel_over_8_exchanges_all_to_all_among_all_ranks(truths):
     assert set(sent[0]) == {ALL} and sent[0][ALL]["all_to_all"] > 0
     assert all(sent[r] == sent[0] for r in range(WORLD))            # symmetric: the same on every rank
     assert all(e["experts_per_rank"] == 1 for e in gt(t)["extra"].values())
+
+
+def test_context_parallel_over_8_all_gathers_among_all_ranks(truths):
+    t = truths["cp8"]
+    sent = {r: by_group(t, r) for r in range(WORLD)}
+    assert set(sent[0]) == {ALL} and sent[0][ALL]["all_gather"] > 0
+    assert all(sent[r] == sent[0] for r in range(WORLD))
+    assert gt(t)["extra"][str(WORLD - 1)]["first_tokens"] > 0       # the last chunk's rank samples
 
 
 def test_one_way_sweep_pairs_first_half_with_second(truths):

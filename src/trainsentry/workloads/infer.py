@@ -109,4 +109,4 @@ variants("infer.embed", "inference", "embed", run_embed,
              "l1b_b128_l1024_x2": {},
          })
 
-from . import infer_moe, infer_parallel, infer_serve  # noqa: E402,F401  (register ep, tp, pp, disagg, serve)
+from . import infer_cp, infer_moe, infer_parallel, infer_serve  # noqa: E402,F401  (register cp, ep, tp, pp, disagg, serve)

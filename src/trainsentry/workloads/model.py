@@ -153,12 +153,14 @@ class GPT(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
 
-    def forward(self, idx, cache: KVCache | None = None):
+    def forward(self, idx, cache: KVCache | None = None, pos_offset: int = 0):
         """``idx`` [batch, time] token ids (first stage) or hidden states [batch, time, d] (later
-        pipeline stages). Returns logits when this module still has its head, else hidden states."""
+        pipeline stages). Returns logits when this module still has its head, else hidden states.
+        ``pos_offset``: position of ``idx``'s first token when there is no cache (a context-parallel
+        chunk of a longer sequence)."""
         if idx.dtype in (torch.int64, torch.int32):
             t = idx.shape[1]
-            start = cache.length if cache is not None else 0
+            start = cache.length if cache is not None else pos_offset
             pos = torch.arange(start, start + t, device=idx.device)
             x = self.tok(idx) + self.pos(pos)
         else:

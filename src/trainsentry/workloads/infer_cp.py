@@ -1,0 +1,134 @@
+"""Context-parallel long-context prefill (class ``inference``, family ``cp``).
+
+Why it is in the benign corpus: a prompt too long for one GPU's time budget (a book, a code base, a
+long video transcript) is prefilled with its sequence split over the GPUs, and every GPU needs the
+keys and values of the tokens before its chunk. With all-gather context parallelism (the variant
+Llama 3 describes for long-context training and inference) every layer of every prefill all-gathers
+the chunks' keys and values: per layer, the same bytes leave and enter every GPU at the same moment,
+and the GPUs are compute-bound in between. On the links that is symmetric, simultaneous and regular
+traffic at hundreds of MB/s to GB/s from inference — like the TP and expert-parallel families, a
+benign workload the exchange signals must not call training.
+
+Each rank holds ``prompt_len / N`` consecutive tokens; its queries attend to its own chunk causally
+and to every earlier chunk in full (``causal_lower_right`` over the keys of chunks 0..rank), so the
+last rank's last position gives the same next token as one GPU prefilling the whole prompt (a test
+checks). The later ranks do more attention work than the first: plain all-gather CP, no load
+balancing. A step is one prefill of ``batch`` prompts; the last rank samples the first output token.
+Bytes are counted where this code hands a tensor to torch.distributed: the all-gathered K and V.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
+
+from . import flops as flopcount
+from .base import Context, Ledger, variants
+from .comm import group_label, group_ranks
+from .infer_common import build_model, inference_entry, model_config, need_all_ranks, prompt_source, sample
+from .model import GPT, Attention
+
+TOY = {"model": "toy", "seq_len": 64, "batch": 2, "prompt_len": 32, "pause_s": 0.0}
+
+
+class ContextParallelAttention(nn.Module):
+    """The block's own attention projections; K and V of every chunk all-gathered over the group."""
+
+    def __init__(self, attn: Attention, rank: int, world: int, group=None, ledger: Ledger | None = None):
+        super().__init__()
+        self.attn, self.rank, self.world, self.group, self.ledger = attn, rank, world, group, ledger
+        self.label = group_label(group_ranks(group)) if world > 1 else ""
+        self._bias: dict[tuple[int, int], object] = {}
+
+    def bias(self, queries: int, keys: int):
+        """Lower-right causal mask of ``queries`` × ``keys`` (the queries are the last ``queries``
+        positions). Built once per shape: a CausalBias cannot be created under FlopCounterMode."""
+        if (queries, keys) not in self._bias:
+            self._bias[(queries, keys)] = causal_lower_right(queries, keys)
+        return self._bias[(queries, keys)]
+
+    def forward(self, x, cache=None, layer: int = 0):
+        if cache is not None:
+            raise ValueError("context-parallel attention prefills; it keeps no KV cache")
+        a, (b, c, _) = self.attn, x.shape
+        hd = a.cfg.head_dim
+        q = a.q(x).view(b, c, -1, hd).transpose(1, 2)
+        kv = torch.stack([a.k(x).view(b, c, -1, hd).transpose(1, 2),
+                          a.v(x).view(b, c, -1, hd).transpose(1, 2)]).contiguous()   # [2, b, h, c, hd]
+        if self.world > 1:
+            chunks = [torch.empty_like(kv) for _ in range(self.world)]
+            dist.all_gather(chunks, kv, group=self.group)
+            if self.ledger is not None:
+                self.ledger.collective("all_gather", kv.numel() * kv.element_size(), self.label)
+            kv = torch.cat(chunks[:self.rank + 1], dim=3)                       # chunks 0..rank
+        k, v = kv[0], kv[1]
+        rep = q.shape[1] // k.shape[1]
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        if k.shape[2] == c:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias(c, k.shape[2]))
+        return a.o(y.transpose(1, 2).reshape(b, c, -1))
+
+
+def make_context_parallel(model: GPT, rank: int, world: int, group=None, ledger: Ledger | None = None) -> GPT:
+    for block in model.layers.values():
+        block.attn = ContextParallelAttention(block.attn, rank, world, group, ledger)
+    return model
+
+
+@inference_entry
+def run_cp(ctx: Context, cfg: dict) -> None:
+    """Long-context prefill with the sequence split over every rank (all-gather context parallel)."""
+    need_all_ranks(ctx, "context-parallel prefill")
+    mcfg = model_config(cfg)
+    batch, plen = int(cfg["batch"]), int(cfg["prompt_len"])
+    if plen % ctx.world_size or plen > mcfg.seq_len:
+        raise ValueError(f"prompt_len {plen} must split over {ctx.world_size} ranks and fit seq_len {mcfg.seq_len}")
+    chunk = plen // ctx.world_size
+    lo = ctx.rank * chunk
+    model = make_context_parallel(build_model(ctx, mcfg), ctx.rank, ctx.world_size, None, ctx.ledger)
+    src = prompt_source(ctx, salt=0)           # the same prompts on every rank, each takes its chunk
+    pause_s = float(cfg.get("pause_s", 0.0))
+    last = ctx.rank == ctx.world_size - 1
+
+    def prefill(prompts):
+        return model(prompts[:, lo:lo + chunk], pos_offset=lo)
+
+    for block in model.layers.values():
+        block.attn.bias(chunk, lo + chunk)
+
+    ctx.ledger.flops_per_step = flopcount.measure(lambda: prefill(src.prompts(batch, plen)))
+    ctx.ledger.clear_collectives()   # the counting pass is not part of the run
+    ctx.ledger.extra.update(params=mcfg.params(), method="flop_counter", chunk_tokens=chunk,
+                            kv_bytes_gathered_per_layer=2 * batch * mcfg.kv_heads * chunk * mcfg.head_dim
+                            * torch.empty(0, dtype=ctx.dtype).element_size() * ctx.world_size)
+    first_tokens = 0
+    while ctx.keep_going_together():
+        prompts = src.prompts(batch, plen)
+        t0 = time.perf_counter()
+        logits = prefill(prompts)
+        if last:
+            first_tokens += int(sample(logits[:, -1]).numel())
+        ctx.sync()
+        ctx.ledger.step(time.perf_counter() - t0, batch * chunk)
+        if pause_s > 0:
+            time.sleep(pause_s)
+    ctx.ledger.extra["first_tokens"] = first_tokens
+
+
+# Sizes: per GPU the whole model (bf16) plus activations of one chunk and the gathered K/V of one layer.
+variants("infer.cp", "inference", "cp", run_cp,
+         base={"model": "gpt3b", "seq_len": 32768, "batch": 1, "prompt_len": 32768},
+         toy=TOY, gpus=0, grid={
+             "xl3b_ctx32k": {},
+             "l1b_ctx64k": {"model": "gpt1b", "seq_len": 65536, "prompt_len": 65536},
+             "g7b_ctx16k_b2": {"model": "gpt7b", "seq_len": 16384, "batch": 2, "prompt_len": 16384,
+                               "pause_s": 0.3},
+         }, description="all-gather context-parallel long-context prefill: K/V all-gathered every layer")
