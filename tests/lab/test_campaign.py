@@ -152,3 +152,17 @@ def test_runs_are_ordered_repeat_by_repeat_with_long_runs_last():
     assert [r["run_id"].rsplit("-r", 1)[1] for r in order] == ["0"] * 4 + ["1"] * 4 + ["0"]
     assert order[-1]["seconds"] == 100 and {r["workload"] for r in order[:4]} == set(WORKLOADS)
     assert order == c.expand()                       # seeded: the same order every time
+
+
+def test_every_committed_campaign_loads_and_names_registered_workloads():
+    """The campaign files under configs/campaigns plan only registered workloads that fit their
+    launch; the hard-negative file writes into the benign dataset (same name, node, rate)."""
+    root = Path(__file__).resolve().parents[2] / "configs" / "campaigns"
+    loaded = {p.stem: Campaign.load(p) for p in sorted(root.glob("*.yaml"))}
+    for name, c in loaded.items():
+        assert c.expand(), name
+    hard, base = loaded["h200-hardneg"], loaded["h200"]
+    assert (hard.name, hard.node, hard.hz, hard.nproc) == (base.name, base.node, base.hz, base.nproc)
+    families = {r["workload"].split(".")[1] for r in hard.expand()}
+    assert families == {"ep", "cp", "stencil"}
+    assert not {r["run_id"] for r in hard.expand()} & {r["run_id"] for r in base.expand()}

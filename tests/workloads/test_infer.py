@@ -25,7 +25,7 @@ from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp"}
-OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle"}
+OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil"}
 # (configs that need a larger launch than this file's 2 ranks are run in test_ngpu.py)
 MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other") and s.min_ranks <= 2)
 STEPS = 4
@@ -287,6 +287,35 @@ def test_context_parallel_prefill_equals_single_device(toy_run):
     """Every position of every chunk: the hidden states' logits match one device on the whole prompt."""
     check = json.loads((toy_run / "cp_check.json").read_text())
     assert check["max_abs_diff"] <= 1e-5 * max(1.0, check["max_abs"])
+
+
+def test_stencil_exchanges_halo_planes_both_ways_and_converges(toy_run):
+    t = truth(toy_run, "other.stencil.n1024_z512")
+    cfg, gt = t["config"], t["ground_truth"]
+    plane = cfg["n"] ** 2 * FP32
+    checks = gt["steps"] // cfg["check_every"]
+    for rank in ("0", "1"):          # one neighbour each: the same bytes each way, every sweep
+        assert gt["collective_bytes_per_rank"][rank] == {
+            "send_halo": gt["steps"] * cfg["sweeps"] * plane, "all_reduce": checks * 4}
+    curve = gt["extra"]["0"]["residual_curve"]
+    assert len(curve) == checks >= 2 and curve[-1][1] < curve[0][1]      # the solver converges
+
+
+def test_split_domain_with_halo_planes_equals_whole_domain():
+    """Two slabs, each with a ghost plane on each side, swept and their halos swapped the way
+    exchange_halos does (own plane 1 -> the lower neighbour's ghost -1, own plane -2 -> the upper
+    neighbour's ghost 0): after every sweep the slabs equal the whole domain swept at once."""
+    from trainsentry.workloads.other_hpc import jacobi_sweep
+    n, nz = 7, 3
+    whole = torch.rand(2 * nz + 2, n, n, generator=torch.Generator().manual_seed(0))
+    low, high = whole[:nz + 2].clone(), whole[nz:].clone()
+    w_out, l_out, h_out = whole.clone(), low.clone(), high.clone()
+    for _ in range(4):
+        jacobi_sweep(whole, w_out); whole, w_out = w_out, whole
+        jacobi_sweep(low, l_out); low, l_out = l_out, low
+        jacobi_sweep(high, h_out); high, h_out = h_out, high
+        low[-1], high[0] = high[1].clone(), low[-2].clone()
+        assert torch.equal(low[1:-1], whole[1:nz + 1]) and torch.equal(high[1:-1], whole[nz + 1:-1])
 
 
 def test_disaggregated_kv_transfer_bytes(toy_run):

@@ -37,6 +37,7 @@ RUNS = {  # run_id -> (workload, max_steps, overrides)
     "replicas8": ("infer.replicas8.m350m_b64", 4, {}),
     "ep8": ("infer.ep.l1b_e8_k2_b64", 4, {"experts": 8}),   # one expert per rank
     "cp8": ("infer.cp.xl3b_ctx32k", 2, {}),                  # 32 toy tokens, 4 per rank
+    "stencil8": ("other.stencil.n1024_z512", 2, {}),          # a chain of 8 slabs
     "oneway": ("other.nccl_sweep.oneway_1m_512m", 2, {"min_bytes": 1024, "max_bytes": 2048, "reps": 1}),
 }
 
@@ -210,6 +211,16 @@ def test_context_parallel_over_8_all_gathers_among_all_ranks(truths):
     assert set(sent[0]) == {ALL} and sent[0][ALL]["all_gather"] > 0
     assert all(sent[r] == sent[0] for r in range(WORLD))
     assert gt(t)["extra"][str(WORLD - 1)]["first_tokens"] > 0       # the last chunk's rank samples
+
+
+def test_stencil_over_8_sends_halos_to_its_chain_neighbours_only(truths):
+    t = truths["stencil8"]
+    plane = t["config"]["n"] ** 2 * FP32
+    for r in range(WORLD):
+        peers = {f"->{p}" for p in (r - 1, r + 1) if 0 <= p < WORLD}
+        sends = {k: v for k, v in by_group(t, r).items() if k.startswith("->")}
+        assert set(sends) == peers
+        assert all(v == {"send_halo": gt(t)["steps"] * plane} for v in sends.values())
 
 
 def test_one_way_sweep_pairs_first_half_with_second(truths):

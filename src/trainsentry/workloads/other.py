@@ -5,7 +5,9 @@
   NVLink traffic with no model at all (the hard negative for "gradient all-reduce means training");
 - memory copies: device-to-device, host-to-device / device-to-host over PCIe, and peer GPU0 → GPU1
   copies on the copy engines (NVLink bytes with an idle SM);
-- idle: nothing on the GPU, optionally with memory held (a parked process).
+- idle: nothing on the GPU, optionally with memory held (a parked process);
+- stencil (other_hpc.py): a domain-decomposed 3-D Jacobi solver exchanging halo planes every sweep,
+  symmetric and regular GPU-to-GPU traffic from a simulation.
 
 A step: one burn iteration (``iters`` GEMMs), one collective call, one copy, one sleep interval.
 """
@@ -196,3 +198,5 @@ variants("other.idle", "other", "idle", run_idle,
              "bare": {},
              "hold_40g": {"hold_gib": 40},
          })
+
+from . import other_hpc  # noqa: E402,F401  (registers the stencil solver)
