@@ -212,36 +212,59 @@ class NvmlSource:
     # ---- one GPU -------------------------------------------------------------------------
     def _read_gpu(self, k: int, i: int) -> Reading:
         """GPU ``i``, the ``k``-th of this source: every-read metrics, plus the slow ones when due."""
-        n, h, q = self.nvml, self.handles[i], self._query
+        n, h = self.nvml, self.handles[i]
         host_t = self.clock()
         values: dict[str, float | int] = {}
-        energy = self._is_due(self._energy_due, k, i, host_t, self.energy_period_s)
-        nvlink = self.nvlink_period_s <= 0 or self._is_due(self._nvlink_due, k, i, host_t, self.nvlink_period_s)
-        tx, rx, scalars, field_t = self._fields(i, host_t, with_scalars=energy, with_nvlink=nvlink)
+        # Each periodic group's common answer, "not due", without a call (what _is_due answers first)
+        due = self._energy_due.get(i)
+        energy = (due is None or not 0 < due - host_t <= 2 * self.energy_period_s) and \
+            self._is_due(self._energy_due, k, i, host_t, self.energy_period_s)
+        if self.nvlink_period_s <= 0:
+            nvlink = True
+        else:
+            due = self._nvlink_due.get(i)
+            nvlink = (due is None or not 0 < due - host_t <= 2 * self.nvlink_period_s) and \
+                self._is_due(self._nvlink_due, k, i, host_t, self.nvlink_period_s)
+        tx, rx, scalars, field_t = self._fields(i, host_t, energy, nvlink)
         if tx is not MISSING:
             values["nvlink_tx_kib"] = tx
         if rx is not MISSING:
             values["nvlink_rx_kib"] = rx
-        for metric, _, call in SCALAR_FIELDS if energy else ():
-            v = scalars.get(metric)
-            if v is None:  # field not asked or not answering: the metric's own call
-                v = q(i, metric, getattr(n, call), h)
-            if v is not MISSING:
-                values[metric] = v
-        power = q(i, "power_mw", n.nvmlDeviceGetPowerUsage, h)
-        if power is not MISSING:
-            values["power_mw"] = power
-        util = q(i, "util", n.nvmlDeviceGetUtilizationRates, h)
-        if util is not MISSING:
-            layout = util_layout(type(util))
-            gpu, mem = layout.unpack_from(util) if layout is not None else (util.gpu, util.memory)
-            values["gpu_util_pct"], values["mem_util_pct"] = float(gpu), float(mem)
-        if self._is_due(self._slow_due, k, i, host_t, self.slow_period_s):
+        if energy:
+            for metric, _, call in SCALAR_FIELDS:
+                v = scalars.get(metric)
+                if v is None:  # field not asked or not answering: the metric's own call
+                    v = self._query(i, metric, getattr(n, call), h)
+                if v is not MISSING:
+                    values[metric] = v
+        # power and utilization: _query's work written out (the two calls every GPU makes every tick)
+        unsupported = self._unsupported
+        if (i, "power_mw") not in unsupported:
+            try:
+                values["power_mw"] = n.nvmlDeviceGetPowerUsage(h)
+            except n.NVMLError as e:
+                if getattr(e, "value", None) in self._permanent_codes:
+                    unsupported.add((i, "power_mw"))
+        if (i, "util") not in unsupported:
+            try:
+                util = n.nvmlDeviceGetUtilizationRates(h)
+            except n.NVMLError as e:
+                if getattr(e, "value", None) in self._permanent_codes:
+                    unsupported.add((i, "util"))
+            else:
+                layout = util_layout(type(util))
+                gpu, mem = layout.unpack_from(util) if layout is not None else (util.gpu, util.memory)
+                values["gpu_util_pct"], values["mem_util_pct"] = float(gpu), float(mem)
+        due = self._slow_due.get(i)
+        if (due is None or not 0 < due - host_t <= 2 * self.slow_period_s) and \
+                self._is_due(self._slow_due, k, i, host_t, self.slow_period_s):
             self._read_slow(i, values)
         if self._gpm_enabled:
-            self._gpm_read(i, values, host_t)
-        t = field_t if field_t is not None else host_t
-        return Reading(device=self._names[k], kind="gpu", t=t, values=values)
+            g = self._gpm.get(i)
+            # not yet due (what _gpm_read answers first): no call
+            if g is None or g.last is None or host_t - g.last_t >= self._gpm_gap_s:
+                self._gpm_read(i, values, host_t)
+        return Reading(self._names[k], "gpu", host_t if field_t is None else field_t, values)
 
     def _is_due(self, table: dict[int, float], k: int, i: int, now: float, period: float) -> bool:
         """Whether GPU ``i`` (the ``k``-th) reads a periodic group now; ``table`` keeps its schedule."""
@@ -349,6 +372,13 @@ class NvmlSource:
                     scalars[metric] = MISSING         # transient: lost for this read, like any metric
         if not k:
             return MISSING, MISSING, scalars, None
+        if k == 1:
+            # the all-links scope (every H100/H200): one TX and one RX element; both answered is the
+            # common case, written out (_sane_time's test included) without the slices below
+            ts_tx, ret_tx, tx, ts_rx, ret_rx, rx = flat[:6]
+            if not (ret_tx or ret_rx):
+                ts = (ts_tx if ts_tx > ts_rx else ts_rx) / 1e6
+                return tx, rx, scalars, ts if ts and abs(ts - host_t) <= TIMESTAMP_TOLERANCE_S else None
         rets, vals, stamps = flat[1:6 * k:3], flat[2:6 * k:3], flat[0:6 * k:3]
         if any(rets):
             # A total from a subset of the links would silently undercount: all of them or nothing.
