@@ -176,7 +176,7 @@ class Parts:
         for src in sources:
             self.wrap(src, "read", f"read {src.name}")
         self.wrap(agent.spool, "stage", "stage (JSON + tick log)")
-        self.wrap(spool_mod._CANONICAL, "encode", "  of which JSON")
+        self.wrap(spool_mod, "encode_samples", "  of which JSON")
         self.wrap(agent.spool, "seal", "seal (batch, HMAC, SQLite FULL commit)")
         self.wrap(agent.latest, "update", "exporter state")
         self.wrap(agent.sender, "run", "sender thread (HTTP, acks)")
