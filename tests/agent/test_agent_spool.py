@@ -6,6 +6,7 @@ import pytest
 from agent_testkit import env
 
 from trainsentry.agent.spool import MAX_SAMPLES_PER_BATCH, Spool, SpoolError
+from trainsentry.telemetry.base import Reading
 from trainsentry.wire.batch import GENESIS_PREV, digest, parse_batch, verify
 
 KEY = "11" * 32
@@ -276,6 +277,18 @@ def test_staged_json_is_the_canonical_encoders_text():
                 spool_mod.encode_samples(case)
             with pytest.raises(got.type):
                 spool_mod._CANONICAL.encode(case)
+        # encode_readings: the same from Reading objects (the agent's staging path)
+        for case in ok + refused:
+            if not all(set(s) == {"dev", "kind", "t", "m"} for s in case):
+                continue
+            readings = [Reading(s["dev"], s["kind"], s["t"], s["m"]) for s in case]
+            try:
+                want = spool_mod._CANONICAL.encode(case)
+            except (ValueError, TypeError) as e:
+                with pytest.raises(type(e)):
+                    spool_mod.encode_readings(readings)
+            else:
+                assert spool_mod.encode_readings(readings) == want, case
 
 
 def test_staged_json_of_the_agents_readings_is_the_canonical_encoders_text():
@@ -291,6 +304,19 @@ def test_staged_json_of_the_agents_readings_is_the_canonical_encoders_text():
     sources = open_sources(["nvml", "net"], nvml_module=FakeNvml(gpu_count=8, clock=clock, start=clock() - 3.0),
                            clock=clock, net_sysfs_root=str(Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "node1"))
     for _ in range(300):
-        tick = [r.to_wire() for src in sources for r in src.read()]
-        assert spool_mod.encode_samples(tick) == spool_mod._CANONICAL.encode(tick)
+        readings = [r for src in sources for r in src.read()]
+        tick = [r.to_wire() for r in readings]
+        assert spool_mod.encode_samples(tick) == spool_mod._CANONICAL.encode(tick) == spool_mod.encode_readings(readings)
         clock.advance(0.1)
+
+
+def test_staging_readings_writes_the_line_staging_their_wire_samples_writes(tmp_path):
+    readings = [Reading("gpu0", "gpu", 1e9 + 0.25, {"power_mw": 80123, "gpu_util_pct": 12.5}),
+                Reading("eth0", "net", 1e9 + 0.5, {"net_tx_bytes": 7})]
+    a, b = Spool(tmp_path / "a.db", "node-a", KEY), Spool(tmp_path / "b.db", "node-a", KEY)
+    a.stage([r.to_wire() for r in readings])
+    b.stage_readings(readings)
+    b.stage_readings([])                          # an empty tick stages nothing
+    assert (tmp_path / "a.db-ticks").read_bytes() == (tmp_path / "b.db-ticks").read_bytes()
+    assert a.seal(1.0, created=5.0) == b.seal(1.0, created=5.0) == [0]
+    assert a.get(0).body == b.get(0).body
