@@ -58,6 +58,13 @@ _GPM_METRIC_ANSWER = struct.Struct("=Id")   # nvmlReturn, value of one c_nvmlGpm
 _GPM_METRIC_SIZE = ctypes.sizeof(_real.c_nvmlGpmMetric_t)
 assert [getattr(_real.c_nvmlGpmMetric_t, n).offset for n in ("metricId", "nvmlReturn", "value")] == [0, 4, 8]
 _GPM_METRICS_OFFSET = _real.c_nvmlGpmMetricsGet_t.metrics.offset
+_GPM_MAX_METRICS = _real.c_nvmlGpmMetricsGet_t.metrics.size // _GPM_METRIC_SIZE
+# c_nvmlGpmMetricsGet_t's head as bytes: version, numMetrics, the two sample pointers (their targets'
+# addresses, 0 for NULL), read in one go instead of through the binding's Python __getattribute__
+_GPM_HEAD = struct.Struct("@IIPP")
+assert [getattr(_real.c_nvmlGpmMetricsGet_t, n).offset for n in ("version", "numMetrics", "sample1", "sample2")] == \
+    [0, 4, 8, 8 + struct.calcsize("@P")] and _GPM_HEAD.size <= _GPM_METRICS_OFFSET
+_U32 = struct.Struct("=I")
 _VT_ULL, _VT_UINT, _SUCCESS = _real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, _real.NVML_VALUE_TYPE_UNSIGNED_INT, _real.NVML_SUCCESS
 
 
@@ -162,7 +169,10 @@ class FakeNvml:
         """The recorded ``key`` of ``handle``'s GPU now (:meth:`_answer`), the handle checked as NVML would."""
         if not (self.initialized and isinstance(handle, FakeHandle) and 0 <= handle.index < self.gpu_count):
             self._check(handle)   # raises the error NVML would
-        return self._answer(handle.index, key, gate, self._at(self.clock()))
+        now = self.clock()
+        tau = (now - self.start) * self.speed    # _at's first case written out: every call has one
+        return self._answer(handle.index, key, gate,
+                            (self._rec_t0 + tau, 0) if 0 <= tau < self._rec_span else self._at(now))
 
     def _answer(self, index: int, key: object, gate: str, at: tuple[float, int]) -> object:
         """The recorded ``key`` of fake GPU ``index`` at ``at`` (a :meth:`rec_time`), logged under
@@ -278,7 +288,8 @@ class FakeNvml:
         values = array()
         now = self.clock()         # one instant for the timestamps and the answers, as the driver's
         now_us = int((now + self.timestamp_offset_s) * 1e6)
-        at = self._at(now)
+        tau = (now - self.start) * self.speed    # _at's first case written out
+        at = (self._rec_t0 + tau, 0) if 0 <= tau < self._rec_span else self._at(now)
         for f, scope, key, gate, knob, offset in fields:
             ret = _SUCCESS
             try:
@@ -314,7 +325,9 @@ class FakeNvml:
         if not (self.initialized and isinstance(handle, FakeHandle) and 0 <= handle.index < self.gpu_count):
             self._check(handle)   # raises the error NVML would
         u = _real.c_nvmlUtilization_t()
-        at, index = self._at(self.clock()), handle.index
+        now, index = self.clock(), handle.index
+        tau = (now - self.start) * self.speed    # _at's first case written out
+        at = (self._rec_t0 + tau, 0) if 0 <= tau < self._rec_span else self._at(now)
         _UTIL.pack_into(u, 0, int(self._answer(index, "gpu_util", "util", at)),
                         int(self._answer(index, "mem_util", "util", at)))
         return u
@@ -393,25 +406,25 @@ class FakeNvml:
 
     def nvmlGpmMetricsGet(self, mg):
         self._check()
-        if mg.version != _real.NVML_GPM_METRICS_GET_VERSION:
+        version, count, p1, p2 = _GPM_HEAD.unpack_from(mg)
+        if version != _real.NVML_GPM_METRICS_GET_VERSION:
             _raise(_real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-        s1 = self._gpm_samples.get(ctypes.addressof(mg.sample1.contents)) if mg.sample1 else None
-        s2 = self._gpm_samples.get(ctypes.addressof(mg.sample2.contents)) if mg.sample2 else None
-        if s1 is None or s2 is None or s1[0] != s2[0] or not s2[1] > s1[1] or mg.numMetrics > len(mg.metrics):
+        s1 = self._gpm_samples.get(p1) if p1 else None
+        s2 = self._gpm_samples.get(p2) if p2 else None
+        if s1 is None or s2 is None or s1[0] != s2[0] or not s2[1] > s1[1] or count > _GPM_MAX_METRICS:
             _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
-        self._log("nvmlGpmMetricsGet", FakeHandle(s2[0]), s1[1], s2[1])
-        handle = FakeHandle(s2[0])
+        index = s2[0]
+        self.calls.append(("nvmlGpmMetricsGet", index, (s1[1], s2[1])))
         at = self.rec_time()
-        for j in range(mg.numMetrics):
-            off = _GPM_METRICS_OFFSET + j * _GPM_METRIC_SIZE
-            (metric_id,) = struct.unpack_from("=I", mg, off)
+        for off in range(_GPM_METRICS_OFFSET, _GPM_METRICS_OFFSET + count * _GPM_METRIC_SIZE, _GPM_METRIC_SIZE):
+            (metric_id,) = _U32.unpack_from(mg, off)
             try:
                 # The recording holds each metric as the average over the interval ending at its
                 # time; the value for (s1, s2) is the one recorded at s2's time.
-                value = float(self._answer(handle.index, ("gpm", metric_id), "gpm", at))
+                value = float(self._answer(index, ("gpm", metric_id), "gpm", at))
                 _GPM_METRIC_ANSWER.pack_into(mg, off + 4, _real.NVML_SUCCESS, value)
             except _real.NVMLError as e:
-                struct.pack_into("=I", mg, off + 4, e.value)
+                _U32.pack_into(mg, off + 4, e.value)
         return mg
 
 
