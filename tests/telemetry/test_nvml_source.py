@@ -422,17 +422,20 @@ def test_the_all_links_read_totals_and_times_like_the_per_link_one(flat, expect,
     """One TX and one RX element (the all-links scope, written out in _fields) read as the general
     path reads them: a total only from an answered element, the later answered stamp as the time
     when within 5 s of the host's."""
+    import trainsentry.telemetry.nvml as nvml_mod
     from trainsentry.telemetry.nvml import MISSING
-    _, src, clock = make(5.0)
+    fake, src, clock = make(5.0)
     clock.t = 1_800_000_000.0
     src._field_plan(0, False, True)
-    monkeypatch.setattr(src, "_field_flat", lambda i, req: flat)
+    answers = []    # what the call returns (not an array: the flat tuple comes from _flat below)
+    monkeypatch.setattr(fake, "nvmlDeviceGetFieldValues", lambda h, req: answers)
+    monkeypatch.setattr(nvml_mod, "_flat", lambda vals, layouts: flat)
     tx, rx, _, t = src._fields(0, clock(), with_scalars=False)
     got = ["MISSING" if v is MISSING else v for v in (tx, rx)]
     assert (*got, t) == expect
     # the same through the general path: the answers as two links of a per-link scope
     src._plans[0][1][False, True] = ([(138, 0), (139, 0)] * 2, 2, [])
     two = (flat[0], flat[1], flat[2], flat[0], flat[1], 0, flat[3], flat[4], flat[5], flat[3], flat[4], 0)
-    monkeypatch.setattr(src, "_field_flat", lambda i, req: two)
+    monkeypatch.setattr(nvml_mod, "_flat", lambda vals, layouts: two)
     tx2, rx2, _, t2 = src._fields(0, clock(), with_scalars=False)
     assert (["MISSING" if v is MISSING else v for v in (tx2, rx2)], t2) == (got, t)

@@ -138,6 +138,7 @@ class NvmlSource:
         self._nvlink_links: dict[int, list[int] | None] = {}  # None: the all-links scope works
         self._by_call: set[tuple[int, str]] = set()   # (GPU, metric) whose field does not answer
         self._plans: dict[int, tuple] = {}            # per GPU: the field request (_field_plan)
+        self._layouts: dict[type, Any] = {}           # field-values array type -> its layout (_flat)
         self._gpm: dict[int, _Gpm | None] = {}
         self._gpm_enabled = gpm
         self._slow_due: dict[int, float] = {}    # per GPU: when the slow gauges are next read
@@ -313,14 +314,7 @@ class NvmlSource:
             return None
         except self.nvml.NVMLError:
             return None
-        if isinstance(vals, ctypes.Array):
-            layout = fields_layout(vals._type_, len(vals))
-            if layout is not None:
-                # The binding's structures read every attribute through a Python-level
-                # __getattribute__; three per field, every GPU, ten times a second: unpack the C
-                # array's buffer in one go instead.
-                return layout.unpack_from(vals)
-        return tuple(x for v in vals for x in (int(v.timestamp), int(v.nvmlReturn), int(v.value.ullVal)))
+        return _flat(vals, self._layouts)
 
     def _field_plan(self, i: int, with_scalars: bool = True,
                     with_nvlink: bool = True) -> tuple[list[tuple[int, int]], int, list[str]]:
@@ -328,7 +322,7 @@ class NvmlSource:
         ``i`` and what is due now. The four variants are made once per GPU and made again only after
         something was found unsupported (those sets only grow)."""
         plan = self._plans.get(i)
-        if plan is not None and plan[0] == (len(self._unsupported), len(self._by_call)):
+        if plan is not None and plan[0][0] == len(self._unsupported) and plan[0][1] == len(self._by_call):
             return plan[1][with_scalars, with_nvlink]
         links: list[int] | None = []
         if (i, "nvlink") not in self._unsupported:
@@ -356,9 +350,17 @@ class NvmlSource:
         asked or will not answer, so the caller uses the metric's own call.
         """
         req, k, asked = self._field_plan(i, with_scalars, with_nvlink)
-        flat = self._field_flat(i, req) if req else None
-        if flat is None:
+        if not req:
             return MISSING, MISSING, {}, None
+        # _field_flat written out, the array's layout looked up by its type
+        try:
+            vals = self.nvml.nvmlDeviceGetFieldValues(self.handles[i], req)
+        except TypeError:
+            return MISSING, MISSING, {}, None      # a binding too old to take (fieldId, scopeId) tuples
+        except self.nvml.NVMLError:
+            return MISSING, MISSING, {}, None
+        layout = self._layouts.get(type(vals))
+        flat = layout.unpack_from(vals) if layout is not None else _flat(vals, self._layouts)
         # flat: (timestamp, nvmlReturn, value) per request: the 2k NVLink scopes (TX then RX), then
         # the scalar fields asked
         scalars: dict[str, Any] = {}
@@ -484,3 +486,18 @@ class NvmlSource:
         for name, (ret, value) in zip(GPM_METRIC_IDS, answers):
             if ret == 0:
                 values[name] = float(value)
+
+
+def _flat(vals: Any, layouts: dict[type, Any]) -> tuple[int, ...]:
+    """:meth:`NvmlSource._field_flat`'s answer from the field-values call's returned values; an array's
+    layout is kept in ``layouts`` under the array's type (ctypes makes one array type per element
+    type and length, so a request's answers always come in the same type)."""
+    if isinstance(vals, ctypes.Array):
+        layout = fields_layout(vals._type_, len(vals))
+        if layout is not None:
+            # The binding's structures read every attribute through a Python-level
+            # __getattribute__; three per field, every GPU, ten times a second: unpack the C
+            # array's buffer in one go instead.
+            layouts[type(vals)] = layout
+            return layout.unpack_from(vals)
+    return tuple(x for v in vals for x in (int(v.timestamp), int(v.nvmlReturn), int(v.value.ullVal)))
