@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from .base import Reading, SourceError
@@ -67,6 +68,9 @@ GPM_METRIC_IDS: dict[str, int] = {
     "gpm_nvlink_rx_mibps": 60,     # NVLINK_TOTAL_RX_PER_SEC
     "gpm_nvlink_tx_mibps": 61,     # NVLINK_TOTAL_TX_PER_SEC
 }
+
+
+_NO_SCALARS: Mapping[str, Any] = MappingProxyType({})   # _fields' answer when no scalar field was asked
 
 
 class _Missing:
@@ -349,7 +353,11 @@ class NvmlSource:
         MISSING after a transient error (lost for this read), or absent when the field was not
         asked or will not answer, so the caller uses the metric's own call.
         """
-        req, k, asked = self._field_plan(i, with_scalars, with_nvlink)
+        plan = self._plans.get(i)    # _field_plan's answer when nothing was found unsupported since
+        if plan is not None and plan[0][0] == len(self._unsupported) and plan[0][1] == len(self._by_call):
+            req, k, asked = plan[1][with_scalars, with_nvlink]
+        else:
+            req, k, asked = self._field_plan(i, with_scalars, with_nvlink)
         if not req:
             return MISSING, MISSING, {}, None
         # _field_flat written out, the array's layout looked up by its type
@@ -363,7 +371,7 @@ class NvmlSource:
         flat = layout.unpack_from(vals) if layout is not None else _flat(vals, self._layouts)
         # flat: (timestamp, nvmlReturn, value) per request: the 2k NVLink scopes (TX then RX), then
         # the scalar fields asked
-        scalars: dict[str, Any] = {}
+        scalars: dict[str, Any] = {} if asked else _NO_SCALARS
         if asked:
             for metric, ret, value in zip(asked, flat[6 * k + 1::3], flat[6 * k + 2::3]):
                 if ret == 0:
