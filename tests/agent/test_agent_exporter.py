@@ -109,7 +109,7 @@ def test_latest_values_agree_with_one_entry_per_value(seed):
             picked = rnd.sample(names, rnd.choice([1, 2, 3, 5, 12]))
             readings.append(Reading(dev, "gpu", t + rnd.choice([0.0, 0.01]), {k: rnd.randint(0, 9) for k in picked}))
         ref.update(readings)
-        latest.update(readings)
+        latest.update(readings if tick % 3 else iter(readings))   # any iterable, kept as a list
         if tick % 7 == 0:
             assert latest.snapshot() == ref.snapshot()
     assert all(len(e[1]) <= 2 * LatestReadings._COMPACT_AT for e in latest._by_device.values())

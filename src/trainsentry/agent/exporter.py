@@ -85,38 +85,54 @@ class LatestReadings:
     of the last reading that had it. A tick costs one dictionary entry per reading instead of one per
     value (every GPU, ten times a second). Readings handed over must not be changed afterwards (the
     sampler's are not). A set whose every metric a newer set also has is dropped when the sets grow,
-    so they stay as few as the device's metric names at most."""
+    so they stay as few as the device's metric names at most. Ticks are merged in tens (and before
+    every scrape): one list append on most ticks."""
 
     _COMPACT_AT = 32
+    _MERGE_EVERY = 10
 
     def __init__(self, max_age_s: float = 30.0) -> None:
         self._lock = threading.Lock()
         self.max_age_s = max_age_s
-        # device -> [newest reading, {metric names: newest reading with them, oldest first}, compact at]
+        # device -> [newest reading, {metric names: newest reading with them, oldest first}, compact at,
+        #            the newest reading's metric names]
         self._by_device: dict[str, list] = {}
+        self._unmerged: list[Iterable[Reading]] = []   # ticks handed over, not yet in _by_device
 
     def update(self, readings: Iterable[Reading]) -> None:
         with self._lock:
-            by = self._by_device
+            self._unmerged.append(readings if type(readings) is list else list(readings))
+            if len(self._unmerged) >= self._MERGE_EVERY:
+                self._merge()
+
+    def _merge(self) -> None:
+        by = self._by_device
+        for readings in self._unmerged:
             for r in readings:
                 entry = by.get(r.device)
                 names = tuple(r.values)
                 if entry is None:
-                    by[r.device] = [r, {names: r}, self._COMPACT_AT]
+                    by[r.device] = [r, {names: r}, self._COMPACT_AT, names]
                     continue
                 entry[0] = r
                 sets = entry[1]
-                if names in sets:
-                    del sets[names]          # to the end: the dict stays in update order
+                if names != entry[3]:
+                    # to the end, so the dict stays in update order (the set of the previous reading
+                    # is at the end already: most ticks repeat it)
+                    if names in sets:
+                        del sets[names]
+                    entry[3] = names
                 sets[names] = r
                 if len(sets) > entry[2]:
                     entry[2] = max(self._COMPACT_AT, 2 * _compact(sets))
+        self._unmerged.clear()
 
     def snapshot(self) -> list[Reading]:
         with self._lock:
+            self._merge()
             out = []
             for d in sorted(self._by_device):
-                r, sets, _ = self._by_device[d]
+                r, sets = self._by_device[d][:2]
                 last: dict[str, tuple[float | int, float]] = {}
                 for e in sets.values():      # oldest first: a newer reading's value wins
                     t = e.t
