@@ -89,7 +89,8 @@ class _PerValueLatest:
         out = []
         for d in sorted(self._by_device):
             r, values = self._by_device[d]
-            out.append(Reading(r.device, r.kind, r.t, {k: v for k, (v, t) in values.items() if r.t - t <= self.max_age_s}))
+            fresh = {k: v for k, (v, t) in values.items() if r.t - t <= self.max_age_s}
+            out.append(Reading(r.device, r.kind, r.t, fresh))
         return out
 
 

@@ -301,12 +301,14 @@ def test_staged_json_of_the_agents_readings_is_the_canonical_encoders_text():
     import trainsentry.agent.spool as spool_mod
     from trainsentry.telemetry import open_sources
     clock = ManualClock()
+    sysfs = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "node1"
     sources = open_sources(["nvml", "net"], nvml_module=FakeNvml(gpu_count=8, clock=clock, start=clock() - 3.0),
-                           clock=clock, net_sysfs_root=str(Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "node1"))
+                           clock=clock, net_sysfs_root=str(sysfs))
     for _ in range(300):
         readings = [r for src in sources for r in src.read()]
         tick = [r.to_wire() for r in readings]
-        assert spool_mod.encode_samples(tick) == spool_mod._CANONICAL.encode(tick) == spool_mod.encode_readings(readings)
+        text = spool_mod._CANONICAL.encode(tick)
+        assert spool_mod.encode_samples(tick) == text == spool_mod.encode_readings(readings)
         clock.advance(0.1)
 
 
