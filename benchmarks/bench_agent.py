@@ -175,8 +175,8 @@ class Parts:
         import trainsentry.agent.spool as spool_mod
         for src in sources:
             self.wrap(src, "read", f"read {src.name}")
-        self.wrap(agent.spool, "stage", "stage (JSON + tick log)")
-        self.wrap(spool_mod._CANONICAL, "encode", "  of which JSON")
+        self.wrap(agent.spool, "stage_readings", "stage (JSON + tick log)")
+        self.wrap(spool_mod, "encode_readings", "  of which JSON")
         self.wrap(agent.spool, "seal", "seal (batch, HMAC, SQLite FULL commit)")
         self.wrap(agent.latest, "update", "exporter state")
         self.wrap(agent.sender, "run", "sender thread (HTTP, acks)")

@@ -1,3 +1,4 @@
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -67,3 +68,49 @@ def test_a_metric_read_once_a_second_stays_between_its_reads_and_goes_when_stale
     text, s = scrape(latest)
     assert s["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].value == 9_000
     assert "DCGM_FI_DEV_GPU_TEMP" not in text                           # last read 39 s ago: stale
+
+
+class _PerValueLatest:
+    """LatestReadings as it was before it kept readings per set of metric names (one entry per value):
+    the reference the current one must agree with."""
+
+    def __init__(self, max_age_s):
+        self.max_age_s = max_age_s
+        self._by_device = {}
+
+    def update(self, readings):
+        for r in readings:
+            values = self._by_device.get(r.device, (None, {}))[1]
+            for k, v in r.values.items():
+                values[k] = (v, r.t)
+            self._by_device[r.device] = (r, values)
+
+    def snapshot(self):
+        out = []
+        for d in sorted(self._by_device):
+            r, values = self._by_device[d]
+            fresh = {k: v for k, (v, t) in values.items() if r.t - t <= self.max_age_s}
+            out.append(Reading(r.device, r.kind, r.t, fresh))
+        return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_latest_values_agree_with_one_entry_per_value(seed):
+    """Random ticks (metric subsets coming and going, 40 names so the sets are compacted, clock jumps
+    back and forth, devices appearing late): every snapshot equals the per-value bookkeeping's."""
+    import random
+    rnd = random.Random(seed)
+    names = [f"m{i}" for i in range(40)]
+    ref, latest = _PerValueLatest(5.0), LatestReadings(max_age_s=5.0)
+    t = 100.0
+    for tick in range(1500):
+        t += rnd.choice([0.1, 0.1, 0.1, 0.7, -0.3, 6.0, -20.0])
+        readings = []
+        for dev in ("gpu0", "gpu1", "eth0")[:1 + min(tick // 50, 2)]:
+            picked = rnd.sample(names, rnd.choice([1, 2, 3, 5, 12]))
+            readings.append(Reading(dev, "gpu", t + rnd.choice([0.0, 0.01]), {k: rnd.randint(0, 9) for k in picked}))
+        ref.update(readings)
+        latest.update(readings if tick % 3 else iter(readings))   # any iterable, kept as a list
+        if tick % 7 == 0:
+            assert latest.snapshot() == ref.snapshot()
+    assert all(len(e[1]) <= 2 * LatestReadings._COMPACT_AT for e in latest._by_device.values())

@@ -6,6 +6,7 @@ import pytest
 from agent_testkit import env
 
 from trainsentry.agent.spool import MAX_SAMPLES_PER_BATCH, Spool, SpoolError
+from trainsentry.telemetry.base import Reading
 from trainsentry.wire.batch import GENESIS_PREV, digest, parse_batch, verify
 
 KEY = "11" * 32
@@ -221,3 +222,103 @@ def test_a_seal_that_fails_rolls_back_keeps_the_ticks_and_restores_normal_sync(t
     monkeypatch.undo()
     assert sp.seal(1.0) == [0]
     assert [s["t"] for s in parse_batch(sp.get(0).body).samples] == [1.0, 1.1, 1.2]
+
+
+def _json_cases():
+    import collections
+    import enum
+    import math
+
+    import types
+
+    import numpy as np
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    gpu = {"dev": "gpu0", "kind": "gpu", "t": 1800000000.399999,
+           "m": {"nvlink_tx_kib": 2**64 - 1, "nvlink_rx_kib": 0, "power_mw": 78736, "gpu_util_pct": 0.0,
+                 "mem_util_pct": 100.0, "gpm_sm_util_pct": 0.1 + 0.2, "energy_mj": -5, "x": -0.0, "y": 1e-300,
+                 "z": 1.7976931348623157e308}}
+    ok = [[gpu], samples(4), [], [{"dev": "mlx5_0:1", "kind": "ib", "t": 7, "m": {}}],
+          [{"dev": "eth0", "kind": "net", "t": 1.5, "m": {"only": 3}}],
+          [{"dev": "é\"\\\n%s", "kind": "gpu%", "t": 2.0, "m": {"a%rb": 1, "%%": 2.5, "ü\u2028": 3, "": 4}}],
+          [{"m": {"b": 1, "a": 2}, "t": 3.25, "kind": "net", "dev": "eth1"}],          # keys in another order
+          [{"dev": "g", "kind": "gpu", "t": 1.0, "m": {"n": np.float64(1.5), "e": Level.HIGH}}],   # number subclasses
+          [{"dev": "g", "kind": "gpu", "t": 1.0, "m": {"on": True, "off": False, "none": None, "s": "text"}}],
+          [{"dev": "g", "kind": "gpu", "t": True, "m": {"a": 1}}],
+          [{"dev": "g", "kind": "gpu", "t": 1.0, "m": {"big": 10**400, "f": 1.0}}],    # the sum overflows
+          [{"dev": "g", "kind": "gpu", "t": 1.0, "m": {"a": 1e308, "b": 1e308}}],      # ...or goes infinite
+          [{"dev": "g", "kind": "gpu", "t": 1.0, "m": {1: 2}}],
+          [{"dev": "g", "kind": "gpu", "t": 1.0, "m": {"a": 1}, "extra": 0}],
+          [{"dev": "g", "kind": "gpu", "m": {"a": 1}, "extra": 0}],
+          [{"dev": 5, "kind": "gpu", "t": 1.0, "m": {"a": 1}}],
+          [gpu, {"dev": "g", "kind": "gpu", "t": 1.0, "m": {"a": [1, 2]}}],
+          [{"dev": "g", "kind": "gpu", "t": 1.0, "m": collections.OrderedDict(b=1, a=2.5)}],
+          [{"dev": "g", "kind": "gpu", "t": 1.0, "m": ["a", "b"]}], [{"dev": "g", "kind": "gpu", "t": 1.0, "m": "ab"}]]
+    refused = [[{"dev": "g", "kind": "gpu", "t": 1.0, "m": types.MappingProxyType({"a": 1})}],
+               [{"dev": "g", "kind": "gpu", "t": 1.0, "m": {"a": math.nan}}],
+               [{"dev": "g", "kind": "gpu", "t": math.inf, "m": {"a": 1}}],
+               [gpu, {"dev": "g", "kind": "gpu", "t": 1.0, "m": {"a": -math.inf}}],
+               [{"dev": "g", "kind": "gpu", "t": 1.0, "m": {"a": 1, 2: 3}}]]
+    return ok, refused
+
+
+def test_staged_json_is_the_canonical_encoders_text():
+    """encode_samples (staging's fast path) writes exactly what the canonical encoder writes, and
+    refuses what it refuses; twice, so the cached templates are used as well as made."""
+    import trainsentry.agent.spool as spool_mod
+    ok, refused = _json_cases()
+    for _ in range(2):
+        for case in ok:
+            assert spool_mod.encode_samples(case) == spool_mod._CANONICAL.encode(case), case
+        for case in refused:
+            with pytest.raises((ValueError, TypeError)) as got:
+                spool_mod.encode_samples(case)
+            with pytest.raises(got.type):
+                spool_mod._CANONICAL.encode(case)
+        # encode_readings: the same from Reading objects (the agent's staging path)
+        for case in ok + refused:
+            if not all(set(s) == {"dev", "kind", "t", "m"} for s in case):
+                continue
+            readings = [Reading(s["dev"], s["kind"], s["t"], s["m"]) for s in case]
+            try:
+                want = spool_mod._CANONICAL.encode(case)
+            except (ValueError, TypeError) as e:
+                with pytest.raises(type(e)):
+                    spool_mod.encode_readings(readings)
+            else:
+                assert spool_mod.encode_readings(readings) == want, case
+
+
+def test_staged_json_of_the_agents_readings_is_the_canonical_encoders_text():
+    """The agent's own ticks (8 fake GPUs, the sysfs fixture's network devices, 30 s of readings with
+    energy, slow gauges and GPM coming and going) through the fast path."""
+    from pathlib import Path
+
+    from fakes.fake_pynvml import FakeNvml, ManualClock
+
+    import trainsentry.agent.spool as spool_mod
+    from trainsentry.telemetry import open_sources
+    clock = ManualClock()
+    sysfs = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "node1"
+    sources = open_sources(["nvml", "net"], nvml_module=FakeNvml(gpu_count=8, clock=clock, start=clock() - 3.0),
+                           clock=clock, net_sysfs_root=str(sysfs))
+    for _ in range(300):
+        readings = [r for src in sources for r in src.read()]
+        tick = [r.to_wire() for r in readings]
+        text = spool_mod._CANONICAL.encode(tick)
+        assert spool_mod.encode_samples(tick) == text == spool_mod.encode_readings(readings)
+        clock.advance(0.1)
+
+
+def test_staging_readings_writes_the_line_staging_their_wire_samples_writes(tmp_path):
+    readings = [Reading("gpu0", "gpu", 1e9 + 0.25, {"power_mw": 80123, "gpu_util_pct": 12.5}),
+                Reading("eth0", "net", 1e9 + 0.5, {"net_tx_bytes": 7})]
+    a, b = Spool(tmp_path / "a.db", "node-a", KEY), Spool(tmp_path / "b.db", "node-a", KEY)
+    a.stage([r.to_wire() for r in readings])
+    b.stage_readings(readings)
+    b.stage_readings([])                          # an empty tick stages nothing
+    assert (tmp_path / "a.db-ticks").read_bytes() == (tmp_path / "b.db-ticks").read_bytes()
+    assert a.seal(1.0, created=5.0) == b.seal(1.0, created=5.0) == [0]
+    assert a.get(0).body == b.get(0).body

@@ -58,27 +58,34 @@ _GPM_METRIC_ANSWER = struct.Struct("=Id")   # nvmlReturn, value of one c_nvmlGpm
 _GPM_METRIC_SIZE = ctypes.sizeof(_real.c_nvmlGpmMetric_t)
 assert [getattr(_real.c_nvmlGpmMetric_t, n).offset for n in ("metricId", "nvmlReturn", "value")] == [0, 4, 8]
 _GPM_METRICS_OFFSET = _real.c_nvmlGpmMetricsGet_t.metrics.offset
-_UNSEEN = object()
+_GPM_MAX_METRICS = _real.c_nvmlGpmMetricsGet_t.metrics.size // _GPM_METRIC_SIZE
+# c_nvmlGpmMetricsGet_t's head as bytes: version, numMetrics, the two sample pointers (their targets'
+# addresses, 0 for NULL), read in one go instead of through the binding's Python __getattribute__
+_GPM_HEAD = struct.Struct("@IIPP")
+assert [getattr(_real.c_nvmlGpmMetricsGet_t, n).offset for n in ("version", "numMetrics", "sample1", "sample2")] == \
+    [0, 4, 8, 8 + struct.calcsize("@P")] and _GPM_HEAD.size <= _GPM_METRICS_OFFSET
+_U32 = struct.Struct("=I")
 _VT_ULL, _VT_UINT, _SUCCESS = _real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, _real.NVML_VALUE_TYPE_UNSIGNED_INT, _real.NVML_SUCCESS
 
 
 def _parse_fields(request: tuple) -> list[tuple]:
-    """(fieldId, scopeId, recorded key, gate, knob of the field alone or None) per element, parsed as
-    pynvml does: (fieldId, scopeId) pairs or bare ids (scope 0), kept to what the c_uint members hold."""
+    """(fieldId, scopeId, recorded key, gate, knob of the field alone or None, the element's byte offset
+    in the array) per element, parsed as pynvml does: (fieldId, scopeId) pairs or bare ids (scope 0),
+    kept to what the c_uint members hold."""
     out = []
-    for fid in request:
+    for i, fid in enumerate(request):
         try:
             f, scope = fid
         except TypeError:
             f, scope = fid, 0
         f, scope = f & 0xFFFFFFFF, scope & 0xFFFFFFFF
         if f == FI_LINK_COUNT:
-            out.append((f, scope, ("field", f, 0), "link_count", None))
+            out.append((f, scope, ("field", f, 0), "link_count", None, i * _FV_SIZE))
         elif f in _CALL_FIELDS:
             key, knob = _CALL_FIELDS[f]
-            out.append((f, scope, key, key, knob))
+            out.append((f, scope, key, key, knob, i * _FV_SIZE))
         else:
-            out.append((f, scope, ("field", f, scope), "nvlink", None))
+            out.append((f, scope, ("field", f, scope), "nvlink", None, i * _FV_SIZE))
     return out
 
 
@@ -130,11 +137,12 @@ class FakeNvml:
         self.calls: deque[tuple] = deque(maxlen=10_000)
         self._gpm_samples: dict[int, tuple[int, float] | None] = {}
         self._gpm_keep: dict[int, object] = {}
-        # per GPU index: key -> _series_of's answer (None: never recorded), looked up once, not on
+        # per GPU index: key -> _series_of's answer (recorded keys only), looked up once, not on
         # every call (the recording is not changed while it is played)
-        self._series: list[dict[object, tuple | None]] = [{} for _ in range(self.gpu_count)]
+        self._series: list[dict[object, tuple]] = [{} for _ in range(self.gpu_count)]
         self._rec_t0, self._rec_span = self.recording.t0, max(self.recording.t1 - self.recording.t0, 1e-9)
-        self._requests: dict[tuple, list[tuple]] = {}   # field-values request -> _parse_fields of it
+        # field-values request -> (_parse_fields of it, its array type, the call log's entry per GPU)
+        self._requests: dict[tuple, tuple] = {}
 
     # Constants, structures and error classes are the real binding's own objects, copied onto the
     # class below; any other name (a call that is not faked) raises AttributeError.
@@ -142,8 +150,14 @@ class FakeNvml:
     # ---- timeline -------------------------------------------------------------------------
     def rec_time(self) -> tuple[float, int]:
         """(time inside the recording, completed loops)."""
+        return self._at(self.clock())
+
+    def _at(self, now: float) -> tuple[float, int]:
+        """:meth:`rec_time` at the fake clock's reading ``now``."""
         t0, span = self._rec_t0, self._rec_span
-        tau = (self.clock() - self.start) * self.speed
+        tau = (now - self.start) * self.speed
+        if 0 <= tau < span:   # inside the first play: what divmod answers below, without it
+            return t0 + tau, 0
         if tau < 0:
             return t0, 0
         if not self.loop:
@@ -153,43 +167,51 @@ class FakeNvml:
 
     def _value(self, handle: FakeHandle, key: object, gate: str) -> object:
         """The recorded ``key`` of ``handle``'s GPU now (:meth:`_answer`), the handle checked as NVML would."""
-        self._check(handle)
-        return self._answer(handle.index, key, gate, self.rec_time())
+        if not (self.initialized and isinstance(handle, FakeHandle) and 0 <= handle.index < self.gpu_count):
+            self._check(handle)   # raises the error NVML would
+        now = self.clock()
+        tau = (now - self.start) * self.speed    # _at's first case written out: every call has one
+        return self._answer(handle.index, key, gate,
+                            (self._rec_t0 + tau, 0) if 0 <= tau < self._rec_span else self._at(now))
 
     def _answer(self, index: int, key: object, gate: str, at: tuple[float, int]) -> object:
         """The recorded ``key`` of fake GPU ``index`` at ``at`` (a :meth:`rec_time`), logged under
         ``gate`` and answered with the error a test set for that gate. A call answering several values
         answers them all from one instant, as the driver does."""
-        self.calls.append((gate, index, (key,)))
+        series = self._series[index].get(key)
+        # the call log's entry, (gate, index, (key,)): the same every time, so made once per series
+        self.calls.append(series[4] if series is not None and series[4][0] == gate else (gate, index, (key,)))
         if gate in self.fail:
             _raise(self.fail[gate])
         if gate in self.unsupported:
             _raise(_real.NVML_ERROR_NOT_SUPPORTED)
-        series = self._series[index].get(key, _UNSEEN)
-        if series is _UNSEEN:
-            series = self._series_of(index, key)
         if series is None:
-            _raise(_real.NVML_ERROR_NOT_SUPPORTED)
-        times, values, growth = series
+            series = self._series_of(index, key, gate)
+        # GpuRecording.at: the value held from its time on (the first one before the series starts);
+        # ``held`` is the recorded values with the first one repeated in front, so the bisection's
+        # answer indexes it directly
+        times, held, growth, errors, _ = series
         t, loops = at
-        v = values[max(bisect_right(times, t) - 1, 0)]   # GpuRecording.at: held from its time on
-        if isinstance(v, Err):
+        v = held[bisect_right(times, t)]
+        if errors and isinstance(v, Err):
             _raise(v.code)
         if loops and growth is not None:
             v = v + loops * growth
         return v
 
-    def _series_of(self, index: int, key: object) -> tuple | None:
-        """(times, values, what a cumulative counter grows by per loop, else None) of ``key`` on fake
-        GPU ``index`` (recorded GPUs replicated round-robin); None if never recorded."""
+    def _series_of(self, index: int, key: object, gate: str) -> tuple:
+        """(times, values with the first repeated in front, what a cumulative counter grows by per
+        loop or None, whether any value is a recorded error, the call log's entry for it under
+        ``gate``) of ``key`` on fake GPU ``index`` (recorded GPUs replicated round-robin);
+        NotSupported if never recorded."""
         gpu = self.recording.gpus[index % len(self.recording.gpus)]
         if key not in gpu.series:
-            series = None
-        else:
-            times, values = gpu.series[key]
-            first, last = gpu.span(key)
-            counter = is_counter(key) and not isinstance(first, Err) and not isinstance(last, Err)
-            series = (times, values, last - first if counter else None)
+            _raise(_real.NVML_ERROR_NOT_SUPPORTED)
+        times, values = gpu.series[key]
+        first, last = gpu.span(key)
+        counter = is_counter(key) and not isinstance(first, Err) and not isinstance(last, Err)
+        series = (list(times), [values[0], *values], last - first if counter else None,
+                  any(isinstance(v, Err) for v in values), (gate, index, (key,)))
         self._series[index][key] = series
         return series
 
@@ -244,20 +266,32 @@ class FakeNvml:
 
     # ---- field values: per-field return codes and timestamps, like the driver --------------
     def nvmlDeviceGetFieldValues(self, handle: FakeHandle, fieldIds: list) -> ctypes.Array:
-        self._check(handle)
+        if not (self.initialized and isinstance(handle, FakeHandle) and 0 <= handle.index < self.gpu_count):
+            self._check(handle)   # raises the error NVML would
         request = tuple(fieldIds)
-        self.calls.append(("nvmlDeviceGetFieldValues", handle.index, (request,)))
+        index = handle.index
         try:
-            fields = self._requests.get(request)
+            plan = self._requests.get(request)
         except TypeError:          # an unhashable element (a list as (fieldId, scopeId)): parse anew
-            fields = _parse_fields(request)
-        if fields is None:
-            fields = self._requests[request] = _parse_fields(request)
-        values = (_real.c_nvmlFieldValue_t * len(request))()
-        now_us = int((self.clock() + self.timestamp_offset_s) * 1e6)
-        at, index = self.rec_time(), handle.index
-        for i, (f, scope, key, gate, knob) in enumerate(fields):
-            value_type, ret, v = _VT_ULL, _SUCCESS, 0
+            plan = None
+        if plan is None:
+            self.calls.append(("nvmlDeviceGetFieldValues", index, (request,)))
+            plan = (_parse_fields(request), _real.c_nvmlFieldValue_t * len(request),
+                    [("nvmlDeviceGetFieldValues", i, (request,)) for i in range(self.gpu_count)])
+            try:
+                self._requests[request] = plan
+            except TypeError:
+                pass
+        else:
+            self.calls.append(plan[2][index])   # the call log's entry, made once per request and GPU
+        fields, array, _ = plan
+        values = array()
+        now = self.clock()         # one instant for the timestamps and the answers, as the driver's
+        now_us = int((now + self.timestamp_offset_s) * 1e6)
+        tau = (now - self.start) * self.speed    # _at's first case written out
+        at = (self._rec_t0 + tau, 0) if 0 <= tau < self._rec_span else self._at(now)
+        for f, scope, key, gate, knob, offset in fields:
+            ret = _SUCCESS
             try:
                 if knob is not None:
                     # A call's own series: in all four H200 snapshots (nvml_before/after.json)
@@ -270,14 +304,14 @@ class FakeNvml:
                                            scope == SCOPE_ALL_LINKS and not self.sum_scope):
                     _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
                 v = int(self._answer(index, key, gate, at))
-                if gate == "link_count":
-                    value_type = _VT_UINT
             except _real.NVMLError as e:
                 ret, v = e.value, 0
             # One C-level write per element: the binding's structures set every attribute through
             # a Python __setattr__, which made this fake call several times the real binding's own.
-            pack = _FV_UINT if value_type == _VT_UINT else _FV_ULL
-            pack.pack_into(values, i * _FV_SIZE, f, scope, now_us, 0, value_type, ret, v)
+            if gate == "link_count" and ret == _SUCCESS:
+                _FV_UINT.pack_into(values, offset, f, scope, now_us, 0, _VT_UINT, ret, v)
+            else:
+                _FV_ULL.pack_into(values, offset, f, scope, now_us, 0, _VT_ULL, ret, v)
         return values
 
     # ---- plain calls -------------------------------------------------------------------------
@@ -288,11 +322,14 @@ class FakeNvml:
         return int(self._value(handle, "energy_mj", "energy_mj"))
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle):
-        self._check(handle)
+        if not (self.initialized and isinstance(handle, FakeHandle) and 0 <= handle.index < self.gpu_count):
+            self._check(handle)   # raises the error NVML would
         u = _real.c_nvmlUtilization_t()
-        at = self.rec_time()
-        _UTIL.pack_into(u, 0, int(self._answer(handle.index, "gpu_util", "util", at)),
-                        int(self._answer(handle.index, "mem_util", "util", at)))
+        now, index = self.clock(), handle.index
+        tau = (now - self.start) * self.speed    # _at's first case written out
+        at = (self._rec_t0 + tau, 0) if 0 <= tau < self._rec_span else self._at(now)
+        _UTIL.pack_into(u, 0, int(self._answer(index, "gpu_util", "util", at)),
+                        int(self._answer(index, "mem_util", "util", at)))
         return u
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version=None):
@@ -369,25 +406,25 @@ class FakeNvml:
 
     def nvmlGpmMetricsGet(self, mg):
         self._check()
-        if mg.version != _real.NVML_GPM_METRICS_GET_VERSION:
+        version, count, p1, p2 = _GPM_HEAD.unpack_from(mg)
+        if version != _real.NVML_GPM_METRICS_GET_VERSION:
             _raise(_real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-        s1 = self._gpm_samples.get(ctypes.addressof(mg.sample1.contents)) if mg.sample1 else None
-        s2 = self._gpm_samples.get(ctypes.addressof(mg.sample2.contents)) if mg.sample2 else None
-        if s1 is None or s2 is None or s1[0] != s2[0] or not s2[1] > s1[1] or mg.numMetrics > len(mg.metrics):
+        s1 = self._gpm_samples.get(p1) if p1 else None
+        s2 = self._gpm_samples.get(p2) if p2 else None
+        if s1 is None or s2 is None or s1[0] != s2[0] or not s2[1] > s1[1] or count > _GPM_MAX_METRICS:
             _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
-        self._log("nvmlGpmMetricsGet", FakeHandle(s2[0]), s1[1], s2[1])
-        handle = FakeHandle(s2[0])
+        index = s2[0]
+        self.calls.append(("nvmlGpmMetricsGet", index, (s1[1], s2[1])))
         at = self.rec_time()
-        for j in range(mg.numMetrics):
-            off = _GPM_METRICS_OFFSET + j * _GPM_METRIC_SIZE
-            (metric_id,) = struct.unpack_from("=I", mg, off)
+        for off in range(_GPM_METRICS_OFFSET, _GPM_METRICS_OFFSET + count * _GPM_METRIC_SIZE, _GPM_METRIC_SIZE):
+            (metric_id,) = _U32.unpack_from(mg, off)
             try:
                 # The recording holds each metric as the average over the interval ending at its
                 # time; the value for (s1, s2) is the one recorded at s2's time.
-                value = float(self._answer(handle.index, ("gpm", metric_id), "gpm", at))
+                value = float(self._answer(index, ("gpm", metric_id), "gpm", at))
                 _GPM_METRIC_ANSWER.pack_into(mg, off + 4, _real.NVML_SUCCESS, value)
             except _real.NVMLError as e:
-                struct.pack_into("=I", mg, off + 4, e.value)
+                _U32.pack_into(mg, off + 4, e.value)
         return mg
 
 

@@ -154,3 +154,36 @@ def test_the_fake_carries_the_bindings_own_constants_structures_and_errors():
     # as class attributes, not through a __getattr__ fallback: a class defining __getattr__ sends every
     # attribute read on its instances down CPython's slow path (the agent and the fake make ~400 a tick)
     assert "__getattr__" not in vars(cls)
+
+
+def test_the_call_log_names_every_call_and_answer_as_made():
+    """The log entries (made once per series and request and reused) read as the calls were made:
+    (gate, GPU, (key,)) per answer, (name, GPU, (request,)) per field-values call, an answer logged
+    before a test's error for its gate, a never-recorded key and an unhashable request logged too."""
+    import pynvml
+    clock = ManualClock()
+    fake = FakeNvml(clock=clock, start=clock() - 5.0, gpu_count=3)
+    fake.nvmlInit()
+    h0, h2 = fake.nvmlDeviceGetHandleByIndex(0), fake.nvmlDeviceGetHandleByIndex(2)
+    req = [(138, SCOPE_ALL_LINKS), (139, SCOPE_ALL_LINKS)]
+    for _ in range(2):
+        fake.calls.clear()
+        fake.nvmlDeviceGetPowerUsage(h2)
+        fake.nvmlDeviceGetFieldValues(h0, req)
+        fake.nvmlDeviceGetUtilizationRates(h0)
+        fake.fail["util"] = pynvml.NVML_ERROR_TIMEOUT
+        with pytest.raises(pynvml.NVMLError):
+            fake.nvmlDeviceGetUtilizationRates(h2)
+        del fake.fail["util"]
+        fake.nvmlDeviceGetFieldValues(h2, [[83, 0]])
+        assert list(fake.calls) == [
+            ("power_mw", 2, ("power_mw",)),
+            ("nvmlDeviceGetFieldValues", 0, (tuple(req),)),
+            ("nvlink", 0, (("field", 138, SCOPE_ALL_LINKS),)), ("nvlink", 0, (("field", 139, SCOPE_ALL_LINKS),)),
+            ("util", 0, ("gpu_util",)), ("util", 0, ("mem_util",)),
+            ("util", 2, ("gpu_util",)),
+            ("nvmlDeviceGetFieldValues", 2, (([83, 0],),)), ("energy_mj", 2, ("energy_mj",))]
+    fake.calls.clear()
+    with pytest.raises(pynvml.NVMLError):
+        fake._answer(1, "never-recorded", "power_mw", fake.rec_time())
+    assert list(fake.calls) == [("power_mw", 1, ("never-recorded",))]

@@ -405,3 +405,37 @@ def test_the_read_loop_reads_no_structure_through_the_bindings_python_attributes
     assert sum("gpu_util_pct" in v and "nvlink_tx_kib" in v for tick in readings for _, _, v in tick) == 4 * 20
     assert {s for s in seen if s[1] != "c_nvmlMemory_t"} == set()
     assert set(seen) <= {("get", "c_nvmlMemory_t", "used")}
+
+
+@pytest.mark.parametrize("flat, expect", [
+    # (timestamp µs, nvmlReturn, value) for TX then RX: both answered, the later stamp is the time
+    ((1_800_000_000_100_000, 0, 11, 1_800_000_000_200_000, 0, 22), (11, 22, 1_800_000_000.2)),
+    ((1_800_000_000_200_000, 0, 11, 1_800_000_000_100_000, 0, 22), (11, 22, 1_800_000_000.2)),
+    ((0, 0, 11, 0, 0, 22), (11, 22, None)),                                   # no stamp: host time
+    ((1_800_000_006_000_000, 0, 11, 1_800_000_000_000_000, 0, 22), (11, 22, None)),   # 6 s off: host time
+    ((1_800_000_004_900_000, 0, 11, 1_800_000_000_000_000, 0, 22), (11, 22, 1_800_000_004.9)),
+    ((1_800_000_000_300_000, 15, 0, 1_800_000_000_100_000, 0, 22), ("MISSING", 22, 1_800_000_000.1)),
+    ((1_800_000_000_300_000, 0, 11, 1_800_000_000_100_000, 3, 0), (11, "MISSING", 1_800_000_000.3)),
+    ((1_800_000_000_300_000, 3, 0, 1_800_000_000_100_000, 3, 0), ("MISSING", "MISSING", None)),
+])
+def test_the_all_links_read_totals_and_times_like_the_per_link_one(flat, expect, monkeypatch):
+    """One TX and one RX element (the all-links scope, written out in _fields) read as the general
+    path reads them: a total only from an answered element, the later answered stamp as the time
+    when within 5 s of the host's."""
+    import trainsentry.telemetry.nvml as nvml_mod
+    from trainsentry.telemetry.nvml import MISSING
+    fake, src, clock = make(5.0)
+    clock.t = 1_800_000_000.0
+    src._field_plan(0, False, True)
+    answers = []    # what the call returns (not an array: the flat tuple comes from _flat below)
+    monkeypatch.setattr(fake, "nvmlDeviceGetFieldValues", lambda h, req: answers)
+    monkeypatch.setattr(nvml_mod, "_flat", lambda vals, layouts: flat)
+    tx, rx, _, t = src._fields(0, clock(), with_scalars=False)
+    got = ["MISSING" if v is MISSING else v for v in (tx, rx)]
+    assert (*got, t) == expect
+    # the same through the general path: the answers as two links of a per-link scope
+    src._plans[0][1][False, True] = ([(138, 0), (139, 0)] * 2, 2, [])
+    two = (flat[0], flat[1], flat[2], flat[0], flat[1], 0, flat[3], flat[4], flat[5], flat[3], flat[4], 0)
+    monkeypatch.setattr(nvml_mod, "_flat", lambda vals, layouts: two)
+    tx2, rx2, _, t2 = src._fields(0, clock(), with_scalars=False)
+    assert (["MISSING" if v is MISSING else v for v in (tx2, rx2)], t2) == (got, t)

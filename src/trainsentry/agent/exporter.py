@@ -78,29 +78,83 @@ class LatestReadings:
     A reading carries only the metrics read on its tick (energy, clocks, temperature, memory and GPM
     once a second), so the newest *reading* alone would drop those from most scrapes. Each metric
     keeps its last value; one not read for ``max_age_s`` is left out (a metric the GPU stopped
-    giving must not be served forever)."""
+    giving must not be served forever).
+
+    Kept per device: the newest reading, and the newest reading of each set of metric names, in
+    update order; a scrape merges them, oldest first, so each metric's value (and its time) is that
+    of the last reading that had it. A tick costs one dictionary entry per reading instead of one per
+    value (every GPU, ten times a second). Readings handed over must not be changed afterwards (the
+    sampler's are not). A set whose every metric a newer set also has is dropped when the sets grow,
+    so they stay as few as the device's metric names at most. Ticks are merged in tens (and before
+    every scrape): one list append on most ticks."""
+
+    _COMPACT_AT = 32
+    _MERGE_EVERY = 10
 
     def __init__(self, max_age_s: float = 30.0) -> None:
         self._lock = threading.Lock()
         self.max_age_s = max_age_s
-        self._by_device: dict[str, tuple[Reading, dict[str, tuple[float, float]]]] = {}
+        # device -> [newest reading, {metric names: newest reading with them, oldest first}, compact at,
+        #            the newest reading's metric names]
+        self._by_device: dict[str, list] = {}
+        self._unmerged: list[Iterable[Reading]] = []   # ticks handed over, not yet in _by_device
 
     def update(self, readings: Iterable[Reading]) -> None:
         with self._lock:
+            self._unmerged.append(readings if type(readings) is list else list(readings))
+            if len(self._unmerged) >= self._MERGE_EVERY:
+                self._merge()
+
+    def _merge(self) -> None:
+        by = self._by_device
+        for readings in self._unmerged:
             for r in readings:
-                values = self._by_device.get(r.device, (None, {}))[1]
-                for k, v in r.values.items():
-                    values[k] = (v, r.t)
-                self._by_device[r.device] = (r, values)
+                entry = by.get(r.device)
+                names = tuple(r.values)
+                if entry is None:
+                    by[r.device] = [r, {names: r}, self._COMPACT_AT, names]
+                    continue
+                entry[0] = r
+                sets = entry[1]
+                if names != entry[3]:
+                    # to the end, so the dict stays in update order (the set of the previous reading
+                    # is at the end already: most ticks repeat it)
+                    if names in sets:
+                        del sets[names]
+                    entry[3] = names
+                sets[names] = r
+                if len(sets) > entry[2]:
+                    entry[2] = max(self._COMPACT_AT, 2 * _compact(sets))
+        self._unmerged.clear()
 
     def snapshot(self) -> list[Reading]:
         with self._lock:
+            self._merge()
             out = []
             for d in sorted(self._by_device):
-                r, values = self._by_device[d]
-                fresh = {k: v for k, (v, t) in values.items() if r.t - t <= self.max_age_s}
+                r, sets = self._by_device[d][:2]
+                last: dict[str, tuple[float | int, float]] = {}
+                for e in sets.values():      # oldest first: a newer reading's value wins
+                    t = e.t
+                    for k, v in e.values.items():
+                        last[k] = (v, t)
+                fresh = {k: v for k, (v, t) in last.items() if r.t - t <= self.max_age_s}
                 out.append(Reading(r.device, r.kind, r.t, fresh))
             return out
+
+
+def _compact(sets: dict[tuple, Reading]) -> int:
+    """Drop the readings whose every metric a newer one has (they serve nothing); returns how many
+    are left."""
+    seen: set[str] = set()
+    keep = []
+    for names, r in reversed(list(sets.items())):
+        if not seen.issuperset(names):
+            keep.append((names, r))
+            seen.update(names)
+    sets.clear()
+    sets.update(reversed(keep))
+    return len(sets)
 
 
 class AgentCollector:

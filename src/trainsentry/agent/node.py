@@ -99,7 +99,7 @@ class Agent:
 
     # Called on the sampler thread.
     def _on_tick(self, readings: list[Reading]) -> None:
-        self.spool.stage([r.to_wire() for r in readings])
+        self.spool.stage_readings(readings)
         self.latest.update(readings)
 
     def _on_batch(self, readings: list[Reading], interval_s: float) -> None:

@@ -98,7 +98,14 @@ class Sampler:
                 continue
             if getattr(src, "done", False) or getattr(src, "exhausted", False):
                 self._finished.add(i)
+        isfinite = math.isfinite
         for r in out:
+            # _drop_nonfinite's first test written out: every reading, every tick
+            try:
+                if isfinite(sum(r.values.values())):
+                    continue
+            except (TypeError, OverflowError):
+                pass
             self._drop_nonfinite(r)
         return out
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from .base import Reading, SourceError
@@ -67,6 +68,9 @@ GPM_METRIC_IDS: dict[str, int] = {
     "gpm_nvlink_rx_mibps": 60,     # NVLINK_TOTAL_RX_PER_SEC
     "gpm_nvlink_tx_mibps": 61,     # NVLINK_TOTAL_TX_PER_SEC
 }
+
+
+_NO_SCALARS: Mapping[str, Any] = MappingProxyType({})   # _fields' answer when no scalar field was asked
 
 
 class _Missing:
@@ -138,6 +142,7 @@ class NvmlSource:
         self._nvlink_links: dict[int, list[int] | None] = {}  # None: the all-links scope works
         self._by_call: set[tuple[int, str]] = set()   # (GPU, metric) whose field does not answer
         self._plans: dict[int, tuple] = {}            # per GPU: the field request (_field_plan)
+        self._layouts: dict[type, Any] = {}           # field-values array type -> its layout (_flat)
         self._gpm: dict[int, _Gpm | None] = {}
         self._gpm_enabled = gpm
         self._slow_due: dict[int, float] = {}    # per GPU: when the slow gauges are next read
@@ -212,36 +217,59 @@ class NvmlSource:
     # ---- one GPU -------------------------------------------------------------------------
     def _read_gpu(self, k: int, i: int) -> Reading:
         """GPU ``i``, the ``k``-th of this source: every-read metrics, plus the slow ones when due."""
-        n, h, q = self.nvml, self.handles[i], self._query
+        n, h = self.nvml, self.handles[i]
         host_t = self.clock()
         values: dict[str, float | int] = {}
-        energy = self._is_due(self._energy_due, k, i, host_t, self.energy_period_s)
-        nvlink = self.nvlink_period_s <= 0 or self._is_due(self._nvlink_due, k, i, host_t, self.nvlink_period_s)
-        tx, rx, scalars, field_t = self._fields(i, host_t, with_scalars=energy, with_nvlink=nvlink)
+        # Each periodic group's common answer, "not due", without a call (what _is_due answers first)
+        due = self._energy_due.get(i)
+        energy = (due is None or not 0 < due - host_t <= 2 * self.energy_period_s) and \
+            self._is_due(self._energy_due, k, i, host_t, self.energy_period_s)
+        if self.nvlink_period_s <= 0:
+            nvlink = True
+        else:
+            due = self._nvlink_due.get(i)
+            nvlink = (due is None or not 0 < due - host_t <= 2 * self.nvlink_period_s) and \
+                self._is_due(self._nvlink_due, k, i, host_t, self.nvlink_period_s)
+        tx, rx, scalars, field_t = self._fields(i, host_t, energy, nvlink)
         if tx is not MISSING:
             values["nvlink_tx_kib"] = tx
         if rx is not MISSING:
             values["nvlink_rx_kib"] = rx
-        for metric, _, call in SCALAR_FIELDS if energy else ():
-            v = scalars.get(metric)
-            if v is None:  # field not asked or not answering: the metric's own call
-                v = q(i, metric, getattr(n, call), h)
-            if v is not MISSING:
-                values[metric] = v
-        power = q(i, "power_mw", n.nvmlDeviceGetPowerUsage, h)
-        if power is not MISSING:
-            values["power_mw"] = power
-        util = q(i, "util", n.nvmlDeviceGetUtilizationRates, h)
-        if util is not MISSING:
-            layout = util_layout(type(util))
-            gpu, mem = layout.unpack_from(util) if layout is not None else (util.gpu, util.memory)
-            values["gpu_util_pct"], values["mem_util_pct"] = float(gpu), float(mem)
-        if self._is_due(self._slow_due, k, i, host_t, self.slow_period_s):
+        if energy:
+            for metric, _, call in SCALAR_FIELDS:
+                v = scalars.get(metric)
+                if v is None:  # field not asked or not answering: the metric's own call
+                    v = self._query(i, metric, getattr(n, call), h)
+                if v is not MISSING:
+                    values[metric] = v
+        # power and utilization: _query's work written out (the two calls every GPU makes every tick)
+        unsupported = self._unsupported
+        if (i, "power_mw") not in unsupported:
+            try:
+                values["power_mw"] = n.nvmlDeviceGetPowerUsage(h)
+            except n.NVMLError as e:
+                if getattr(e, "value", None) in self._permanent_codes:
+                    unsupported.add((i, "power_mw"))
+        if (i, "util") not in unsupported:
+            try:
+                util = n.nvmlDeviceGetUtilizationRates(h)
+            except n.NVMLError as e:
+                if getattr(e, "value", None) in self._permanent_codes:
+                    unsupported.add((i, "util"))
+            else:
+                layout = util_layout(type(util))
+                gpu, mem = layout.unpack_from(util) if layout is not None else (util.gpu, util.memory)
+                values["gpu_util_pct"], values["mem_util_pct"] = float(gpu), float(mem)
+        due = self._slow_due.get(i)
+        if (due is None or not 0 < due - host_t <= 2 * self.slow_period_s) and \
+                self._is_due(self._slow_due, k, i, host_t, self.slow_period_s):
             self._read_slow(i, values)
         if self._gpm_enabled:
-            self._gpm_read(i, values, host_t)
-        t = field_t if field_t is not None else host_t
-        return Reading(device=self._names[k], kind="gpu", t=t, values=values)
+            g = self._gpm.get(i)
+            # not yet due (what _gpm_read answers first): no call
+            if g is None or g.last is None or host_t - g.last_t >= self._gpm_gap_s:
+                self._gpm_read(i, values, host_t)
+        return Reading(self._names[k], "gpu", host_t if field_t is None else field_t, values)
 
     def _is_due(self, table: dict[int, float], k: int, i: int, now: float, period: float) -> bool:
         """Whether GPU ``i`` (the ``k``-th) reads a periodic group now; ``table`` keeps its schedule."""
@@ -290,14 +318,7 @@ class NvmlSource:
             return None
         except self.nvml.NVMLError:
             return None
-        if isinstance(vals, ctypes.Array):
-            layout = fields_layout(vals._type_, len(vals))
-            if layout is not None:
-                # The binding's structures read every attribute through a Python-level
-                # __getattribute__; three per field, every GPU, ten times a second: unpack the C
-                # array's buffer in one go instead.
-                return layout.unpack_from(vals)
-        return tuple(x for v in vals for x in (int(v.timestamp), int(v.nvmlReturn), int(v.value.ullVal)))
+        return _flat(vals, self._layouts)
 
     def _field_plan(self, i: int, with_scalars: bool = True,
                     with_nvlink: bool = True) -> tuple[list[tuple[int, int]], int, list[str]]:
@@ -305,7 +326,7 @@ class NvmlSource:
         ``i`` and what is due now. The four variants are made once per GPU and made again only after
         something was found unsupported (those sets only grow)."""
         plan = self._plans.get(i)
-        if plan is not None and plan[0] == (len(self._unsupported), len(self._by_call)):
+        if plan is not None and plan[0][0] == len(self._unsupported) and plan[0][1] == len(self._by_call):
             return plan[1][with_scalars, with_nvlink]
         links: list[int] | None = []
         if (i, "nvlink") not in self._unsupported:
@@ -332,13 +353,25 @@ class NvmlSource:
         MISSING after a transient error (lost for this read), or absent when the field was not
         asked or will not answer, so the caller uses the metric's own call.
         """
-        req, k, asked = self._field_plan(i, with_scalars, with_nvlink)
-        flat = self._field_flat(i, req) if req else None
-        if flat is None:
+        plan = self._plans.get(i)    # _field_plan's answer when nothing was found unsupported since
+        if plan is not None and plan[0][0] == len(self._unsupported) and plan[0][1] == len(self._by_call):
+            req, k, asked = plan[1][with_scalars, with_nvlink]
+        else:
+            req, k, asked = self._field_plan(i, with_scalars, with_nvlink)
+        if not req:
             return MISSING, MISSING, {}, None
+        # _field_flat written out, the array's layout looked up by its type
+        try:
+            vals = self.nvml.nvmlDeviceGetFieldValues(self.handles[i], req)
+        except TypeError:
+            return MISSING, MISSING, {}, None      # a binding too old to take (fieldId, scopeId) tuples
+        except self.nvml.NVMLError:
+            return MISSING, MISSING, {}, None
+        layout = self._layouts.get(type(vals))
+        flat = layout.unpack_from(vals) if layout is not None else _flat(vals, self._layouts)
         # flat: (timestamp, nvmlReturn, value) per request: the 2k NVLink scopes (TX then RX), then
         # the scalar fields asked
-        scalars: dict[str, Any] = {}
+        scalars: dict[str, Any] = {} if asked else _NO_SCALARS
         if asked:
             for metric, ret, value in zip(asked, flat[6 * k + 1::3], flat[6 * k + 2::3]):
                 if ret == 0:
@@ -349,6 +382,13 @@ class NvmlSource:
                     scalars[metric] = MISSING         # transient: lost for this read, like any metric
         if not k:
             return MISSING, MISSING, scalars, None
+        if k == 1:
+            # the all-links scope (every H100/H200): one TX and one RX element; both answered is the
+            # common case, written out (_sane_time's test included) without the slices below
+            ts_tx, ret_tx, tx, ts_rx, ret_rx, rx = flat[:6]
+            if not (ret_tx or ret_rx):
+                ts = (ts_tx if ts_tx > ts_rx else ts_rx) / 1e6
+                return tx, rx, scalars, ts if ts and abs(ts - host_t) <= TIMESTAMP_TOLERANCE_S else None
         rets, vals, stamps = flat[1:6 * k:3], flat[2:6 * k:3], flat[0:6 * k:3]
         if any(rets):
             # A total from a subset of the links would silently undercount: all of them or nothing.
@@ -454,3 +494,18 @@ class NvmlSource:
         for name, (ret, value) in zip(GPM_METRIC_IDS, answers):
             if ret == 0:
                 values[name] = float(value)
+
+
+def _flat(vals: Any, layouts: dict[type, Any]) -> tuple[int, ...]:
+    """:meth:`NvmlSource._field_flat`'s answer from the field-values call's returned values; an array's
+    layout is kept in ``layouts`` under the array's type (ctypes makes one array type per element
+    type and length, so a request's answers always come in the same type)."""
+    if isinstance(vals, ctypes.Array):
+        layout = fields_layout(vals._type_, len(vals))
+        if layout is not None:
+            # The binding's structures read every attribute through a Python-level
+            # __getattribute__; three per field, every GPU, ten times a second: unpack the C
+            # array's buffer in one go instead.
+            layouts[type(vals)] = layout
+            return layout.unpack_from(vals)
+    return tuple(x for v in vals for x in (int(v.timestamp), int(v.nvmlReturn), int(v.value.ullVal)))
