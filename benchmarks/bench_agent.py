@@ -206,7 +206,11 @@ def run_agent(args, tmp: Path, parts: Parts | None = None) -> dict:
     finally:
         if proc is not None:
             proc.terminate()
-            proc.wait(10)
+            try:                       # the collector is not measured: a slow exit under load must
+                proc.wait(30)          # not throw away the agent's measurement
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     return {"cpu_per_s": (cpu1 - cpu0) / (wall1 - wall0), "wall_s": wall1 - wall0, "summary": summary,
             "devices": devices, "rates": rates, "sending": sending}
 
