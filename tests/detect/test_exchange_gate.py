@@ -79,3 +79,56 @@ def test_the_gate_and_comm_rules_share_one_definition_of_an_exchange():
         assert set(f) == set(shared) | {"regularity"}
         for k, v in shared.items():
             np.testing.assert_array_equal(f[k], v)
+
+
+def _shape(row, duty=1.0, steady=float("nan"), acf=0.0, oneway=0.0):
+    """Add the regularity features of the NVLink channel (worst GPU) to a row."""
+    return {**row, "comm.nvlink.duty.min": duty, "comm.nvlink.steady.min": steady,
+            "comm.nvlink.acf_peak.min": acf, "comm.nvlink.oneway_bins.min": oneway}
+
+
+def test_the_regular_gate_closes_on_request_driven_all_reduces_and_opens_on_training_steps():
+    ex = _row("nvlink", 3e9, 1.0)
+    rows = [_shape(ex, duty=1.0, steady=0.87, acf=0.10),               # DDP steps shorter than a bin: steady
+            _shape(ex, duty=0.6, steady=0.4, acf=0.85),                # steps longer than a bin: periodic
+            _shape(ex, duty=0.9, steady=0.6, acf=0.25, oneway=0.3),    # pipeline: forward, then back
+            _shape(ex, duty=1.0, steady=0.31, acf=0.18),               # TP serving: volume follows the requests
+            _shape(ex, duty=1.0, steady=0.0, acf=0.02),                # TP decode, batch changing
+            _shape(ex, duty=1.0, steady=0.63, acf=0.19)]               # TP serving at 20 requests/s
+    plain, _ = exchange_gate(pd.DataFrame(rows))
+    regular, ch = exchange_gate(pd.DataFrame(rows), regular=True)
+    assert np.all(plain > 0.9)              # every one is a symmetric, simultaneous exchange
+    assert np.all(regular[:3] > 0.9) and np.all(ch[:3] == 0)
+    assert np.all(regular[3:] < 0.1)
+
+
+def test_the_regular_gate_asks_regularity_of_the_channel_that_exchanges():
+    # a symmetric NVLink exchange that is not regular, beside a regular but one-way-only PCIe trickle:
+    # regularity on one channel does not open the gate for an exchange on another
+    row = _shape(_row("nvlink", 3e9, 1.0), duty=1.0, steady=0.2, acf=0.05)
+    row.update({"comm.pcie.Bps.min": 5e7, "comm.pcie.sym.min": 0.0, "comm.pcie.duty.min": 1.0,
+                "comm.pcie.steady.min": 0.99, "comm.pcie.acf_peak.min": 0.9})
+    regular, _ = exchange_gate(pd.DataFrame([row]), regular=True)
+    assert regular[0] < 0.1
+
+
+def test_comm_rules_and_the_regular_gate_share_one_regularity_rule():
+    from trainsentry.detect.rules import CHANNELS, CommRules, regularity_factor
+    ex = _row("nvlink", 3e9, 1.0)
+    X = pd.DataFrame([_shape(ex, steady=0.87, acf=0.1), _shape(ex, steady=0.3, acf=0.18),
+                      _shape(ex, duty=0.5, steady=0.2, acf=0.6), _shape(ex, steady=0.4, oneway=0.4)])
+    rules = CommRules()
+    for ch in CHANNELS:
+        np.testing.assert_array_equal(rules._factors(X, ch)["regularity"], regularity_factor(X, ch))
+
+
+def test_the_learned_detectors_ask_for_a_regular_exchange(runs):
+    from trainsentry.detect.learned import comm_ml
+    for make in (fused, comm_ml):
+        assert make().describe()["regular_gate"] is True
+    # trees taught that a TP-serving-shaped exchange is training cannot make it so through the gate
+    X, y, classes, ids = stack(runs, "trainsentry")
+    det = fused().fit(X, y, groups=ids, classes=classes)
+    serving = pd.DataFrame([_shape(_row("nvlink", 3e9, 1.0), steady=0.31, acf=0.18)])
+    assert det.predict_proba(serving)[0] < 0.1
+    assert "recurring as identical steps do" in det.explain(serving.iloc[0].to_dict())[1]

@@ -254,6 +254,37 @@ def render(doc: dict) -> str:
             lo = r["lofo"].get(f, {}).get("correct_frac")
             cells.append(f"{_f(a, True, 0)} / {_f(lo, True, 0)}")
         lines.append(f"| {f} | {cls} | " + " | ".join(cells) + " |")
+    ours = [n for n in ("comm-rules", "comm-ml", "fused") if n in dets and "per_run" in dets[n]]
+    if ours:
+        wrong = sorted({rid for n in ours for rid, v in dets[n]["per_run"].items() if v["wrong_frac"]},
+                       key=lambda rid: (-max(dets[n]["per_run"].get(rid, {}).get("wrong_frac") or 0 for n in ours), rid))
+        lines += ["", "Runs judged wrongly in at least one split (share of the run's test appearances: missed "
+                  "training, alerted otherwise; appearances in brackets):", "",
+                  "| run | class | " + " | ".join(f"`{n}`" for n in ours) + " |", "|---|---|" + "---|" * len(ours)]
+        for rid in wrong:
+            cls = next(dets[n]["per_run"][rid]["class"] for n in ours if rid in dets[n]["per_run"])
+            cells = []
+            for n in ours:
+                v = dets[n]["per_run"].get(rid)
+                cells.append("–" if v is None else f"{_f(v['wrong_frac'], True, 0)} ({v['test_instances']})")
+            lines.append(f"| {rid} | {cls} | " + " | ".join(cells) + " |")
+    gate = doc.get("exchange_gate", {})
+    if gate:
+        tr = {k: v for k, v in gate.items() if v["class"] == "training"}
+        passing = [v for v in tr.values() if v["exchange"] >= 0.5]
+        lowest = min(passing, key=lambda v: v["regular_exchange"]) if passing else None
+        low_id = next((k for k, v in tr.items() if v is lowest), None)
+        lines += ["", "Exchange gate over every run's in-run windows (no fitting): share of windows passing it "
+                  "(P ≥ 0.5) as an exchange, and as a regular exchange (what the learned detectors ask). "
+                  f"Training: {len(passing)} of {len(tr)} runs pass as an exchange in at least half their "
+                  "windows" + (f"; of those, the lowest share passing as a regular exchange is "
+                               f"{_f(lowest['regular_exchange'], True, 0)} ({low_id})" if lowest else "")
+                  + ". Every other run with windows passing as an exchange:", "",
+                  "| run | class | exchange | regular exchange |", "|---|---|---|---|"]
+        for rid, v in sorted(gate.items(), key=lambda kv: (kv[1]["class"], kv[0])):
+            if v["class"] != "training" and v["exchange"] > 0:
+                lines.append(f"| {rid} | {v['class']} | {_f(v['exchange'], True, 0)} | "
+                             f"{_f(v['regular_exchange'], True, 0)} |")
     seg = doc.get("segmentation", {})
     if seg:
         b, o = seg["baseline"], seg["ours"]

@@ -104,6 +104,35 @@ def exchange_factors(X: pd.DataFrame, ch: str, volume_Bps: float, sym_min: float
     return f
 
 
+# The regularity rule's thresholds (CommRules' defaults; the exchange gate asks the same when it
+# asks for regularity): autocorrelation peak, busy share of the window, steadiness of the busy
+# bins, one-way share per bin (pipeline sends).
+REG_ACF_MIN = 0.3
+REG_DUTY_MIN = 0.8
+REG_STEADY_MIN = 0.7
+REG_ALTERNATING_MIN = 0.15
+
+
+def regularity_factor(X: pd.DataFrame, ch: str, duty_min: float = REG_DUTY_MIN, acf_min: float = REG_ACF_MIN,
+                      steady_min: float = REG_STEADY_MIN, alternating_min: float = REG_ALTERNATING_MIN) -> np.ndarray:
+    """Evidence (0..1 per window) that the exchange on one channel recurs as identical steps do:
+    a clear autocorrelation peak (steps longer than a bin), or busy most of the window *and*
+    steady (per-GPU channels: steps shorter than a bin move the same bytes in every bin), or, on
+    per-GPU channels, mostly one way per bin (pipeline training: activations forward, gradients
+    back). Shared by ``CommRules`` and ``exchange_gate(regular=True)``."""
+    per_gpu = ch in PER_GPU
+    sfx = ".min" if per_gpu else ""
+    busy = _soft(_col(X, f"comm.{ch}.duty{sfx}"), duty_min, 0.05)
+    regular = _soft(_col(X, f"comm.{ch}.acf_peak{sfx}"), acf_min, 0.05)
+    if per_gpu:
+        # inside a node, where tensor parallelism lives, busy must also be steady
+        busy = busy * _soft(_col(X, f"comm.{ch}.steady.min"), steady_min, 0.03)
+        # pipeline training: point-to-point sends, one way per bin, as many bytes back
+        # (gradients) as forward (activations); the symmetry factor asks the latter
+        regular = np.maximum(regular, _soft(_col(X, f"comm.{ch}.oneway_bins.min"), alternating_min, 0.02))
+    return np.maximum(busy, regular)
+
+
 # The exchange gate of the learned detectors (``exchange_gate``): looser than CommRules, since it
 # only asks whether a collective exchange is there at all and leaves the rest to the trees.
 GATE_SYM_MIN = 0.5
@@ -112,7 +141,7 @@ GATE_FLOOR_FACTOR = 10.0     # volume at least 10x the link's idle floor (featur
 GATE_BYTES_PER_J_MAX = 1e9   # the compute-bound rule's bound (CommRules.bytes_per_J_max)
 
 
-def exchange_gate(X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def exchange_gate(X: pd.DataFrame, regular: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Evidence (0..1) that a window holds a collective exchange on some channel, and that channel's
     index in ``CHANNELS``: traffic above the link's idle floor that is symmetric over the window
     (each device sends about what it receives), simultaneous across devices and compute-bound: the
@@ -127,11 +156,21 @@ def exchange_gate(X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     multi-device training, whatever their power or activity looks like. The exchange must also be
     that of a compute-bound workload (at most ``GATE_BYTES_PER_J_MAX`` bytes per joule):
     collective benchmarks and peer copies spend their energy moving bytes. What the gate cannot
-    see: training on one device alone (no exchange to measure)."""
+    see: training on one device alone (no exchange to measure).
+
+    ``regular``: the exchange must also recur as identical training steps do, on the same channel
+    (``regularity_factor`` at comm-rules' thresholds). Tensor-parallel decode and serving
+    all-reduce activations symmetrically on every GPU at once and pass the gate without it; their
+    bytes follow the request mix (neither periodic nor steady), while every multi-device training
+    run of the dataset is regular in ≥ 83 % of its windows (docs/detector.md)."""
     from ..features.comm import ACTIVE_FLOOR_BPS
-    scores = [np.prod(np.vstack(list(exchange_factors(
-        X, ch, GATE_FLOOR_FACTOR * ACTIVE_FLOOR_BPS[ch], GATE_SYM_MIN, GATE_SIMULT_MIN, GATE_BYTES_PER_J_MAX).values())),
-        axis=0) for ch in CHANNELS]
+    scores = []
+    for ch in CHANNELS:
+        f = exchange_factors(X, ch, GATE_FLOOR_FACTOR * ACTIVE_FLOOR_BPS[ch], GATE_SYM_MIN, GATE_SIMULT_MIN,
+                             GATE_BYTES_PER_J_MAX)
+        if regular:
+            f["regularity"] = regularity_factor(X, ch)
+        scores.append(np.prod(np.vstack(list(f.values())), axis=0))
     s = np.vstack(scores)
     return s.max(axis=0), s.argmax(axis=0)
 
@@ -140,8 +179,8 @@ class CommRules(Detector):
     name = "comm-rules"
 
     def __init__(self, volume_Bps: float = 1e8, sym_min: float = 0.7, simult_min: float = 0.5,
-                 duty_min: float = 0.8, acf_min: float = 0.3, bytes_per_J_max: float = 1e9,
-                 steady_min: float = 0.7, alternating_min: float = 0.15):
+                 duty_min: float = REG_DUTY_MIN, acf_min: float = REG_ACF_MIN, bytes_per_J_max: float = 1e9,
+                 steady_min: float = REG_STEADY_MIN, alternating_min: float = REG_ALTERNATING_MIN):
         self.volume_Bps, self.sym_min, self.simult_min = volume_Bps, sym_min, simult_min
         self.alternating_min = alternating_min
         self.duty_min, self.acf_min, self.steady_min = duty_min, acf_min, steady_min
@@ -154,17 +193,7 @@ class CommRules(Detector):
     def _factors(self, X: pd.DataFrame, ch: str, volume_Bps: float | None = None) -> dict[str, np.ndarray]:
         thr = self.volume_Bps if volume_Bps is None else volume_Bps
         f = exchange_factors(X, ch, thr, self.sym_min, self.simult_min, self.bytes_per_J_max)
-        per_gpu = ch in PER_GPU
-        sfx = ".min" if per_gpu else ""
-        busy = _soft(_col(X, f"comm.{ch}.duty{sfx}"), self.duty_min, 0.05)
-        regular = _soft(_col(X, f"comm.{ch}.acf_peak{sfx}"), self.acf_min, 0.05)
-        if per_gpu:
-            # inside a node, where tensor parallelism lives, busy must also be steady
-            busy = busy * _soft(_col(X, f"comm.{ch}.steady.min"), self.steady_min, 0.03)
-            # pipeline training: point-to-point sends, one way per bin, as many bytes back
-            # (gradients) as forward (activations); the symmetry factor asks the latter
-            regular = np.maximum(regular, _soft(_col(X, f"comm.{ch}.oneway_bins.min"), self.alternating_min, 0.02))
-        f["regularity"] = np.maximum(busy, regular)
+        f["regularity"] = regularity_factor(X, ch, self.duty_min, self.acf_min, self.steady_min, self.alternating_min)
         return f
 
     def _score(self, X: pd.DataFrame, volume_Bps: float | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
