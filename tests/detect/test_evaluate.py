@@ -61,8 +61,9 @@ def test_eval_end_to_end(tiny_dataset, feature_cache, tmp_path):
     assert sum(v["test_instances"] for v in fused["per_run"].values()) == sum(s["n_test_runs"] for s in fused["splits"])
     assert all(v["wrong_frac"] == 0.0 for v in fused["per_run"].values())
     gate = doc["exchange_gate"]
-    assert all(v["regular_exchange"] > 0.5 for v in gate.values() if v["class"] == "training")
-    assert all(v["exchange"] == v["regular_exchange"] == 0.0 for v in gate.values() if v["class"] != "training")
+    keys = ("exchange", "not_decode", "not_decode_comm", "regular_exchange")
+    assert all(min(v[k] for k in keys) > 0.5 for v in gate.values() if v["class"] == "training")
+    assert all(max(v[k] for k in keys) == 0.0 for v in gate.values() if v["class"] != "training")
     assert "Exchange gate over every run's in-run windows" in text and "Runs judged wrongly" in text
     assert time.time() - t0 < 60
 
@@ -134,7 +135,8 @@ def test_variants_are_evaluated_only_when_named(tiny_dataset, feature_cache, tmp
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "r" / "detector.json").read_text())
     assert sorted(doc["detectors"]) == names
-    assert doc["detectors"]["fused-previous"]["detector"]["regular_gate"] is False
-    assert doc["detectors"]["comm-ml-previous"]["detector"]["regular_gate"] is False
+    assert doc["detectors"]["fused-previous"]["detector"]["decode_veto"] is None
+    assert doc["detectors"]["comm-ml-previous"]["detector"]["decode_veto"] is None
+    assert doc["detectors"]["fused-regular"]["detector"]["regular_gate"] is True
     bad = CliRunner().invoke(app, args + ["--detector", "fused-nonesuch"])
     assert bad.exit_code == 2 and "fused-previous" in bad.output

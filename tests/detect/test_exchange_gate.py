@@ -87,7 +87,8 @@ def _shape(row, duty=1.0, steady=float("nan"), acf=0.0, oneway=0.0):
             "comm.nvlink.acf_peak.min": acf, "comm.nvlink.oneway_bins.min": oneway}
 
 
-def test_the_regular_gate_closes_on_request_driven_all_reduces_and_opens_on_training_steps():
+def test_the_regular_gate_variant_closes_on_request_driven_all_reduces_and_opens_on_training_steps():
+    # the gate of detect.variants' fused-regular (tried, not kept)
     ex = _row("nvlink", 3e9, 1.0)
     rows = [_shape(ex, duty=1.0, steady=0.87, acf=0.10),               # DDP steps shorter than a bin: steady
             _shape(ex, duty=0.6, steady=0.4, acf=0.85),                # steps longer than a bin: periodic
@@ -102,16 +103,6 @@ def test_the_regular_gate_closes_on_request_driven_all_reduces_and_opens_on_trai
     assert np.all(regular[3:] < 0.1)
 
 
-def test_the_regular_gate_asks_regularity_of_the_channel_that_exchanges():
-    # a symmetric NVLink exchange that is not regular, beside a regular but one-way-only PCIe trickle:
-    # regularity on one channel does not open the gate for an exchange on another
-    row = _shape(_row("nvlink", 3e9, 1.0), duty=1.0, steady=0.2, acf=0.05)
-    row.update({"comm.pcie.Bps.min": 5e7, "comm.pcie.sym.min": 0.0, "comm.pcie.duty.min": 1.0,
-                "comm.pcie.steady.min": 0.99, "comm.pcie.acf_peak.min": 0.9})
-    regular, _ = exchange_gate(pd.DataFrame([row]), regular=True)
-    assert regular[0] < 0.1
-
-
 def test_comm_rules_and_the_regular_gate_share_one_regularity_rule():
     from trainsentry.detect.rules import CHANNELS, CommRules, regularity_factor
     ex = _row("nvlink", 3e9, 1.0)
@@ -122,13 +113,52 @@ def test_comm_rules_and_the_regular_gate_share_one_regularity_rule():
         np.testing.assert_array_equal(rules._factors(X, ch)["regularity"], regularity_factor(X, ch))
 
 
-def test_the_learned_detectors_ask_for_a_regular_exchange(runs):
+def _decode(row, tpd, **shape):
+    return {**_shape(row, **shape), "act.tensor_per_dram.max": tpd}
+
+
+def test_the_decode_veto_closes_on_tp_decode_and_on_nothing_training_does():
+    ex = _row("nvlink", 3e9, 1.0)
+    rows = [_decode(ex, 0.39, duty=1.0, steady=0.31, acf=0.18),              # TP serving: memory-bound, request mix
+            _decode(ex, 0.10, duty=1.0, steady=0.0, acf=0.01),               # TP decode at batch 1
+            _decode(ex, 0.37, duty=1.0, steady=0.63, acf=0.19),              # TP serving at 20 requests/s
+            _decode(ex, 1.07, duty=1.0, steady=0.87, acf=0.10),              # DDP, steps shorter than a bin
+            _decode(ex, 0.46, duty=1.0, steady=0.65, acf=0.89),              # narrow DDP: memory-bound, periodic
+            _decode(ex, 0.71, duty=1.0, steady=0.50, acf=0.62),              # TP training
+            _decode(ex, 1.00, duty=0.9, steady=0.6, acf=0.25, oneway=0.3),   # pipeline training
+            _decode(ex, 1.10, duty=0.04, acf=0.0),                           # DiLoCo: one sync in the window
+            _decode(ex, 1.10, duty=0.60, steady=0.0, acf=0.02),              # training under decoy traffic
+            _decode(ex, 1.10, duty=1.0, steady=0.2, acf=0.05),               # ... continuous decoy, compute-dense
+            _shape(ex, duty=1.0, steady=0.3, acf=0.1)]                       # no GPM reading: no evidence of decode
+    plain, _ = exchange_gate(pd.DataFrame(rows))
+    veto, _ = exchange_gate(pd.DataFrame(rows), decode_veto="memory_bound")
+    comm, _ = exchange_gate(pd.DataFrame(rows), decode_veto="comm")
+    assert np.all(plain > 0.9)
+    assert np.all(veto[:3] < 0.2) and np.all(veto[3:] > 0.9)   # caps P(training) far below the alert threshold
+    # communication alone: continuous and irregular, whatever the GPUs compute
+    assert np.all(comm[:3] < 0.2) and np.all(comm[[3, 4, 5, 6, 7, 8]] > 0.9) and np.all(comm[[9, 10]] < 0.2)
+    with pytest.raises(ValueError):
+        exchange_gate(pd.DataFrame(rows), decode_veto="sometimes")
+
+
+def test_the_decode_veto_reads_the_channel_that_exchanges():
+    # a continuous, irregular NVLink exchange of memory-bound GPUs beside a regular, one-way PCIe
+    # trickle: the other channel's regularity does not reopen the gate, and the network is not vetoed
+    row = _decode(_row("nvlink", 3e9, 1.0), 0.4, duty=1.0, steady=0.2, acf=0.05)
+    row.update({"comm.pcie.Bps.min": 5e7, "comm.pcie.sym.min": 0.0, "comm.pcie.duty.min": 1.0,
+                "comm.pcie.steady.min": 0.99, "comm.pcie.acf_peak.min": 0.9})
+    net = {**_row("net", 5e8, 0.95), "comm.net.duty": 1.0, "comm.net.acf_peak": 0.0, "act.tensor_per_dram.max": 0.4}
+    veto, ch = exchange_gate(pd.DataFrame([row, net]), decode_veto="memory_bound")
+    assert veto[0] < 0.1
+    assert veto[1] > 0.9 and ch[1] == 2
+
+
+def test_the_learned_detectors_veto_decode(runs):
     from trainsentry.detect.learned import comm_ml
-    for make in (fused, comm_ml):
-        assert make().describe()["regular_gate"] is True
-    # trees taught that a TP-serving-shaped exchange is training cannot make it so through the gate
+    assert fused().describe()["decode_veto"] == "memory_bound" and comm_ml().describe()["decode_veto"] == "comm"
+    # trees fitted on data without any TP server cannot make its exchange training through the gate
     X, y, classes, ids = stack(runs, "trainsentry")
     det = fused().fit(X, y, groups=ids, classes=classes)
-    serving = pd.DataFrame([_shape(_row("nvlink", 3e9, 1.0), steady=0.31, acf=0.18)])
-    assert det.predict_proba(serving)[0] < 0.1
-    assert "recurring as identical steps do" in det.explain(serving.iloc[0].to_dict())[1]
+    serving = pd.DataFrame([_decode(_row("nvlink", 3e9, 1.0), 0.39, steady=0.31, acf=0.18)])
+    assert det.predict_proba(serving)[0] < 0.2
+    assert "not tensor-parallel decode's" in det.explain(serving.iloc[0].to_dict())[1]

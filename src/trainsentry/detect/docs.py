@@ -270,21 +270,21 @@ def render(doc: dict) -> str:
             lines.append(f"| {rid} | {cls} | " + " | ".join(cells) + " |")
     gate = doc.get("exchange_gate", {})
     if gate:
-        tr = {k: v for k, v in gate.items() if v["class"] == "training"}
-        passing = [v for v in tr.values() if v["exchange"] >= 0.5]
-        lowest = min(passing, key=lambda v: v["regular_exchange"]) if passing else None
-        low_id = next((k for k, v in tr.items() if v is lowest), None)
-        lines += ["", "Exchange gate over every run's in-run windows (no fitting): share of windows passing it "
-                  "(P ≥ 0.5) as an exchange, and as a regular exchange (what the learned detectors ask). "
-                  f"Training: {len(passing)} of {len(tr)} runs pass as an exchange in at least half their "
-                  "windows" + (f"; of those, the lowest share passing as a regular exchange is "
-                               f"{_f(lowest['regular_exchange'], True, 0)} ({low_id})" if lowest else "")
-                  + ". Every other run with windows passing as an exchange:", "",
-                  "| run | class | exchange | regular exchange |", "|---|---|---|---|"]
-        for rid, v in sorted(gate.items(), key=lambda kv: (kv[1]["class"], kv[0])):
-            if v["class"] != "training" and v["exchange"] > 0:
-                lines.append(f"| {rid} | {v['class']} | {_f(v['exchange'], True, 0)} | "
-                             f"{_f(v['regular_exchange'], True, 0)} |")
+        cols = (("exchange", "plain"), ("not_decode", "decode veto (`fused`)"),
+                ("not_decode_comm", "decode veto, communication only (`comm-ml`)"),
+                ("regular_exchange", "regular exchange (tried, not kept)"))
+        changed = {k: v for k, v in gate.items() if v["exchange"] > 0 and
+                   (v["class"] != "training" or any(v[c] != v["exchange"] for c, _ in cols))}
+        tr = [v for v in gate.values() if v["class"] == "training"]
+        lines += ["", "Exchange gate over every run's in-run windows (`rules.exchange_gate`, no fitting): share of "
+                  "windows passing it (P ≥ 0.5), plain and with each option. Training: "
+                  f"{sum(v['exchange'] >= 0.5 for v in tr)} of {len(tr)} runs pass the plain gate in at least half "
+                  f"their windows, {sum(v['not_decode'] == v['exchange'] for v in tr)} of {len(tr)} with the same share "
+                  "under fused's decode veto. Every non-training run with windows passing, and every training run "
+                  "whose share any option changes:", "",
+                  "| run | class | " + " | ".join(label for _, label in cols) + " |", "|---|---|" + "---|" * len(cols)]
+        for rid, v in sorted(changed.items(), key=lambda kv: (kv[1]["class"], kv[0])):
+            lines.append(f"| {rid} | {v['class']} | " + " | ".join(_f(v[c], True, 0) for c, _ in cols) + " |")
     seg = doc.get("segmentation", {})
     if seg:
         b, o = seg["baseline"], seg["ours"]

@@ -25,7 +25,8 @@ SEEN_GROUP_FRACTION = 0.99   # a sensor present in this share of the fit windows
 class LearnedDetector(Detector):
     def __init__(self, name: str, prefixes: tuple[str, ...], max_iter: int = 150, learning_rate: float = 0.1,
                  max_leaf_nodes: int = 15, min_samples_leaf: int = 10, seed: int = 0, gate: bool = True,
-                 fit_on: str = "gated", max_features: float = 1.0, regular_gate: bool = False):
+                 fit_on: str = "gated", max_features: float = 1.0, regular_gate: bool = False,
+                 decode_veto: str | None = None):
         self.name = name
         self.prefixes = prefixes
         # P(training) = exchange gate × trees (rules.exchange_gate): trees fitted on a few dozen runs
@@ -35,8 +36,9 @@ class LearnedDetector(Detector):
         if fit_on not in ("gated", "all"):
             raise ValueError("fit_on is 'gated' (windows that pass the exchange gate) or 'all'")
         self.gate, self.fit_on = gate, fit_on
-        # the gate also asks that the exchange recur as training steps do (rules.exchange_gate)
-        self.regular_gate = regular_gate
+        # rules.exchange_gate's options: the gate closes on tensor-parallel decode's exchange
+        # (decode_veto), or asks that the exchange recur as training steps do (regular_gate)
+        self.regular_gate, self.decode_veto = regular_gate, decode_veto
         self.params = dict(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
                            min_samples_leaf=min_samples_leaf, random_state=seed, max_features=max_features,
                            # sklearn's "auto" turns early stopping on above 10k samples with a random
@@ -103,7 +105,8 @@ class LearnedDetector(Detector):
         from .rules import exchange_gate
         if not getattr(self, "gate", False):
             return np.ones(len(X))
-        return exchange_gate(X, regular=getattr(self, "regular_gate", False))[0]
+        return exchange_gate(X, regular=getattr(self, "regular_gate", False),
+                             decode_veto=getattr(self, "decode_veto", None))[0]
 
     def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
         if self.constant_ is not None:
@@ -118,8 +121,8 @@ class LearnedDetector(Detector):
         gated = getattr(self, "gate", False)
         if gated:
             from .rules import CHANNEL_LABEL, CHANNELS, GATE_SYM_MIN, exchange_gate
-            regular = getattr(self, "regular_gate", False)
-            g_all, ch = exchange_gate(row, regular=regular)
+            regular, veto = getattr(self, "regular_gate", False), getattr(self, "decode_veto", None)
+            g_all, ch = exchange_gate(row, regular=regular, decode_veto=veto)
             g = float(g_all[0])
         else:
             g = 1.0
@@ -131,6 +134,8 @@ class LearnedDetector(Detector):
             out.append(f"exchange gate {g:.2f} (best channel {CHANNEL_LABEL[CHANNELS[int(ch[0])]]}): traffic above "
                        f"the idle floor, symmetric (>= {GATE_SYM_MIN}) and simultaneous across devices"
                        + (", recurring as identical steps do (periodic, steady or pipeline sends)" if regular else "")
+                       + (", and not tensor-parallel decode's (continuous, neither steady nor periodic"
+                          + (", on memory-bound GPUs" if veto == "memory_bound" else "") + ")" if veto else "")
                        + ", as every multi-device training step is; a closed gate means no such exchange, "
                        "whatever the trees say")
         if self.model is None:
@@ -162,7 +167,8 @@ class LearnedDetector(Detector):
                 "n_features": len(self.cols_), "prefixes": list(self.prefixes),
                 "sensors_always_seen": list(getattr(self, "groups_seen_", [])),
                 "exchange_gate": bool(getattr(self, "gate", False)), "fit_on": getattr(self, "fit_on", "all"),
-                "regular_gate": bool(getattr(self, "regular_gate", False))}
+                "regular_gate": bool(getattr(self, "regular_gate", False)),
+                "decode_veto": getattr(self, "decode_veto", None)}
 
 
 def balanced_rows(y: np.ndarray) -> np.ndarray:
@@ -194,9 +200,10 @@ LEARNED_MAX_FEATURES = 0.1
 def comm_ml(**kw) -> LearnedDetector:
     # fitted on every window: on communication features alone, the gated windows' only negatives
     # are a few tensor-parallel servers
-    # are a few tensor-parallel servers; its gate asks for a regular exchange, as fused's does
+    # are a few tensor-parallel servers; its gate closes on tensor-parallel decode's exchange as
+    # communication alone sees it (continuous and irregular: rules.decode_exchange)
     return LearnedDetector("comm-ml", ("comm.",), **{"fit_on": "all", "max_features": LEARNED_MAX_FEATURES,
-                                                     "regular_gate": True, **kw})
+                                                     "decode_veto": "comm", **kw})
 
 
 def fused(**kw) -> LearnedDetector:
@@ -204,8 +211,8 @@ def fused(**kw) -> LearnedDetector:
     # exchange, but the trees learn what inference looks like (memory-bound decode, request-driven
     # traffic) from every inference run, not only from the few tensor-parallel servers that pass the
     # gate; with those held out, gated-only trees had almost no negatives left (docs/detector.md).
-    # Its gate asks for a regular exchange too (rules.exchange_gate(regular=True)): with every
-    # tensor-parallel server held out, trees fitted on the rest called their symmetric all-reduces
-    # training; the regularity of identical steps is what those lack (docs/detector.md)
+    # Its gate closes on tensor-parallel decode's exchange (rules.decode_exchange: continuous,
+    # irregular, memory-bound GPUs): with every tensor-parallel server held out, trees fitted on the
+    # rest called their symmetric all-reduces training (docs/detector.md)
     return LearnedDetector("fused", ("comm.", "act."), **{"fit_on": "all", "max_features": LEARNED_MAX_FEATURES,
-                                                           "regular_gate": True, **kw})
+                                                           "decode_veto": "memory_bound", **kw})

@@ -126,9 +126,9 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
 
 
 def gate_summary(runs: list[Run]) -> dict:
-    """Per run, the share of its in-run windows that pass the exchange gate (P ≥ 0.5), without and
-    with the regularity the learned detectors ask of it (rules.exchange_gate): the evidence for
-    that gate, from the whole dataset (no fitting involved)."""
+    """Per run, the share of its in-run windows that pass the exchange gate (P ≥ 0.5): plain, with
+    fused's decode veto, with comm-ml's (communication only), and asking for a regular exchange
+    (the variant tried and not kept) — rules.exchange_gate over the whole dataset, no fitting."""
     from .rules import exchange_gate
     out = {}
     for r in runs:
@@ -136,9 +136,10 @@ def gate_summary(runs: list[Run]) -> dict:
         df = df[df["in_run"]] if not df.empty else df
         if df.empty:
             continue
-        plain, regular = exchange_gate(df)[0], exchange_gate(df, regular=True)[0]
-        out[r.run_id] = {"class": r.cls, "family": r.family, "windows": int(len(df)),
-                         "exchange": float(np.mean(plain >= 0.5)), "regular_exchange": float(np.mean(regular >= 0.5))}
+        share = lambda **kw: float(np.mean(exchange_gate(df, **kw)[0] >= 0.5))  # noqa: E731
+        out[r.run_id] = {"class": r.cls, "family": r.family, "windows": int(len(df)), "exchange": share(),
+                         "not_decode": share(decode_veto="memory_bound"), "not_decode_comm": share(decode_veto="comm"),
+                         "regular_exchange": share(regular=True)}
     return out
 
 

@@ -133,6 +133,34 @@ def regularity_factor(X: pd.DataFrame, ch: str, duty_min: float = REG_DUTY_MIN, 
     return np.maximum(busy, regular)
 
 
+# Tensor-parallel decode, as the exchange gate's veto sees it (``decode_exchange``): an exchange busy
+# through the window (the regularity rule's duty) that is neither steady nor periodic, on GPUs whose
+# work is memory-bound (GPM tensor activity per DRAM activity below this on every GPU).
+DECODE_TENSOR_PER_DRAM_MAX = 0.65
+
+
+def decode_exchange(X: pd.DataFrame, ch: str, memory_bound: bool = True) -> np.ndarray:
+    """Evidence (0..1 per window) that the exchange on a per-GPU channel is the activation
+    all-reduce of tensor-parallel decode or serving, not a training step's: *continuous* (busy
+    ≥ 80 % of the window: every layer of every token all-reduces), *irregular* (1 − the regularity
+    rule: the bytes follow the request mix, neither steady nor periodic, no pipeline sends) and,
+    with ``memory_bound``, on GPUs whose work is memory-bound (``act.tensor_per_dram.max`` below
+    ``DECODE_TENSOR_PER_DRAM_MAX``: decode reads every weight and the KV cache for a few tokens per
+    step, while training's forward and backward passes are dense matmuls over a whole batch). An
+    absent reading is no evidence (0). Each condition alone is met by some training: sub-bin DDP
+    steps are continuous (but steady), DiLoCo's rare syncs and cover traffic are irregular (but not
+    continuous), narrow models are memory-bound (but their exchange is regular); the network
+    channel gets 0 (tensor parallelism stays inside a node)."""
+    if ch not in PER_GPU:
+        return np.zeros(len(X))
+    continuous = _soft(_col(X, f"comm.{ch}.duty.min"), REG_DUTY_MIN, 0.05)
+    out = continuous * (1.0 - regularity_factor(X, ch))
+    if memory_bound:
+        tpd = _col(X, "act.tensor_per_dram.max")
+        out = out * np.where(np.isfinite(tpd), 1.0 - _soft(tpd, DECODE_TENSOR_PER_DRAM_MAX, 0.05), 0.0)
+    return out
+
+
 # The exchange gate of the learned detectors (``exchange_gate``): looser than CommRules, since it
 # only asks whether a collective exchange is there at all and leaves the rest to the trees.
 GATE_SYM_MIN = 0.5
@@ -141,7 +169,7 @@ GATE_FLOOR_FACTOR = 10.0     # volume at least 10x the link's idle floor (featur
 GATE_BYTES_PER_J_MAX = 1e9   # the compute-bound rule's bound (CommRules.bytes_per_J_max)
 
 
-def exchange_gate(X: pd.DataFrame, regular: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def exchange_gate(X: pd.DataFrame, regular: bool = False, decode_veto: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Evidence (0..1) that a window holds a collective exchange on some channel, and that channel's
     index in ``CHANNELS``: traffic above the link's idle floor that is symmetric over the window
     (each device sends about what it receives), simultaneous across devices and compute-bound: the
@@ -158,11 +186,17 @@ def exchange_gate(X: pd.DataFrame, regular: bool = False) -> tuple[np.ndarray, n
     collective benchmarks and peer copies spend their energy moving bytes. What the gate cannot
     see: training on one device alone (no exchange to measure).
 
-    ``regular``: the exchange must also recur as identical training steps do, on the same channel
-    (``regularity_factor`` at comm-rules' thresholds). Tensor-parallel decode and serving
-    all-reduce activations symmetrically on every GPU at once and pass the gate without it; their
-    bytes follow the request mix (neither periodic nor steady), while every multi-device training
-    run of the dataset is regular in ≥ 83 % of its windows (docs/detector.md)."""
+    ``decode_veto``: the gate closes where the exchange is that of tensor-parallel decode or serving
+    (``decode_exchange`` on the same channel: continuous, irregular and — ``"memory_bound"`` — on
+    memory-bound GPUs; ``"comm"``: the communication conditions only). Those all-reduce activations
+    symmetrically on every GPU at once and pass the plain gate; when every tensor-parallel server
+    of the dataset was held out together, trees fitted on the rest called them training.
+
+    ``regular`` (tried, not kept: detect.variants): the exchange must also recur as identical
+    steps do (``regularity_factor``) — it also closed on DiLoCo's rare syncs and on training under
+    cover traffic (docs/detector.md)."""
+    if decode_veto not in (None, "memory_bound", "comm"):
+        raise ValueError("decode_veto is None, 'memory_bound' or 'comm'")
     from ..features.comm import ACTIVE_FLOOR_BPS
     scores = []
     for ch in CHANNELS:
@@ -170,6 +204,8 @@ def exchange_gate(X: pd.DataFrame, regular: bool = False) -> tuple[np.ndarray, n
                              GATE_BYTES_PER_J_MAX)
         if regular:
             f["regularity"] = regularity_factor(X, ch)
+        if decode_veto:
+            f["not_decode"] = 1.0 - decode_exchange(X, ch, memory_bound=decode_veto == "memory_bound")
         scores.append(np.prod(np.vstack(list(f.values())), axis=0))
     s = np.vstack(scores)
     return s.max(axis=0), s.argmax(axis=0)

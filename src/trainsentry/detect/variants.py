@@ -77,8 +77,26 @@ class FusedWithRules(Detector):
 
 
 def _fused_previous() -> Detector:
-    det = fused(regular_gate=False)
+    det = fused(decode_veto=None)
     det.name = "fused-previous"
+    return det
+
+
+def _fused_regular() -> Detector:
+    det = fused(decode_veto=None, regular_gate=True)
+    det.name = "fused-regular"
+    return det
+
+
+def _comm_ml_regular() -> Detector:
+    det = comm_ml(decode_veto=None, regular_gate=True)
+    det.name = "comm-ml-regular"
+    return det
+
+
+def _comm_ml_memory_bound() -> Detector:
+    det = comm_ml(decode_veto="memory_bound")
+    det.name = "comm-ml-memory-bound"
     return det
 
 
@@ -89,7 +107,7 @@ def _fused_fit_gated() -> Detector:
 
 
 def _comm_ml_previous() -> Detector:
-    det = comm_ml(regular_gate=False)
+    det = comm_ml(decode_veto=None)
     det.name = "comm-ml-previous"
     return det
 
@@ -111,11 +129,15 @@ def _fused_shape() -> Detector:
 
 
 VARIANTS: dict[str, Callable[[], Detector]] = {
-    # fused before the regularity gate (exchange gate without regularity), for before/after
+    # fused and comm-ml before the decode veto (the plain exchange gate), for before/after
     "fused-previous": _fused_previous,
-    # fused with the regular gate, trees fitted only on windows that pass it
+    # the gate asking for a regular exchange instead of vetoing decode's
+    "fused-regular": _fused_regular,
+    "comm-ml-regular": _comm_ml_regular,
+    # comm-ml's veto with fused's memory-bound condition (an activity reading in a comm-only detector)
+    "comm-ml-memory-bound": _comm_ml_memory_bound,
+    # fused with its gate, trees fitted only on windows that pass it
     "fused-fit-gated": _fused_fit_gated,
-    # comm-ml before the regularity gate, for before/after
     "comm-ml-previous": _comm_ml_previous,
     # fused plus an ungated single-device path on the busiest GPU's activity
     "fused+single-device": SingleDevicePath,
