@@ -101,9 +101,11 @@ small and continuous (tensor-parallel decode), or absent (independent replicas).
   all-to-all, TP across nodes) passes the network channel: at 10 Hz communication alone does not
   separate those from data-parallel training.
 * `comm-ml` — gradient-boosted trees (scikit-learn histogram boosting, balanced classes) on the
-  communication features only, times the exchange gate below.
+  communication features only, times the exchange gate below with its decode veto on
+  communication alone.
 * `fused` — the same learner on all features (communication and activity), times the exchange
-  gate, its trees fitted on every window (the gate still multiplies every prediction).
+  gate with its decode veto, its trees fitted on every window (the gate still multiplies every
+  prediction).
 * *Exchange gate* (`trainsentry.detect.rules.exchange_gate`, both learned detectors): P(training) =
   gate × trees, where the gate (0..1) is the evidence of a collective exchange on some channel
   (NVLink, PCIe or network): traffic ≥ 10× the link's idle floor, symmetric over the window
@@ -119,6 +121,30 @@ small and continuous (tensor-parallel decode), or absent (independent replicas).
   637 W on its decode GPU), the memcpy run and the matmul burn training on power alone (62 %, 21 %,
   50 % of their test appearances over 50 splits). The price: training on a single device, with no
   exchange to measure, is invisible to both learned detectors (as to `comm-rules`).
+* *Decode veto* (`trainsentry.detect.rules.decode_exchange`, part of both learned detectors' gate):
+  tensor-parallel decode and serving all-reduce activations on every GPU at once, symmetric and
+  compute-bound, so they pass the exchange gate in every window, and until this veto only the
+  trees stood between them and an alert. In the splits that held every tensor-parallel server out
+  together the trees had never seen such an exchange called inference and called it training:
+  `fused`'s 9.5 % false alerts on `serve` and 4.2 % on `tp` at 200 splits (66 runs) were all on
+  tensor-parallel runs, every window of which passes the plain gate (table above). The veto closes the gate on the channel whose exchange is *continuous*
+  (busy ≥ 80 % of the window: every layer of every token all-reduces), *irregular* (one minus
+  `comm-rules`' regularity rule, `rules.regularity_factor`, one copy for both: neither steady nor
+  periodic nor pipeline sends — the bytes follow the request mix) and, for `fused`, on GPUs whose
+  work is *memory-bound* (GPM tensor activity per DRAM activity below 0.65 on every GPU: decode
+  reads every weight and the KV cache for a few tokens per step, while a training step's forward
+  and backward passes are dense matmuls over a whole batch). `comm-ml` reads communication only
+  and vetoes on the first two. Each condition alone is met by some training — data-parallel steps
+  shorter than a bin are continuous (but steady), DiLoCo's rare syncs and cover traffic are
+  irregular (but not continuous), narrow deep models can be memory-bound (but their exchange is
+  periodic) — and the table of gate passes above shows the veto changes the share of
+  no training run; on the red-team runs of `data/redteam-r1` it changes none either
+  (`scripts/exchange_gate_passes.py data/redteam-r1` → `results/exchange_gate_redteam.json`). What it
+  opens: training whose gradient exchange is made continuous and irregular (decoy all-reduces filling
+  every bin) on GPUs kept memory-bound would close the gate; for `comm-ml`, continuous irregular
+  decoy traffic alone does. And a batched decode loop that repeats identical batches is periodic
+  in some windows (`tp.m350m_b256`: see its share passing the vetoed gate above): those windows
+  stay the trees' to judge.
 * Both learned detectors draw a random 10 % of the features at each split (`max_features` 0.1):
   the fitting windows separate perfectly on many features at once, and an ensemble that must
   spread its vote over the redundant physical signals is not carried by one feature an unseen
