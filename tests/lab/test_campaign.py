@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from trainsentry.lab.campaign import Campaign, plan_runs, run_campaign
@@ -17,8 +18,11 @@ WORKLOADS = ["train.single.w640-l12-seq4k", "train.ddp.w1024-l16", "infer.genera
 
 
 def _campaign(tmp_path: Path) -> Path:
+    # min_steps: a toy step on a loaded 2-core CI machine can take longer than the 2.5 s run; every
+    # workload but idle counts steps and goes on until it has one (idle counts none: it would never stop)
     spec = {"name": "toy", "node": "cpu-test", "hz": 10, "seconds": 2.5, "gap_s": 1.0, "pre_s": 0.5,
-            "post_s": 0.3, "toy": True, "runs": [{"workload": w} for w in WORKLOADS]}
+            "post_s": 0.3, "toy": True,
+            "runs": [{"workload": w, **({} if w.startswith("other.idle") else {"min_steps": 1})} for w in WORKLOADS]}
     path = tmp_path / "toy.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -56,6 +60,22 @@ def test_budget_keeps_only_runs_that_fit(tmp_path):
     assert len(all_runs) == len(WORKLOADS)
     per_run = 2.5 + 1.0 + PER_RUN_OVERHEAD_S
     assert len(plan_runs(c, tmp_path / "none", budget_s=STARTUP_S + 2.5 * per_run)) == 2
+
+
+def test_min_steps_keeps_a_run_going_past_its_deadline_until_it_has_its_steps():
+    import time
+
+    from trainsentry.workloads.base import Context, Ledger
+    ctx = Context(rank=0, world_size=1, device=torch.device("cpu"), dtype=torch.float32,
+                  deadline=time.time() - 1, ledger=Ledger(), min_steps=2)
+    assert ctx.keep_going()                       # past the deadline, no step yet
+    ctx.ledger.step(0.1, 10, 1.0)
+    assert ctx.keep_going()
+    ctx.ledger.step(0.1, 10, 1.0)
+    assert not ctx.keep_going()                   # two steps: the deadline decides again
+    ctx.max_steps = 1
+    ctx.min_steps = 5
+    assert not ctx.keep_going()                   # max_steps still ends the run
 
 
 def test_unknown_keys_and_workloads_are_refused(tmp_path):

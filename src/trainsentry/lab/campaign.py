@@ -85,7 +85,7 @@ class Campaign:
             for rep in range(int(entry.get("repeats", 1))):
                 items.append({"run_id": f"{name}-{tag}-r{rep}", "workload": name, "overrides": overrides,
                               "seconds": float(entry.get("seconds", self.seconds)), "gap_before_s": self.gap_s,
-                              "seed": rep, **({"max_steps": entry["max_steps"]} if "max_steps" in entry else {})})
+                              "seed": rep, **{k: entry[k] for k in ("max_steps", "min_steps") if k in entry}})
         random.Random(self.seed).shuffle(items)
         # stable: the shuffle survives inside each (long?, repeat) group
         items.sort(key=lambda r: (r["seconds"] > self.seconds, int(r["run_id"].rsplit("-r", 1)[1])))

@@ -74,6 +74,8 @@ class Context:
     dtype: torch.dtype               # bf16 on GPU, fp32 on CPU
     deadline: float                  # time.time() at which to stop
     max_steps: int | None = None     # tests: stop after this many steps
+    min_steps: int = 0               # tests: go on past the deadline until this many steps are done
+                                     # (a loaded CPU may not finish a toy step before a short deadline)
     toy: bool = False
     ranks: tuple[int, ...] = ()      # the ranks taking part; () = all
     cpu_group: Any = None            # gloo group for coordination (barriers that do not spin a GPU)
@@ -98,7 +100,7 @@ class Context:
     def keep_going(self) -> bool:
         if self.max_steps is not None and self.ledger.steps >= self.max_steps:
             return False
-        return time.time() < self.deadline
+        return self.ledger.steps < self.min_steps or time.time() < self.deadline
 
     def keep_going_together(self) -> bool:
         """``keep_going`` agreed by every rank taking part: True only while all of them want to go on.

@@ -3,7 +3,7 @@
     torchrun --nproc_per_node=2 -m trainsentry.workloads.worker PLAN.json OUT_DIR
 
 PLAN.json: {"toy": false, "runs": [{"run_id": "...", "workload": "train.ddp.w1024",
-"overrides": {}, "seconds": 40, "gap_before_s": 5, "max_steps": null}, ...]}.
+"overrides": {}, "seconds": 40, "gap_before_s": 5, "max_steps": null, "min_steps": 0}, ...]}.
 For each run, every rank waits out the idle gap, then the workload runs until its deadline. Rank 0
 appends a line to ``OUT_DIR/events.jsonl`` when a run starts and ends (so a recorder running beside
 can cut its stream into runs even if a later run crashes) and writes ``OUT_DIR/<run_id>.truth.json``
@@ -134,6 +134,7 @@ def run_plan(plan: dict, out_dir: Path) -> None:
         start = time.time()
         ctx = Context(rank=rank, world_size=world, device=device, dtype=dtype,
                       deadline=start + float(item.get("seconds", 40)), max_steps=item.get("max_steps"),
+                      min_steps=int(item.get("min_steps") or 0),
                       toy=toy, ranks=ranks, cpu_group=cpu_group, active_group=active_group,
                       run_group=run_group, ledger=Ledger(),
                       seed=int(item.get("seed", 0)))
