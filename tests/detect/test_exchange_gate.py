@@ -155,10 +155,14 @@ def test_the_decode_veto_reads_the_channel_that_exchanges():
 
 def test_the_learned_detectors_veto_decode(runs):
     from trainsentry.detect.learned import comm_ml
-    assert fused().describe()["decode_veto"] == "memory_bound" and comm_ml().describe()["decode_veto"] == "comm"
+    from trainsentry.detect.variants import VARIANTS
+    assert comm_ml().describe()["decode_veto"] == "comm" and fused().describe()["decode_veto"] is None
+    assert VARIANTS["fused-decode-veto"]().describe()["decode_veto"] == "memory_bound"
     # trees fitted on data without any TP server cannot make its exchange training through the gate
     X, y, classes, ids = stack(runs, "trainsentry")
-    det = fused().fit(X, y, groups=ids, classes=classes)
     serving = pd.DataFrame([_decode(_row("nvlink", 3e9, 1.0), 0.39, steady=0.31, acf=0.18)])
-    assert det.predict_proba(serving)[0] < 0.2
-    assert "not tensor-parallel decode's" in det.explain(serving.iloc[0].to_dict())[1]
+    for det in (comm_ml(), VARIANTS["fused-decode-veto"]()):
+        det.fit(X, y, groups=ids, classes=classes)
+        assert det.predict_proba(serving)[0] < 0.2
+        assert "not tensor-parallel decode's" in det.explain(serving.iloc[0].to_dict())[1]
+    assert fused().fit(X, y, groups=ids, classes=classes).predict_proba(serving)[0] > 0.5   # the plain gate is open

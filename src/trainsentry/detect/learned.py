@@ -211,8 +211,6 @@ def fused(**kw) -> LearnedDetector:
     # exchange, but the trees learn what inference looks like (memory-bound decode, request-driven
     # traffic) from every inference run, not only from the few tensor-parallel servers that pass the
     # gate; with those held out, gated-only trees had almost no negatives left (docs/detector.md).
-    # Its gate closes on tensor-parallel decode's exchange (rules.decode_exchange: continuous,
-    # irregular, memory-bound GPUs): with every tensor-parallel server held out, trees fitted on the
-    # rest called their symmetric all-reduces training (docs/detector.md)
-    return LearnedDetector("fused", ("comm.", "act."), **{"fit_on": "all", "max_features": LEARNED_MAX_FEATURES,
-                                                           "decode_veto": "memory_bound", **kw})
+    # No decode veto: on the 102-run dataset's selection splits it gained nothing for fused, whose
+    # trees learn tensor-parallel inference from its activity (detect.variants: fused-decode-veto)
+    return LearnedDetector("fused", ("comm.", "act."), **{"fit_on": "all", "max_features": LEARNED_MAX_FEATURES, **kw})

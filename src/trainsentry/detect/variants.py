@@ -82,6 +82,12 @@ def _fused_previous() -> Detector:
     return det
 
 
+def _fused_decode_veto() -> Detector:
+    det = fused(decode_veto="memory_bound")
+    det.name = "fused-decode-veto"
+    return det
+
+
 def _fused_regular() -> Detector:
     det = fused(decode_veto=None, regular_gate=True)
     det.name = "fused-regular"
@@ -129,7 +135,10 @@ def _fused_shape() -> Detector:
 
 
 VARIANTS: dict[str, Callable[[], Detector]] = {
-    # fused and comm-ml before the decode veto (the plain exchange gate), for before/after
+    # fused with the decode veto (continuous, irregular exchange of memory-bound GPUs)
+    "fused-decode-veto": _fused_decode_veto,
+    # fused and comm-ml with the plain exchange gate (fused: the same as fused; it carried the veto
+    # when results/selection-seed1 was written), comm-ml before its decode veto
     "fused-previous": _fused_previous,
     # the gate asking for a regular exchange instead of vetoing decode's
     "fused-regular": _fused_regular,
