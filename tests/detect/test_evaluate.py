@@ -56,6 +56,15 @@ def test_eval_end_to_end(tiny_dataset, feature_cache, tmp_path):
     assert "| `fused` | 100.0 %" in text and "arXiv 2606.19262" in text
     assert "| `rt-baseline` (adapted rule †) |" in text and "no run long enough" in text
     assert f"from `{out / 'detector.json'}`" in text
+    # per run: every test run's share of wrong verdicts; the gate's evidence over every run
+    assert fused["per_run"] and set(fused["per_run"]) <= {r.name for r in tiny_dataset.iterdir() if r.is_dir()}
+    assert sum(v["test_instances"] for v in fused["per_run"].values()) == sum(s["n_test_runs"] for s in fused["splits"])
+    assert all(v["wrong_frac"] == 0.0 for v in fused["per_run"].values())
+    gate = doc["exchange_gate"]
+    keys = ("exchange", "not_decode", "not_decode_comm", "regular_exchange")
+    assert all(min(v[k] for k in keys) > 0.5 for v in gate.values() if v["class"] == "training")
+    assert all(max(v[k] for k in keys) == 0.0 for v in gate.values() if v["class"] != "training")
+    assert "Exchange gate over every run's in-run windows" in text and "Runs judged wrongly" in text
     assert time.time() - t0 < 60
 
 
@@ -114,3 +123,20 @@ def test_eval_as_if_nvlink_were_read_once_a_second(tmp_path):
     assert bad.exit_code == 2 and "GROUP=SECONDS" in bad.output
     bad = CliRunner().invoke(app, args + ["--counter-period", "pcie=1"])
     assert bad.exit_code == 2 and "unknown counter groups" in bad.output
+
+
+def test_variants_are_evaluated_only_when_named(tiny_dataset, feature_cache, tmp_path):
+    # detect.variants: what was tried and not kept, reproducible by name (docs/detector.md)
+    from trainsentry.detect.variants import VARIANTS
+    args = ["eval", "--data", str(tiny_dataset), "--splits", "2", "--no-lofo", "--docs", "",
+            "--cache", str(feature_cache), "--out", str(tmp_path / "r")]
+    names = sorted(VARIANTS)
+    res = CliRunner().invoke(app, args + [a for n in names for a in ("--detector", n)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "r" / "detector.json").read_text())
+    assert sorted(doc["detectors"]) == names
+    assert doc["detectors"]["fused-previous"]["detector"]["decode_veto"] is None
+    assert doc["detectors"]["comm-ml-previous"]["detector"]["decode_veto"] is None
+    assert doc["detectors"]["fused-regular"]["detector"]["regular_gate"] is True
+    bad = CliRunner().invoke(app, args + ["--detector", "fused-nonesuch"])
+    assert bad.exit_code == 2 and "fused-previous" in bad.output

@@ -197,6 +197,12 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
     for f in sorted({o.family for o in pooled}):
         os_ = [o for o in pooled if o.family == f]
         fam[f] = {"class": os_[0].cls, "test_instances": len(os_), "alerted_frac": _rate([o.alerted for o in os_])}
+    per_run = {}
+    for rid in sorted({o.run_id for o in pooled}):
+        os_ = [o for o in pooled if o.run_id == rid]
+        per_run[rid] = {"class": os_[0].cls, "family": os_[0].family, "test_instances": len(os_),
+                        "alerted_frac": _rate([o.alerted for o in os_]),
+                        "wrong_frac": _rate([o.alerted != (o.cls == "training") for o in os_])}
     lofo_res = leave_one_family_out(factory, runs, rule) if lofo else {}
     alternatives = {}
     for k in ALTERNATIVE_RULES:
@@ -245,6 +251,7 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
         "time_to_alert_s": _tta_summary(ttas, n_training),
         "alternative_alert_rules": alternatives,
         "per_family": fam,
+        "per_run": per_run,
         "lofo": lofo_res,
         "splits": per_split,
         "detector": factory().describe(),

@@ -25,7 +25,8 @@ SEEN_GROUP_FRACTION = 0.99   # a sensor present in this share of the fit windows
 class LearnedDetector(Detector):
     def __init__(self, name: str, prefixes: tuple[str, ...], max_iter: int = 150, learning_rate: float = 0.1,
                  max_leaf_nodes: int = 15, min_samples_leaf: int = 10, seed: int = 0, gate: bool = True,
-                 fit_on: str = "gated", max_features: float = 1.0):
+                 fit_on: str = "gated", max_features: float = 1.0, regular_gate: bool = False,
+                 decode_veto: str | None = None):
         self.name = name
         self.prefixes = prefixes
         # P(training) = exchange gate × trees (rules.exchange_gate): trees fitted on a few dozen runs
@@ -35,6 +36,9 @@ class LearnedDetector(Detector):
         if fit_on not in ("gated", "all"):
             raise ValueError("fit_on is 'gated' (windows that pass the exchange gate) or 'all'")
         self.gate, self.fit_on = gate, fit_on
+        # rules.exchange_gate's options: the gate closes on tensor-parallel decode's exchange
+        # (decode_veto), or asks that the exchange recur as training steps do (regular_gate)
+        self.regular_gate, self.decode_veto = regular_gate, decode_veto
         self.params = dict(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
                            min_samples_leaf=min_samples_leaf, random_state=seed, max_features=max_features,
                            # sklearn's "auto" turns early stopping on above 10k samples with a random
@@ -99,7 +103,10 @@ class LearnedDetector(Detector):
 
     def _gate(self, X: pd.DataFrame) -> np.ndarray:
         from .rules import exchange_gate
-        return exchange_gate(X)[0] if getattr(self, "gate", False) else np.ones(len(X))
+        if not getattr(self, "gate", False):
+            return np.ones(len(X))
+        return exchange_gate(X, regular=getattr(self, "regular_gate", False),
+                             decode_veto=getattr(self, "decode_veto", None))[0]
 
     def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
         if self.constant_ is not None:
@@ -114,7 +121,8 @@ class LearnedDetector(Detector):
         gated = getattr(self, "gate", False)
         if gated:
             from .rules import CHANNEL_LABEL, CHANNELS, GATE_SYM_MIN, exchange_gate
-            g_all, ch = exchange_gate(row)
+            regular, veto = getattr(self, "regular_gate", False), getattr(self, "decode_veto", None)
+            g_all, ch = exchange_gate(row, regular=regular, decode_veto=veto)
             g = float(g_all[0])
         else:
             g = 1.0
@@ -124,8 +132,12 @@ class LearnedDetector(Detector):
                + (" × exchange gate)" if gated else ")")]
         if gated:
             out.append(f"exchange gate {g:.2f} (best channel {CHANNEL_LABEL[CHANNELS[int(ch[0])]]}): traffic above "
-                       f"the idle floor, symmetric (>= {GATE_SYM_MIN}) and simultaneous across devices, as every "
-                       "multi-device training step is; a closed gate means no such exchange, whatever the trees say")
+                       f"the idle floor, symmetric (>= {GATE_SYM_MIN}) and simultaneous across devices"
+                       + (", recurring as identical steps do (periodic, steady or pipeline sends)" if regular else "")
+                       + (", and not tensor-parallel decode's (continuous, neither steady nor periodic"
+                          + (", on memory-bound GPUs" if veto == "memory_bound" else "") + ")" if veto else "")
+                       + ", as every multi-device training step is; a closed gate means no such exchange, "
+                       "whatever the trees say")
         if self.model is None:
             return out
         ref = getattr(self, "medians_", None)
@@ -154,7 +166,9 @@ class LearnedDetector(Detector):
         return {**super().describe(), "model": "HistGradientBoostingClassifier", "params": self.params,
                 "n_features": len(self.cols_), "prefixes": list(self.prefixes),
                 "sensors_always_seen": list(getattr(self, "groups_seen_", [])),
-                "exchange_gate": bool(getattr(self, "gate", False)), "fit_on": getattr(self, "fit_on", "all")}
+                "exchange_gate": bool(getattr(self, "gate", False)), "fit_on": getattr(self, "fit_on", "all"),
+                "regular_gate": bool(getattr(self, "regular_gate", False)),
+                "decode_veto": getattr(self, "decode_veto", None)}
 
 
 def balanced_rows(y: np.ndarray) -> np.ndarray:
@@ -186,12 +200,17 @@ LEARNED_MAX_FEATURES = 0.1
 def comm_ml(**kw) -> LearnedDetector:
     # fitted on every window: on communication features alone, the gated windows' only negatives
     # are a few tensor-parallel servers
-    return LearnedDetector("comm-ml", ("comm.",), **{"fit_on": "all", "max_features": LEARNED_MAX_FEATURES, **kw})
+    # are a few tensor-parallel servers; its gate closes on tensor-parallel decode's exchange as
+    # communication alone sees it (continuous and irregular: rules.decode_exchange)
+    return LearnedDetector("comm-ml", ("comm.",), **{"fit_on": "all", "max_features": LEARNED_MAX_FEATURES,
+                                                     "decode_veto": "comm", **kw})
 
 
 def fused(**kw) -> LearnedDetector:
     # fitted on every window too: the gate still closes on every window without a collective
     # exchange, but the trees learn what inference looks like (memory-bound decode, request-driven
     # traffic) from every inference run, not only from the few tensor-parallel servers that pass the
-    # gate; with those held out, gated-only trees had almost no negatives left (docs/detector.md)
+    # gate; with those held out, gated-only trees had almost no negatives left (docs/detector.md).
+    # No decode veto: on the 102-run dataset's selection splits it gained nothing for fused, whose
+    # trees learn tensor-parallel inference from its activity (detect.variants: fused-decode-veto)
     return LearnedDetector("fused", ("comm.", "act."), **{"fit_on": "all", "max_features": LEARNED_MAX_FEATURES, **kw})

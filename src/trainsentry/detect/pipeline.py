@@ -72,11 +72,14 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
              cache_dir: Path | None = None, command: str = "trainsentry eval", console=None,
              counter_periods: dict[str, float] | None = None) -> dict:
     rule = AlertRule(0.75, 3, 5)
+    from .variants import VARIANTS
     factories = detector_factories(rt_trees)
     names = detectors or list(factories)
+    # the variants of detect.variants (tried, not kept) are evaluated only when named
+    factories = {**factories, **{k: v for k, v in VARIANTS.items() if k in names}}
     unknown = set(names) - set(factories)
     if unknown:
-        raise ValueError(f"unknown detectors {sorted(unknown)}; choose from {list(factories)}")
+        raise ValueError(f"unknown detectors {sorted(unknown)}; choose from {list(factories) + list(VARIANTS)}")
     t0 = time.time()
     from ..traces.io import iter_runs
     n_dirs = len(iter_runs(data))
@@ -103,6 +106,7 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
                         "counter_periods_s": counter_periods or {}},
            "detectors": results,
            "segmentation": segmentation_summary(runs),
+           "exchange_gate": gate_summary(runs),
            **simulator_visibility(runs, factories, names),
            "elapsed_s": round(time.time() - t0, 1)}
     out.mkdir(parents=True, exist_ok=True)
@@ -119,6 +123,24 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
         docs.parent.mkdir(parents=True, exist_ok=True)
         docs.write_text(render(doc))
     return doc
+
+
+def gate_summary(runs: list[Run]) -> dict:
+    """Per run, the share of its in-run windows that pass the exchange gate (P ≥ 0.5): plain, with
+    fused's decode veto, with comm-ml's (communication only), and asking for a regular exchange
+    (the variant tried and not kept) — rules.exchange_gate over the whole dataset, no fitting."""
+    from .rules import exchange_gate
+    out = {}
+    for r in runs:
+        df = r.windows["trainsentry"]
+        df = df[df["in_run"]] if not df.empty else df
+        if df.empty:
+            continue
+        share = lambda **kw: float(np.mean(exchange_gate(df, **kw)[0] >= 0.5))  # noqa: E731
+        out[r.run_id] = {"class": r.cls, "family": r.family, "windows": int(len(df)), "exchange": share(),
+                         "not_decode": share(decode_veto="memory_bound"), "not_decode_comm": share(decode_veto="comm"),
+                         "regular_exchange": share(regular=True)}
+    return out
 
 
 def simulator_visibility(runs: list[Run], factories: dict, names: list[str]) -> dict:

@@ -104,6 +104,63 @@ def exchange_factors(X: pd.DataFrame, ch: str, volume_Bps: float, sym_min: float
     return f
 
 
+# The regularity rule's thresholds (CommRules' defaults; the exchange gate asks the same when it
+# asks for regularity): autocorrelation peak, busy share of the window, steadiness of the busy
+# bins, one-way share per bin (pipeline sends).
+REG_ACF_MIN = 0.3
+REG_DUTY_MIN = 0.8
+REG_STEADY_MIN = 0.7
+REG_ALTERNATING_MIN = 0.15
+
+
+def regularity_factor(X: pd.DataFrame, ch: str, duty_min: float = REG_DUTY_MIN, acf_min: float = REG_ACF_MIN,
+                      steady_min: float = REG_STEADY_MIN, alternating_min: float = REG_ALTERNATING_MIN) -> np.ndarray:
+    """Evidence (0..1 per window) that the exchange on one channel recurs as identical steps do:
+    a clear autocorrelation peak (steps longer than a bin), or busy most of the window *and*
+    steady (per-GPU channels: steps shorter than a bin move the same bytes in every bin), or, on
+    per-GPU channels, mostly one way per bin (pipeline training: activations forward, gradients
+    back). Shared by ``CommRules`` and ``exchange_gate(regular=True)``."""
+    per_gpu = ch in PER_GPU
+    sfx = ".min" if per_gpu else ""
+    busy = _soft(_col(X, f"comm.{ch}.duty{sfx}"), duty_min, 0.05)
+    regular = _soft(_col(X, f"comm.{ch}.acf_peak{sfx}"), acf_min, 0.05)
+    if per_gpu:
+        # inside a node, where tensor parallelism lives, busy must also be steady
+        busy = busy * _soft(_col(X, f"comm.{ch}.steady.min"), steady_min, 0.03)
+        # pipeline training: point-to-point sends, one way per bin, as many bytes back
+        # (gradients) as forward (activations); the symmetry factor asks the latter
+        regular = np.maximum(regular, _soft(_col(X, f"comm.{ch}.oneway_bins.min"), alternating_min, 0.02))
+    return np.maximum(busy, regular)
+
+
+# Tensor-parallel decode, as the exchange gate's veto sees it (``decode_exchange``): an exchange busy
+# through the window (the regularity rule's duty) that is neither steady nor periodic, on GPUs whose
+# work is memory-bound (GPM tensor activity per DRAM activity below this on every GPU).
+DECODE_TENSOR_PER_DRAM_MAX = 0.65
+
+
+def decode_exchange(X: pd.DataFrame, ch: str, memory_bound: bool = True) -> np.ndarray:
+    """Evidence (0..1 per window) that the exchange on a per-GPU channel is the activation
+    all-reduce of tensor-parallel decode or serving, not a training step's: *continuous* (busy
+    ≥ 80 % of the window: every layer of every token all-reduces), *irregular* (1 − the regularity
+    rule: the bytes follow the request mix, neither steady nor periodic, no pipeline sends) and,
+    with ``memory_bound``, on GPUs whose work is memory-bound (``act.tensor_per_dram.max`` below
+    ``DECODE_TENSOR_PER_DRAM_MAX``: decode reads every weight and the KV cache for a few tokens per
+    step, while training's forward and backward passes are dense matmuls over a whole batch). An
+    absent reading is no evidence (0). Each condition alone is met by some training: sub-bin DDP
+    steps are continuous (but steady), DiLoCo's rare syncs and cover traffic are irregular (but not
+    continuous), narrow models are memory-bound (but their exchange is regular); the network
+    channel gets 0 (tensor parallelism stays inside a node)."""
+    if ch not in PER_GPU:
+        return np.zeros(len(X))
+    continuous = _soft(_col(X, f"comm.{ch}.duty.min"), REG_DUTY_MIN, 0.05)
+    out = continuous * (1.0 - regularity_factor(X, ch))
+    if memory_bound:
+        tpd = _col(X, "act.tensor_per_dram.max")
+        out = out * np.where(np.isfinite(tpd), 1.0 - _soft(tpd, DECODE_TENSOR_PER_DRAM_MAX, 0.05), 0.0)
+    return out
+
+
 # The exchange gate of the learned detectors (``exchange_gate``): looser than CommRules, since it
 # only asks whether a collective exchange is there at all and leaves the rest to the trees.
 GATE_SYM_MIN = 0.5
@@ -112,7 +169,7 @@ GATE_FLOOR_FACTOR = 10.0     # volume at least 10x the link's idle floor (featur
 GATE_BYTES_PER_J_MAX = 1e9   # the compute-bound rule's bound (CommRules.bytes_per_J_max)
 
 
-def exchange_gate(X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def exchange_gate(X: pd.DataFrame, regular: bool = False, decode_veto: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Evidence (0..1) that a window holds a collective exchange on some channel, and that channel's
     index in ``CHANNELS``: traffic above the link's idle floor that is symmetric over the window
     (each device sends about what it receives), simultaneous across devices and compute-bound: the
@@ -127,11 +184,29 @@ def exchange_gate(X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     multi-device training, whatever their power or activity looks like. The exchange must also be
     that of a compute-bound workload (at most ``GATE_BYTES_PER_J_MAX`` bytes per joule):
     collective benchmarks and peer copies spend their energy moving bytes. What the gate cannot
-    see: training on one device alone (no exchange to measure)."""
+    see: training on one device alone (no exchange to measure).
+
+    ``decode_veto``: the gate closes where the exchange is that of tensor-parallel decode or serving
+    (``decode_exchange`` on the same channel: continuous, irregular and — ``"memory_bound"`` — on
+    memory-bound GPUs; ``"comm"``: the communication conditions only). Those all-reduce activations
+    symmetrically on every GPU at once and pass the plain gate; when every tensor-parallel server
+    of the dataset was held out together, trees fitted on the rest called them training.
+
+    ``regular`` (tried, not kept: detect.variants): the exchange must also recur as identical
+    steps do (``regularity_factor``) — it also closed on DiLoCo's rare syncs and on training under
+    cover traffic (docs/detector.md)."""
+    if decode_veto not in (None, "memory_bound", "comm"):
+        raise ValueError("decode_veto is None, 'memory_bound' or 'comm'")
     from ..features.comm import ACTIVE_FLOOR_BPS
-    scores = [np.prod(np.vstack(list(exchange_factors(
-        X, ch, GATE_FLOOR_FACTOR * ACTIVE_FLOOR_BPS[ch], GATE_SYM_MIN, GATE_SIMULT_MIN, GATE_BYTES_PER_J_MAX).values())),
-        axis=0) for ch in CHANNELS]
+    scores = []
+    for ch in CHANNELS:
+        f = exchange_factors(X, ch, GATE_FLOOR_FACTOR * ACTIVE_FLOOR_BPS[ch], GATE_SYM_MIN, GATE_SIMULT_MIN,
+                             GATE_BYTES_PER_J_MAX)
+        if regular:
+            f["regularity"] = regularity_factor(X, ch)
+        if decode_veto:
+            f["not_decode"] = 1.0 - decode_exchange(X, ch, memory_bound=decode_veto == "memory_bound")
+        scores.append(np.prod(np.vstack(list(f.values())), axis=0))
     s = np.vstack(scores)
     return s.max(axis=0), s.argmax(axis=0)
 
@@ -140,8 +215,8 @@ class CommRules(Detector):
     name = "comm-rules"
 
     def __init__(self, volume_Bps: float = 1e8, sym_min: float = 0.7, simult_min: float = 0.5,
-                 duty_min: float = 0.8, acf_min: float = 0.3, bytes_per_J_max: float = 1e9,
-                 steady_min: float = 0.7, alternating_min: float = 0.15):
+                 duty_min: float = REG_DUTY_MIN, acf_min: float = REG_ACF_MIN, bytes_per_J_max: float = 1e9,
+                 steady_min: float = REG_STEADY_MIN, alternating_min: float = REG_ALTERNATING_MIN):
         self.volume_Bps, self.sym_min, self.simult_min = volume_Bps, sym_min, simult_min
         self.alternating_min = alternating_min
         self.duty_min, self.acf_min, self.steady_min = duty_min, acf_min, steady_min
@@ -154,17 +229,7 @@ class CommRules(Detector):
     def _factors(self, X: pd.DataFrame, ch: str, volume_Bps: float | None = None) -> dict[str, np.ndarray]:
         thr = self.volume_Bps if volume_Bps is None else volume_Bps
         f = exchange_factors(X, ch, thr, self.sym_min, self.simult_min, self.bytes_per_J_max)
-        per_gpu = ch in PER_GPU
-        sfx = ".min" if per_gpu else ""
-        busy = _soft(_col(X, f"comm.{ch}.duty{sfx}"), self.duty_min, 0.05)
-        regular = _soft(_col(X, f"comm.{ch}.acf_peak{sfx}"), self.acf_min, 0.05)
-        if per_gpu:
-            # inside a node, where tensor parallelism lives, busy must also be steady
-            busy = busy * _soft(_col(X, f"comm.{ch}.steady.min"), self.steady_min, 0.03)
-            # pipeline training: point-to-point sends, one way per bin, as many bytes back
-            # (gradients) as forward (activations); the symmetry factor asks the latter
-            regular = np.maximum(regular, _soft(_col(X, f"comm.{ch}.oneway_bins.min"), self.alternating_min, 0.02))
-        f["regularity"] = np.maximum(busy, regular)
+        f["regularity"] = regularity_factor(X, ch, self.duty_min, self.acf_min, self.steady_min, self.alternating_min)
         return f
 
     def _score(self, X: pd.DataFrame, volume_Bps: float | None = None) -> tuple[np.ndarray, np.ndarray, dict]:

@@ -1,0 +1,157 @@
+"""Detector variants kept for the record: what was tried against the detectors ``trainsentry eval``
+reports, each reachable by name (``trainsentry eval --detector NAME``) so the numbers in
+docs/detector.md's "tried and not kept" list come from a command, not from a notebook.
+
+None of these is evaluated by default, and none is used by the live path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .base import Detector
+from .learned import LEARNED_MAX_FEATURES, LearnedDetector, comm_ml, fused
+
+
+class SingleDevicePath(Detector):
+    """``fused`` plus an ungated second path for training on one device: where the exchange gate
+    is closed, P(training) = (1 − gate) × trees on the busiest GPU's activity (``act.*.max``),
+    fitted on every window (multi-GPU training windows teach it what a training GPU's activity
+    looks like). Tried and not kept: batched forward passes at the power cap (embedding, prefill)
+    and a matmul burn look the same to 10 Hz activity counters (docs/detector.md)."""
+
+    name = "fused+single-device"
+
+    def __init__(self):
+        self.multi = fused()
+        self.single = LearnedDetector("single-device", ("act.",), gate=False, fit_on="all",
+                                      max_features=LEARNED_MAX_FEATURES)
+        self.single.uses = lambda c: c.startswith("act.") and c.endswith(".max") and "n_gpus" not in c
+
+    def uses(self, column: str) -> bool:
+        return self.multi.uses(column)
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
+            classes: Sequence[str] | None = None) -> "SingleDevicePath":
+        self.multi.fit(X, y, groups, classes)
+        self.single.fit(X, y, groups, classes)
+        return self
+
+    def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
+        from .rules import exchange_gate
+        closed = 1.0 - exchange_gate(X)[0]
+        return np.maximum(self.multi.predict_proba(X), closed * self.single.predict_proba(X))
+
+    def explain(self, x: Mapping[str, float]) -> list[str]:
+        return self.multi.explain(x)
+
+
+class FusedWithRules(Detector):
+    """The geometric mean of ``fused`` and ``comm-rules`` per window: the rules' fixed physics beside
+    the trees, each able to pull the other down. Tried and not kept: within a run or two of fused
+    alone on the selection splits, for a second fitted part (docs/detector.md)."""
+
+    name = "fused-geo-comm-rules"
+
+    def __init__(self):
+        from .rules import CommRules
+        self.trees, self.rules = fused(), CommRules()
+
+    def uses(self, column: str) -> bool:
+        return self.trees.uses(column)
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
+            classes: Sequence[str] | None = None) -> "FusedWithRules":
+        self.trees.fit(X, y, groups, classes)
+        self.rules.fit(X, y, groups, classes)
+        return self
+
+    def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
+        return np.sqrt(self.trees.predict_proba(X) * self.rules.predict_proba(X))
+
+    def explain(self, x: Mapping[str, float]) -> list[str]:
+        return self.trees.explain(x) + self.rules.explain(x)
+
+
+def _fused_previous() -> Detector:
+    det = fused(decode_veto=None)
+    det.name = "fused-previous"
+    return det
+
+
+def _fused_decode_veto() -> Detector:
+    det = fused(decode_veto="memory_bound")
+    det.name = "fused-decode-veto"
+    return det
+
+
+def _fused_regular() -> Detector:
+    det = fused(decode_veto=None, regular_gate=True)
+    det.name = "fused-regular"
+    return det
+
+
+def _comm_ml_regular() -> Detector:
+    det = comm_ml(decode_veto=None, regular_gate=True)
+    det.name = "comm-ml-regular"
+    return det
+
+
+def _comm_ml_memory_bound() -> Detector:
+    det = comm_ml(decode_veto="memory_bound")
+    det.name = "comm-ml-memory-bound"
+    return det
+
+
+def _fused_fit_gated() -> Detector:
+    det = fused(fit_on="gated")
+    det.name = "fused-fit-gated"
+    return det
+
+
+def _comm_ml_previous() -> Detector:
+    det = comm_ml(decode_veto=None)
+    det.name = "comm-ml-previous"
+    return det
+
+
+# Activity statistics that are absolute levels (watts, percent busy, GiB, MHz, degrees): the
+# fitting data's training runs mostly draw ~690 W at high tensor activity, and trees that learn
+# those levels miss training that runs cooler (tensor-parallel, pipeline, small batches).
+ABSOLUTE_ACTIVITY = ("power_W.mean", "power_W.p05", "power_W.p95", "power_W.std", "energy_W.", "util_pct.mean",
+                     "util_pct.p05", "util_pct.p95", "util_pct.std", "mem_util_pct.mean", "mem_util_pct.p05",
+                     "mem_util_pct.p95", "mem_util_pct.std", "mem_GiB.mean", "sm_clock_mhz", "mem_clock_mhz",
+                     "temp_c", "_pct.mean", "_pct.p05", "_pct.p95", "_pct.std", "tensor_per_kW")
+
+
+def _fused_shape() -> Detector:
+    det = fused()
+    det.name = "fused-shape"
+    det.uses = lambda c: c.startswith("comm.") or (c.startswith("act.") and not any(a in c for a in ABSOLUTE_ACTIVITY))
+    return det
+
+
+VARIANTS: dict[str, Callable[[], Detector]] = {
+    # fused with the decode veto (continuous, irregular exchange of memory-bound GPUs)
+    "fused-decode-veto": _fused_decode_veto,
+    # fused and comm-ml with the plain exchange gate (fused: the same as fused; it carried the veto
+    # when results/selection-seed1 was written), comm-ml before its decode veto
+    "fused-previous": _fused_previous,
+    # the gate asking for a regular exchange instead of vetoing decode's
+    "fused-regular": _fused_regular,
+    "comm-ml-regular": _comm_ml_regular,
+    # comm-ml's veto with fused's memory-bound condition (an activity reading in a comm-only detector)
+    "comm-ml-memory-bound": _comm_ml_memory_bound,
+    # fused with its gate, trees fitted only on windows that pass it
+    "fused-fit-gated": _fused_fit_gated,
+    "comm-ml-previous": _comm_ml_previous,
+    # fused plus an ungated single-device path on the busiest GPU's activity
+    "fused+single-device": SingleDevicePath,
+    # geometric mean of fused and comm-rules
+    "fused-geo-comm-rules": FusedWithRules,
+    # fused without the absolute activity levels (shape, ratios and balance of activity kept)
+    "fused-shape": _fused_shape,
+}
