@@ -374,5 +374,8 @@ def render(doc: dict) -> str:
               METHODS.format(thr=rule["threshold"], k=rule["k"], n=rule["n"], splits=proto["splits"],
                              seed=proto["seed"], rate=_f(dets[next(iter(dets))]["window_fpr_at_detection_rate"]
                                                          ["detection_rate"], True, 0)),
-              "## Reproduce", "", "```", doc["command"], "```", ""]
+              "## Reproduce", "", "```", doc["command"], "```", "",
+              "The splits above refit every detector on each split's training side. `scripts/prospective.py` "
+              "instead reads a committed model as it was and judges the runs recorded after it was fitted "
+              "(results in `results/prospective.json`, `docs/prospective.md`).", ""]
     return "\n".join(lines)
