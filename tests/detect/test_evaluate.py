@@ -65,7 +65,33 @@ def test_eval_end_to_end(tiny_dataset, feature_cache, tmp_path):
     assert all(min(v[k] for k in keys) > 0.5 for v in gate.values() if v["class"] == "training")
     assert all(max(v[k] for k in keys) == 0.0 for v in gate.values() if v["class"] != "training")
     assert "Exchange gate over every run's in-run windows" in text and "Runs judged wrongly" in text
+    # fused or rt-baseline: at least what fused alone catches, on the same runs
+    both = doc["combinations"]["fused or rt-baseline"]
+    assert both["training_detection"] >= fused["training_detection"] and both["over_splits"]["run_accuracy"]["n"] == 3
+    assert "| `fused or rt-baseline` |" in text
     assert time.time() - t0 < 60
+
+
+def test_either_alert_is_the_or_of_two_detectors_verdicts_at_the_earlier_time():
+    import numpy as np
+
+    from trainsentry.detect.evaluate import RunOutcome, either_alert
+
+    def o(rid, cls, alerted, tta):
+        return RunOutcome(rid, cls, "f" + cls, rid, alerted, tta, np.zeros(0))
+    a = [[o("t1", "training", True, 9.0), o("t2", "training", False, None), o("i1", "inference", False, None)],
+         [o("t1", "training", False, None), o("i2", "inference", True, 5.0)]]
+    b = [[o("t1", "training", True, 27.0), o("t2", "training", True, 30.0), o("i1", "inference", False, None)],
+         [o("t1", "training", True, 28.0), o("i2", "inference", False, None)]]
+    r = either_alert(a, b)
+    assert r["over_splits"]["training_detection"]["mean"] == 1.0 and r["training_detection"] == 1.0
+    assert r["inference_fpr"] == 0.5                           # split 1: 0 of 1; split 2: 1 of 1
+    assert r["time_to_alert_s"]["alerted_training_runs"] == 3
+    assert sorted([9.0, 30.0, 28.0])[1] == r["median_time_to_alert_s"]    # the earlier time of each run
+    with pytest.raises(ValueError, match="same splits"):
+        either_alert(a, b[:1])
+    with pytest.raises(ValueError, match="test runs differ"):
+        either_alert(a, [b[1], b[0]])
 
 
 def test_eval_refuses_an_empty_directory(tmp_path):

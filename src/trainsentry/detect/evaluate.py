@@ -174,7 +174,7 @@ def _tta_summary(ttas: list[float], n_training: int) -> dict:
 def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run], splits: list[tuple[set, set]],
                       rule: AlertRule, lofo: bool = True, advance: Callable[[], None] | None = None) -> dict:
     per_split, pooled, ttas = [], [], []
-    roc_y, roc_p = [], []
+    roc_y, roc_p, by_split = [], [], []
     for i, (train_c, test_c) in enumerate(splits):
         train = [r for r in runs if r.config in train_c]
         test = [r for r in runs if r.config in test_c]
@@ -187,6 +187,7 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
                           "faithful": {"runs_long_enough": len(long_enough),
                                        **{k: fm.get(k) for k in RUN_KEYS}}})
         pooled.extend(outcomes)
+        by_split.append(outcomes)
         ttas += [o.time_to_alert_s for o in outcomes if o.cls == "training" and o.alerted]
         for o in outcomes:
             roc_y.append(np.full(o.p_in_run.size, int(o.cls == "training")))
@@ -255,9 +256,41 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
         "lofo": lofo_res,
         "splits": per_split,
         "detector": factory().describe(),
+        "_outcomes": by_split,
         "_curves": {"roc_y": np.concatenate(roc_y) if roc_y else np.zeros(0), "roc_p": np.concatenate(roc_p) if roc_p else
                     np.zeros(0), "tta": ttas},
     }
+
+
+def either_alert(a: list[list[RunOutcome]], b: list[list[RunOutcome]]) -> dict:
+    """Run-level OR of two detectors evaluated on the same splits: a run alerts when either alerts,
+    at the earlier of their alert times. Each detector keeps its own windows and alert rule (the
+    verdicts, not the window probabilities, are combined: two detectors with different window
+    lengths share no window grid). Window metrics and leave-one-family-out are not defined here."""
+    if len(a) != len(b):
+        raise ValueError("the two detectors were not evaluated on the same splits")
+    per_split, pooled, ttas = [], [], []
+    for sa, sb in zip(a, b):
+        if [o.run_id for o in sa] != [o.run_id for o in sb]:
+            raise ValueError("the two detectors' test runs differ within a split")
+        both = []
+        for x, y in zip(sa, sb):
+            times = [o.time_to_alert_s for o in (x, y) if o.alerted and o.time_to_alert_s is not None]
+            both.append(replace(x, alerted=x.alerted or y.alerted, time_to_alert_s=min(times) if times else None,
+                                p_in_run=np.zeros(0), alternatives=None))
+        m = run_metrics(both)
+        per_split.append({k: m[k] for k in RUN_KEYS})
+        pooled.extend(both)
+        ttas += [o.time_to_alert_s for o in both if o.cls == "training" and o.alerted and o.time_to_alert_s is not None]
+    fam = {}
+    for f in sorted({o.family for o in pooled}):
+        os_ = [o for o in pooled if o.family == f]
+        fam[f] = {"class": os_[0].cls, "test_instances": len(os_), "alerted_frac": _rate([o.alerted for o in os_])}
+    n_training = sum(1 for o in pooled if o.cls == "training")
+    splitm = {k: _summary([s[k] for s in per_split]) for k in RUN_KEYS}
+    return {**{k: splitm[k]["mean"] for k in RUN_KEYS}, "over_splits": splitm,
+            "median_time_to_alert_s": _tta_summary(ttas, n_training)["p50"],
+            "time_to_alert_s": _tta_summary(ttas, n_training), "per_family": fam}
 
 
 def leave_one_family_out(factory: Callable[[], Detector], runs: list[Run], rule: AlertRule) -> dict:

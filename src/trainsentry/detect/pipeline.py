@@ -13,9 +13,15 @@ import numpy as np
 from .alert import AlertRule
 from .base import save_detector
 from .dataset import Run, load_dataset, stack
-from .evaluate import config_splits, detector_factories, evaluate_detector
+from .evaluate import config_splits, detector_factories, either_alert, evaluate_detector
 
 RESULTS_FILE = "detector.json"
+# Run-level combinations reported beside the detectors when both are evaluated: fused sees every
+# multi-device exchange within seconds but nothing of single-device training (its gate is closed
+# there); rt-baseline reads one GPU's activity over 30 s windows and is the only detector here that
+# alerts on single-GPU training. Chosen after reading the 200 seed-0 splits of 2026-11-30 (not
+# confirmed on other splits yet): see docs/detector.md.
+EITHER = (("fused", "rt-baseline"),)
 
 
 def default_cache_dir() -> Path:
@@ -97,6 +103,10 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
             results[name] = evaluate_detector(name, factories[name], runs, splits, rule, lofo,
                                               advance=lambda t=task: prog.advance(t))
     curves = {n: r.pop("_curves") for n, r in results.items()}
+    outcomes = {n: r.pop("_outcomes") for n, r in results.items()}
+    combinations = {f"{a} or {b}": {"rule": f"a run alerts when {a} or {b} alerts (each with its own windows "
+                                             "and rule), at the earlier time", **either_alert(outcomes[a], outcomes[b])}
+                    for a, b in EITHER if a in outcomes and b in outcomes}
     doc = {"command": command, "results_file": str(out / RESULTS_FILE), "dataset": dataset_summary(data, runs),
            "protocol": {"splits": n_splits, "train_fraction_of_configs": 2 / 3, "grouping": "labels.config",
                         "seed": seed, "window_label": "in_run (>= 50 % of the window inside [start, end])",
@@ -105,6 +115,7 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
                         # counters thinned to an agent reading them this rarely (s), else as recorded
                         "counter_periods_s": counter_periods or {}},
            "detectors": results,
+           **({"combinations": combinations} if combinations else {}),
            "segmentation": segmentation_summary(runs),
            "exchange_gate": gate_summary(runs),
            **simulator_visibility(runs, factories, names),
