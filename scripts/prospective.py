@@ -7,7 +7,9 @@ runs nobody had seen when it was fitted: the closest the lab gets to "workloads 
         --docs docs/prospective.md
 
 ``--model-rev`` takes the model file (models/fused.joblib and its JSON) from that git revision, so
-the check stays reproducible after the model is refitted. Runs recorded before the model's
+the check stays reproducible after the model is refitted. ``--also rt-baseline`` scores a second
+model of the same revision beside it and the run-level combination of the two (a run alerts when
+either alerts, each with the rule capped at its windows, as `trainsentry eval`'s combinations do). Runs recorded before the model's
 ``fitted_at`` are left out (they may have been in its training data); a run whose configuration
 appears among those earlier runs is reported apart from a run of a configuration that is new.
 """
@@ -66,6 +68,13 @@ def render(result: dict) -> str:
         tta = "–" if r["median_time_to_alert_s"] is None else f"{r['median_time_to_alert_s']:.1f}"
         lines.append(f"| {label} | {r['runs']} | {_pct(r['run_accuracy'])} | {_pct(r['training_detection'])} | "
                      f"{_pct(r['inference_fpr'])} | {_pct(r['other_fpr'])} | {tta} |")
+    for key, r in result.items():
+        if key.endswith(f" or {m.get('also', {}).get('name')}"):
+            lines += ["", f"`{key}` (a run alerts when either model alerts, each with the rule capped at its "
+                      f"windows; `{m['also']['name']}` trained by `{m['also']['trained_by']}` on "
+                      f"{m['also']['runs']} runs): {r['runs']} runs, run accuracy {_pct(r['run_accuracy'])}, "
+                      f"training detection {_pct(r['training_detection'])}, inference FPR {_pct(r['inference_fpr'])}, "
+                      f"other FPR {_pct(r['other_fpr'])}; wrong: {', '.join(r['wrong']) or 'none'}."]
     lines += ["", "Runs judged wrong:", "", "| run | class | family | alerted | median P(training) in run |",
               "|---|---|---|---|---|"]
     for x in result["per_run"]:
@@ -82,12 +91,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default="data/h200")
     ap.add_argument("--out", default="results/prospective.json")
     ap.add_argument("--docs", default="docs/prospective.md", help="generated markdown ('' to skip)")
+    ap.add_argument("--also", default="", help="a second model of the same revision, combined with OR")
+    ap.add_argument("--since", type=float, default=None,
+                    help="score runs recorded from this Unix time (default: when the newest model was fitted; "
+                         "an earlier time lets in runs the models may have been fitted on)")
     args = ap.parse_args(argv)
     rule = AlertRule(0.75, 3, 5)
     with tempfile.TemporaryDirectory() as tmp:
         path, meta = model_from_rev(args.model_rev, args.name, Path(tmp))
         det = load_detector(path)
+        if args.also:
+            also_path, also_meta = model_from_rev(args.model_rev, args.also, Path(tmp))
+            also = load_detector(also_path)
     fitted_at = float(meta["fitted_at"])
+    if args.also:
+        fitted_at = max(fitted_at, float(also_meta["fitted_at"]))
+    if args.since is not None:
+        fitted_at = args.since
     runs = load_dataset(REPO / args.data, cache_dir=default_cache_dir())
     recorded = {r.run_id: read_manifest(Path(r.path))["record_start"] for r in runs}
     before = [r for r in runs if recorded[r.run_id] < fitted_at]
@@ -109,17 +129,24 @@ def main(argv: list[str] | None = None) -> int:
                      "alerted_capped_rule": bool(capped["alerted"]),
                      "p_in_run_median": float(np.median(p[in_run])) if in_run.any() else None,
                      "correct": bool(a["alerted"]) == (r.cls == "training")})
+        if args.also:
+            dfb = r.windows[also.feature_set]
+            pb = also.predict_proba(dfb) if len(dfb) else np.zeros(0)
+            b = rule.capped(len(dfb)).evaluate(dfb["t_end"].to_numpy(), pb, r.start) if len(dfb) else {"alerted": False}
+            either = bool(capped["alerted"]) or bool(b["alerted"])
+            rows[-1].update({f"{args.also}_alerted_capped_rule": bool(b["alerted"]), "either_alerted": either,
+                             "either_correct": either == (r.cls == "training")})
 
     def summary(sel: list[dict]) -> dict:
         def rate(xs):
             return round(float(np.mean(xs)), 4) if xs else None
+        ttas = [x["time_to_alert_s"] for x in sel
+                if x["class"] == "training" and x["alerted"] and x["time_to_alert_s"] is not None]
         return {"runs": len(sel), "run_accuracy": rate([x["correct"] for x in sel]),
                 "training_detection": rate([x["alerted"] for x in sel if x["class"] == "training"]),
                 "inference_fpr": rate([x["alerted"] for x in sel if x["class"] == "inference"]),
                 "other_fpr": rate([x["alerted"] for x in sel if x["class"] == "other"]),
-                "median_time_to_alert_s": (float(np.median([x["time_to_alert_s"] for x in sel
-                                                            if x["class"] == "training" and x["alerted"]]))
-                                           if any(x["class"] == "training" and x["alerted"] for x in sel) else None)}
+                "median_time_to_alert_s": float(np.median(ttas)) if ttas else None}
 
     result = {"what": "a committed detector, not refitted, on the runs recorded after it was fitted",
               "command": "python scripts/prospective.py " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -130,11 +157,19 @@ def main(argv: list[str] | None = None) -> int:
               "all": summary(rows), "new_configs": summary([x for x in rows if not x["config_seen_before"]]),
               "seen_configs": summary([x for x in rows if x["config_seen_before"]]),
               "wrong": [x["run_id"] for x in rows if not x["correct"]], "per_run": rows}
+    if args.also:
+        either_rows = [{**x, "alerted": x["either_alerted"], "correct": x["either_correct"], "time_to_alert_s": None}
+                       for x in rows]
+        result["model"]["also"] = {"name": args.also, "fitted_at": float(also_meta["fitted_at"]),
+                                   "trained_by": also_meta.get("trained_by"), "runs": also_meta.get("runs")}
+        result[f"{args.name} or {args.also}"] = {**summary(either_rows), "median_time_to_alert_s": None,
+                                                 "wrong": [x["run_id"] for x in either_rows if not x["correct"]]}
     out = REPO / args.out
     out.write_text(json.dumps(result, indent=1) + "\n")
     if args.docs:
         (REPO / args.docs).write_text(render(result))
-    print(json.dumps({k: result[k] for k in ("all", "new_configs", "seen_configs", "wrong")}, indent=1))
+    keys = ("all", "new_configs", "seen_configs", "wrong") + ((f"{args.name} or {args.also}",) if args.also else ())
+    print(json.dumps({k: result[k] for k in keys}, indent=1))
     return 0
 
 
