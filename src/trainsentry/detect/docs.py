@@ -284,8 +284,8 @@ def render(doc: dict) -> str:
                          f"{_f(r['other_fpr'], True)} | {_f(r['training_detection'], True)} | "
                          f"{_f(r['median_time_to_alert_s'])} | {_f(single, True)} |")
         lines += ["", "`fused or rt-baseline` was chosen after reading these splits' per-family table (rt-baseline "
-                  "is the only detector that alerts on single-GPU training, and it alerts on no inference family "
-                  "there): selected and scored on the same splits, so read it as a lead to confirm on new splits "
+                  "is the only detector that alerts on single-GPU training, and on these splits it alerts on at "
+                  "most 1 % of any inference family's test appearances): selected and scored on the same splits, so read it as a lead to confirm on new splits "
                   "and new runs, not as a held-out result. The live collector runs `fused` alone."]
     for name in adapted:
         lines += ["", f"† `{name}`: {dets[name]['headline_rule']}. Its windows (the detector's own window length "
