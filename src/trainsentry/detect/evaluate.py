@@ -194,10 +194,7 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
             roc_p.append(o.p_in_run)
         if advance:
             advance()
-    fam = {}
-    for f in sorted({o.family for o in pooled}):
-        os_ = [o for o in pooled if o.family == f]
-        fam[f] = {"class": os_[0].cls, "test_instances": len(os_), "alerted_frac": _rate([o.alerted for o in os_])}
+    fam = per_family(pooled)
     per_run = {}
     for rid in sorted({o.run_id for o in pooled}):
         os_ = [o for o in pooled if o.run_id == rid]
@@ -262,6 +259,15 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
     }
 
 
+def per_family(outcomes: list[RunOutcome]) -> dict:
+    """Per workload family: its class, test appearances and the share of them that alerted."""
+    fam = {}
+    for f in sorted({o.family for o in outcomes}):
+        os_ = [o for o in outcomes if o.family == f]
+        fam[f] = {"class": os_[0].cls, "test_instances": len(os_), "alerted_frac": _rate([o.alerted for o in os_])}
+    return fam
+
+
 def either_alert(a: list[list[RunOutcome]], b: list[list[RunOutcome]]) -> dict:
     """Run-level OR of two detectors evaluated on the same splits: a run alerts when either alerts,
     at the earlier of their alert times. Each detector keeps its own windows and alert rule (the
@@ -282,10 +288,7 @@ def either_alert(a: list[list[RunOutcome]], b: list[list[RunOutcome]]) -> dict:
         per_split.append({k: m[k] for k in RUN_KEYS})
         pooled.extend(both)
         ttas += [o.time_to_alert_s for o in both if o.cls == "training" and o.alerted and o.time_to_alert_s is not None]
-    fam = {}
-    for f in sorted({o.family for o in pooled}):
-        os_ = [o for o in pooled if o.family == f]
-        fam[f] = {"class": os_[0].cls, "test_instances": len(os_), "alerted_frac": _rate([o.alerted for o in os_])}
+    fam = per_family(pooled)
     n_training = sum(1 for o in pooled if o.cls == "training")
     splitm = {k: _summary([s[k] for s in per_split]) for k in RUN_KEYS}
     return {**{k: splitm[k]["mean"] for k in RUN_KEYS}, "over_splits": splitm,

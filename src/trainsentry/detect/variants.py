@@ -76,46 +76,13 @@ class FusedWithRules(Detector):
         return self.trees.explain(x) + self.rules.explain(x)
 
 
-def _fused_previous() -> Detector:
-    det = fused(decode_veto=None)
-    det.name = "fused-previous"
-    return det
-
-
-def _fused_decode_veto() -> Detector:
-    det = fused(decode_veto="memory_bound")
-    det.name = "fused-decode-veto"
-    return det
-
-
-def _fused_regular() -> Detector:
-    det = fused(decode_veto=None, regular_gate=True)
-    det.name = "fused-regular"
-    return det
-
-
-def _comm_ml_regular() -> Detector:
-    det = comm_ml(decode_veto=None, regular_gate=True)
-    det.name = "comm-ml-regular"
-    return det
-
-
-def _comm_ml_memory_bound() -> Detector:
-    det = comm_ml(decode_veto="memory_bound")
-    det.name = "comm-ml-memory-bound"
-    return det
-
-
-def _fused_fit_gated() -> Detector:
-    det = fused(fit_on="gated")
-    det.name = "fused-fit-gated"
-    return det
-
-
-def _comm_ml_previous() -> Detector:
-    det = comm_ml(decode_veto=None)
-    det.name = "comm-ml-previous"
-    return det
+def _variant(make: Callable[..., Detector], name: str, **kw) -> Callable[[], Detector]:
+    """A factory of ``make(**kw)`` renamed ``name`` (one detector class, other settings)."""
+    def factory() -> Detector:
+        det = make(**kw)
+        det.name = name
+        return det
+    return factory
 
 
 # Activity statistics that are absolute levels (watts, percent busy, GiB, MHz, degrees): the
@@ -136,18 +103,18 @@ def _fused_shape() -> Detector:
 
 VARIANTS: dict[str, Callable[[], Detector]] = {
     # fused with the decode veto (continuous, irregular exchange of memory-bound GPUs)
-    "fused-decode-veto": _fused_decode_veto,
+    "fused-decode-veto": _variant(fused, "fused-decode-veto", decode_veto="memory_bound"),
     # fused and comm-ml with the plain exchange gate (fused: the same as fused; it carried the veto
     # when results/selection-seed1 was written), comm-ml before its decode veto
-    "fused-previous": _fused_previous,
+    "fused-previous": _variant(fused, "fused-previous", decode_veto=None),
     # the gate asking for a regular exchange instead of vetoing decode's
-    "fused-regular": _fused_regular,
-    "comm-ml-regular": _comm_ml_regular,
+    "fused-regular": _variant(fused, "fused-regular", decode_veto=None, regular_gate=True),
+    "comm-ml-regular": _variant(comm_ml, "comm-ml-regular", decode_veto=None, regular_gate=True),
     # comm-ml's veto with fused's memory-bound condition (an activity reading in a comm-only detector)
-    "comm-ml-memory-bound": _comm_ml_memory_bound,
+    "comm-ml-memory-bound": _variant(comm_ml, "comm-ml-memory-bound", decode_veto="memory_bound"),
     # fused with its gate, trees fitted only on windows that pass it
-    "fused-fit-gated": _fused_fit_gated,
-    "comm-ml-previous": _comm_ml_previous,
+    "fused-fit-gated": _variant(fused, "fused-fit-gated", fit_on="gated"),
+    "comm-ml-previous": _variant(comm_ml, "comm-ml-previous", decode_veto=None),
     # fused plus an ungated single-device path on the busiest GPU's activity
     "fused+single-device": SingleDevicePath,
     # geometric mean of fused and comm-rules
