@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO / "src"))
 from trainsentry.detect.alert import AlertRule  # noqa: E402
 from trainsentry.detect.base import load_detector  # noqa: E402
 from trainsentry.detect.dataset import load_dataset  # noqa: E402
+from trainsentry.detect.evaluate import RUN_KEYS, RunOutcome, run_metrics  # noqa: E402
 from trainsentry.detect.pipeline import default_cache_dir  # noqa: E402
 from trainsentry.traces.io import read_manifest  # noqa: E402
 
@@ -138,14 +139,12 @@ def main(argv: list[str] | None = None) -> int:
                              "either_correct": either == (r.cls == "training")})
 
     def summary(sel: list[dict]) -> dict:
-        def rate(xs):
-            return round(float(np.mean(xs)), 4) if xs else None
+        # the run-level rates of `trainsentry eval` (evaluate.run_metrics), on these verdicts
+        m = run_metrics([RunOutcome(x["run_id"], x["class"], x["family"], x["config"], x["alerted"],
+                                    x["time_to_alert_s"], np.zeros(0)) for x in sel])
         ttas = [x["time_to_alert_s"] for x in sel
                 if x["class"] == "training" and x["alerted"] and x["time_to_alert_s"] is not None]
-        return {"runs": len(sel), "run_accuracy": rate([x["correct"] for x in sel]),
-                "training_detection": rate([x["alerted"] for x in sel if x["class"] == "training"]),
-                "inference_fpr": rate([x["alerted"] for x in sel if x["class"] == "inference"]),
-                "other_fpr": rate([x["alerted"] for x in sel if x["class"] == "other"]),
+        return {"runs": len(sel), **{k: None if m[k] is None else round(m[k], 4) for k in RUN_KEYS},
                 "median_time_to_alert_s": float(np.median(ttas)) if ttas else None}
 
     result = {"what": "a committed detector, not refitted, on the runs recorded after it was fitted",
