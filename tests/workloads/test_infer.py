@@ -61,12 +61,15 @@ LAUNCHER = textwrap.dedent('''
             logits.append(model(logits[-1].argmax(-1, keepdim=True), cache)[:, -1])
         return torch.stack(logits)
 
+    def write_check(name, a, b):
+        """Rank 0 writes how far the parallel logits ``b`` are from the single-device ``a``."""
+        if rank == 0:
+            out = {"max_abs_diff": (a - b).abs().max().item(), "max_abs": a.abs().max().item(),
+                   "same_tokens": bool((a.argmax(-1) == b.argmax(-1)).all())}
+            open(sys.argv[2] + f"/{name}_check.json", "w").write(json.dumps(out))
+
     with torch.inference_mode():
-        a, b = generate(full, None), generate(tp, kv_local)
-    if rank == 0:
-        out = {"max_abs_diff": (a - b).abs().max().item(), "max_abs": a.abs().max().item(),
-               "same_tokens": bool((a.argmax(-1) == b.argmax(-1)).all())}
-        open(sys.argv[2] + "/tp_check.json", "w").write(json.dumps(out))
+        write_check("tp", generate(full, None), generate(tp, kv_local))
 
     # expert parallel over the two ranks vs the same MoE with every expert on one device
     from trainsentry.workloads.infer_moe import make_moe
@@ -74,11 +77,7 @@ LAUNCHER = textwrap.dedent('''
     torch.manual_seed(0); single = make_moe(GPT(cfg).eval(), moe_cfg, 0, 1)
     torch.manual_seed(0); ep = make_moe(GPT(cfg).eval(), moe_cfg, rank, world)
     with torch.inference_mode():
-        a, b = generate(single, None), generate(ep, None)
-    if rank == 0:
-        out = {"max_abs_diff": (a - b).abs().max().item(), "max_abs": a.abs().max().item(),
-               "same_tokens": bool((a.argmax(-1) == b.argmax(-1)).all())}
-        open(sys.argv[2] + "/ep_check.json", "w").write(json.dumps(out))
+        write_check("ep", generate(single, None), generate(ep, None))
 
     # context parallel over the two ranks vs one device prefilling the whole prompt
     from trainsentry.workloads.infer_cp import make_context_parallel
