@@ -250,7 +250,7 @@ def test_moe_layer_equals_per_token_experts_and_drops_over_capacity():
     """The dispatch by capacity slots computes, for every token, the weighted sum of its top-k
     experts; a token past its expert's capacity gets nothing from that expert (it skips the layer)."""
     torch.manual_seed(0)
-    moe = ExpertParallelMoE(16, 8, 4, 2, 100.0, 0, 1, generator=torch.Generator().manual_seed(3))
+    moe = ExpertParallelMoE(16, 8, 4, 2, 100.0, 0, 1, seed=3)
     x = torch.randn(3, 5, 16)
     flat = x.reshape(-1, 16)
     w, e = torch.softmax(flat @ moe.router, -1).topk(2, -1)
@@ -261,7 +261,7 @@ def test_moe_layer_equals_per_token_experts_and_drops_over_capacity():
             h = torch.nn.functional.gelu(flat[i] @ moe.w1[e[i, j]], approximate="tanh")
             ref[i] += w[i, j] * (h @ moe.w2[e[i, j]])
     assert torch.allclose(moe(x), ref.view_as(x), atol=1e-6)
-    tight = ExpertParallelMoE(16, 8, 4, 2, 0.01, 0, 1, generator=torch.Generator().manual_seed(3))
+    tight = ExpertParallelMoE(16, 8, 4, 2, 0.01, 0, 1, seed=3)
     assert capacity(15, 4, 2, 0.01) == 1          # one slot per expert: at most 4 of 30 assignments served
     served = (tight(x).reshape(-1, 16).abs().sum(-1) > 0).sum().item()
     assert 1 <= served <= 4

@@ -47,3 +47,13 @@ def test_a_run_on_the_whole_launch_uses_the_launch_groups(monkeypatch):
     assert worker.run_groups((0, 1), 2, "cpu", {}) == ("cpu", None)
     assert worker.run_groups((0,), 1, None, {}) == (None, None)
     assert calls.made == []
+
+
+def test_a_run_that_completed_no_step_is_a_failed_run():
+    """Two expert-parallel runs on the H200s spent their whole 40 s drawing weights and were written
+    as inference runs with an idle GPU; the worker now records such a run as failed."""
+    from trainsentry.workloads.worker import run_errors
+    assert run_errors([None, None], {"steps": 12}, 40.0) == []
+    assert run_errors([None, None], {"steps": 0}, 51.0) == ["no step completed in 51 s (set-up outlasted the run)"]
+    assert run_errors([None], {}, 3.0)                              # no ledger at all
+    assert run_errors(["Traceback ...", None], {"steps": 0}, 1.0) == ["Traceback ..."]

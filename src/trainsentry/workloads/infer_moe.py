@@ -44,6 +44,12 @@ def capacity(n_tokens: int, experts: int, top_k: int, factor: float) -> int:
     return max(1, math.ceil(factor * n_tokens * top_k / experts))
 
 
+def _draw(shape: tuple[int, int], seed: int, stream: int, device) -> torch.Tensor:
+    """Weights of one stream of one layer (0: router, 1 + 2e / 2 + 2e: expert e), N(0, 0.02²)."""
+    g = torch.Generator(device=device or "cpu").manual_seed(seed * 1_000_003 + stream)
+    return torch.randn(shape, generator=g, device=device) * 0.02
+
+
 class ExpertParallelMoE(nn.Module):
     """Top-k routed experts, ``experts / world`` of them on this rank, exchanged by all-to-all.
 
@@ -52,7 +58,7 @@ class ExpertParallelMoE(nn.Module):
 
     def __init__(self, d_model: int, expert_ff: int, experts: int, top_k: int, capacity_factor: float,
                  rank: int, world: int, group=None, ledger: Ledger | None = None,
-                 generator: torch.Generator | None = None):
+                 seed: int = 0, device: torch.device | str | None = None):
         super().__init__()
         if experts % world:
             raise ValueError(f"{experts} experts do not split over {world} ranks")
@@ -62,15 +68,16 @@ class ExpertParallelMoE(nn.Module):
         self.rank, self.world, self.local = rank, world, experts // world
         self.group, self.ledger = group, ledger
         self.label = group_label(group_ranks(group)) if world > 1 else ""
-        # Every rank draws every expert from one seeded stream and keeps its own: the same model on
-        # any number of ranks (the tests rely on it), the router identical everywhere.
-        g = generator or torch.Generator().manual_seed(0)
-        self.router = nn.Parameter(torch.randn(d_model, experts, generator=g) * 0.02, requires_grad=False)
-        w1 = torch.randn(experts, d_model, expert_ff, generator=g) * 0.02
-        w2 = torch.randn(experts, expert_ff, d_model, generator=g) * 0.02
-        mine = slice(rank * self.local, (rank + 1) * self.local)
-        self.w1 = nn.Parameter(w1[mine].clone(), requires_grad=False)
-        self.w2 = nn.Parameter(w2[mine].clone(), requires_grad=False)
+        # The router and every expert have their own seeded stream, drawn on the device: a rank
+        # draws only its own experts (a 13 B expert model drawn whole on the host by every rank
+        # outlived its deadline on the H200s), yet the model is the same on any number of ranks
+        # (the tests rely on it) and the router is identical everywhere.
+        self.router = nn.Parameter(_draw((d_model, experts), seed, 0, device), requires_grad=False)
+        mine = range(rank * self.local, (rank + 1) * self.local)
+        self.w1 = nn.Parameter(torch.stack([_draw((d_model, expert_ff), seed, 1 + 2 * e, device) for e in mine]),
+                               requires_grad=False)
+        self.w2 = nn.Parameter(torch.stack([_draw((expert_ff, d_model), seed, 2 + 2 * e, device) for e in mine]),
+                               requires_grad=False)
 
     def _exchange(self, buf: torch.Tensor) -> torch.Tensor:
         if self.world == 1:
@@ -120,11 +127,10 @@ def make_moe(model: GPT, cfg: dict, rank: int, world: int, group=None, ledger: L
     dev = model.head.weight.device
     dtype = model.head.weight.dtype
     for i, block in enumerate(model.layers.values()):
-        g = torch.Generator().manual_seed(seed * 1000 + i)
         moe = ExpertParallelMoE(model.cfg.d_model, int(cfg["expert_ff"]), int(cfg["experts"]),
                                 int(cfg["top_k"]), float(cfg.get("capacity_factor", 1.25)), rank, world,
-                                group, ledger, generator=g)
-        block.mlp = moe.to(device=dev, dtype=dtype)
+                                group, ledger, seed=seed * 1000 + i, device=dev)
+        block.mlp = moe.to(dtype=dtype)
     return model
 
 

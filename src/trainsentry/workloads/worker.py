@@ -77,6 +77,15 @@ def merge(ledgers: list[dict | None], ranks: tuple[int, ...]) -> dict:
     }
 
 
+def run_errors(rank_errors: list[str | None], ground_truth: dict, seconds: float) -> list[str]:
+    """Why a run failed: its ranks' exceptions, or, when none raised, that no step completed (its
+    set-up outlasted the run, so the trace would show a held GPU under a workload's label)."""
+    errors = [e for e in rank_errors if e]
+    if not errors and not ground_truth.get("steps"):
+        errors = [f"no step completed in {seconds:.0f} s (set-up outlasted the run)"]
+    return errors
+
+
 def run_groups(ranks: tuple[int, ...], world: int, cpu_group, cache: dict) -> tuple[object, object]:
     """The run's groups of exactly its active ranks: a gloo one for control votes and, when the
     active ranks are fewer than the launch, one on the default backend (NCCL on GPUs) for the
@@ -158,14 +167,15 @@ def run_plan(plan: dict, out_dir: Path) -> None:
             dist.all_gather_object(ledgers, {"ledger": mine, "error": error}, group=cpu_group)
         else:
             ledgers = [{"ledger": mine, "error": error}]
-        errors = [x["error"] for x in ledgers if x and x["error"]]
+        ground_truth = merge([x["ledger"] for x in ledgers], ranks)
+        errors = run_errors([x["error"] for x in ledgers if x], ground_truth, end - start)
         event(run_id=run_id, phase="end", ok=not errors)
         if rank == 0:
             truth = {"run_id": run_id, "workload": spec.name, "class": spec.cls, "family": spec.family,
                      "config": cfg, "ranks": list(ranks) or list(range(world)), "world_size": world,
                      "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                      "start": start, "end": end, "ok": not errors, "errors": errors[:2],
-                     "ground_truth": merge([x["ledger"] for x in ledgers], ranks)}
+                     "ground_truth": ground_truth}
             (out_dir / f"{run_id}.truth.json").write_text(json.dumps(truth, indent=1, default=float))
         del ctx
         gc.collect()
