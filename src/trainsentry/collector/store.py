@@ -411,8 +411,9 @@ class Store:
         if new_devices:
             self._devices.update((d[0], d[1]) for d in new_devices)
         return Accepted(batch.node, node_id, batch.seq, batch.digest, n_rows, batch=batch, received_at=now,
-                        stored_seq=batch.seq, durable_seq=self.durable_seq(node_id), gaps=[{"start": g[1], "end": g[2], "reason": g[3], "seq_from": g[4], "seq_to": g[5]}
-                              for g in gaps])
+                        gaps=[{"start": g[1], "end": g[2], "reason": g[3], "seq_from": g[4], "seq_to": g[5]}
+                              for g in gaps],
+                        stored_seq=batch.seq, durable_seq=self.durable_seq(node_id))
 
     def durable_seq(self, node_id: int) -> int | None:
         """The node's last batch seq known to be on disk (None: none yet, or an in-memory store)."""
