@@ -65,8 +65,8 @@ def test_a_resent_batch_is_byte_identical_and_acknowledged_as_duplicate(tmp_path
     first = spool.oldest()
     assert post(collector.url + "/v1/batches", "node-a", first, 5).status == 200  # stored, ack "lost"
     sender = Sender(spool, collector.url, "node-a")
-    assert sender.send_one(spool.oldest())                     # the same bytes again
-    assert sender.send_one(spool.oldest())
+    assert sender.send_one(sender.next_batch())                     # the same bytes again
+    assert sender.send_one(sender.next_batch())
     assert (sender.stats.duplicates, sender.stats.sent) == (1, 1)
     assert len(collector.samples("node-a")) == 10
 
@@ -77,12 +77,15 @@ def test_batches_the_collector_lost_are_declared_with_gap_from(tmp_path, collect
     fill(spool, 6)
     sender = Sender(spool, collector.url, "node-a")
     for _ in range(2):
-        assert sender.send_one(spool.oldest())
+        assert sender.send_one(sender.next_batch())
     spool.ack_below(4)        # batches 2 and 3 are gone from the agent without the collector having them
-    assert sender.send_one(spool.oldest())   # 409 out_of_order -> rechain with gap_from=2
+    assert sender.send_one(sender.next_batch())   # 409 out_of_order -> rechain with gap_from=2
     assert parse_batch(spool.oldest().body).gap_from == 2
-    assert sender.send_one(spool.oldest()) and sender.send_one(spool.oldest())
-    assert spool.pending_stats()[0] == 0
+    assert sender.send_one(sender.next_batch()) and sender.send_one(sender.next_batch())
+    assert sender.next_batch() is None              # all stored; they leave the spool once durable
+    sender.start()
+    assert sender.drain(15)
+    sender.stop()
     assert sender.stats.declared_lost == 2
     assert collector.gaps("node-a") == [("declared_loss", 2, 3)]
     assert len(collector.samples("node-a")) == 4 * 5
@@ -108,7 +111,7 @@ def test_a_spool_that_forks_the_chain_is_held_not_dropped(tmp_path, collector):
     a = Spool(tmp_path / "a.db", "node-a", collector.key)
     fill(a, 2)
     sa = Sender(a, collector.url, "node-a")
-    assert sa.send_one(a.oldest()) and sa.send_one(a.oldest())
+    assert sa.send_one(sa.next_batch()) and sa.send_one(sa.next_batch())
     b = Spool(tmp_path / "b.db", "node-a", collector.key)     # a wiped spool restarts the chain at 0
     fill(b, 1, t0=BASE_T + 100)
     sb = Sender(b, collector.url, "node-a")
@@ -137,12 +140,12 @@ def test_batches_share_one_connection_and_a_restarted_collector_is_reconnected(t
     fill(spool, 5)
     sender = Sender(spool, collector.url, "node-a", timeout_s=5)
     for _ in range(5):
-        assert sender.send_one(spool.oldest())
+        assert sender.send_one(sender.next_batch())
     assert len(connects) == 1                      # kept open: one TCP connection for 5 batches
     collector.stop()
     collector.start()                              # the kept connection is now dead
     fill(spool, 2, t0=BASE_T + 100)
-    assert sender.send_one(spool.oldest()) and sender.send_one(spool.oldest())
+    assert sender.send_one(sender.next_batch()) and sender.send_one(sender.next_batch())
     assert len(connects) == 2 and sender.stats.failures == 0   # reopened at once, nothing failed
     assert len(collector.samples("node-a")) == 35
 
@@ -190,3 +193,142 @@ def test_a_200_that_is_not_the_collectors_receipt_keeps_the_batch(tmp_path):
         assert "without a receipt" in sender.stats.last_error
     finally:
         srv.shutdown()
+
+
+class InProcessCollector:
+    """The sender's connection, answered by the collector app in this process (TestClient), so a test
+    decides when the collector's disk syncs and when its power fails."""
+
+    def __init__(self, db):
+        self.db = db
+        self.client = None
+
+    def start(self) -> "InProcessCollector":
+        from fastapi.testclient import TestClient
+
+        from trainsentry.collector.app import create_app
+        self.client = TestClient(create_app(self.db))
+        self.client.__enter__()
+        return self
+
+    @property
+    def store(self):
+        return self.client.app.collector.store
+
+    def stop(self) -> None:
+        self.client.__exit__(None, None, None)
+
+    def post(self, node, batch):
+        from trainsentry.agent.sender import Response
+        from trainsentry.wire.batch import NODE_HEADER, SIGNATURE_HEADER
+        r = self.client.post("/v1/batches", content=batch.body,
+                             headers={NODE_HEADER: node, SIGNATURE_HEADER: batch.signature})
+        return Response(r.status_code, r.json())
+
+    def close(self) -> None:
+        pass
+
+    def rows(self, sql: str) -> list[tuple]:
+        import sqlite3
+        db = sqlite3.connect(self.db)
+        try:
+            return db.execute(sql).fetchall()
+        finally:
+            db.close()
+
+
+def _disk_takes_no_sync(self):
+    raise OSError("simulated: the disk does not complete the fsync")
+
+
+@pytest.fixture
+def in_process(tmp_path, monkeypatch):
+    from trainsentry.collector.store import Store
+    monkeypatch.setenv("TRAINSENTRY_LIVE", "0")
+    store = Store(tmp_path / "collector.db")
+    key = store.enroll("node-a")
+    store.close()
+    col = InProcessCollector(tmp_path / "collector.db").start()
+    col.key = key
+    yield col
+    col.stop()
+
+
+def send_until_spool_empty(sender, spool, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while spool.pending_seqs() and time.monotonic() < deadline:
+        batch = sender.next_batch()
+        if batch is None:
+            time.sleep(0.02)
+        else:
+            assert sender.send_one(batch), sender.stats.last_error
+    return not spool.pending_seqs()
+
+
+def test_a_stored_batch_stays_spooled_until_the_collector_has_it_on_disk(tmp_path, in_process, monkeypatch):
+    from trainsentry.collector.checkpoint import Checkpointer
+    real_sync = Checkpointer._sync_wal
+    monkeypatch.setattr(Checkpointer, "_sync_wal", _disk_takes_no_sync)
+    spool = Spool(tmp_path / "spool.db", "node-a", in_process.key)
+    fill(spool, 3)
+    sender = Sender(spool, "http://collector.invalid", "node-a", durable_poll_s=0.2)
+    sender.connection = in_process
+    for seq in range(3):
+        assert sender.next_batch().seq == seq and sender.send_one(sender.next_batch())
+    assert sender.stats.sent == 3 and in_process.store.durable_seq(1) is None
+    assert spool.pending_seqs() == [0, 1, 2]          # stored and acknowledged, not on disk: kept
+    assert sender.next_batch() is None                # ... and not sent again
+    time.sleep(0.25)
+    assert sender.next_batch().seq == 0               # until the poll: the oldest, to ask again
+    assert sender.send_one(sender.next_batch())
+    assert sender.stats.durable_polls == 1 and spool.pending_seqs() == [0, 1, 2]
+    monkeypatch.setattr(Checkpointer, "_sync_wal", real_sync)   # the disk syncs again
+    assert send_until_spool_empty(sender, spool)
+    assert in_process.store.durable_seq(1) == 2
+    assert sender.stats.sent == 3 and sender.stats.duplicates == 0
+    assert in_process.rows("SELECT COUNT(*), COUNT(DISTINCT t) FROM samples") == [(15, 15)]
+
+
+@pytest.mark.parametrize("carry_on", [True, False], ids=["new-batches", "idle-agent"])
+def test_a_power_loss_loses_nothing_the_agent_sent(tmp_path, in_process, monkeypatch, carry_on):
+    """The collector's disk keeps what was durable and loses the rest: the database is replaced by
+    its image at the last durable point. The agent still holds every batch above it and resends
+    them (told by the 409 for its next new batch, or by its poll when it has none); the store ends
+    with every batch once, no gap, no replay."""
+    import os
+    import sqlite3
+
+    from trainsentry.collector.checkpoint import Checkpointer
+    db = in_process.db
+    spool = Spool(tmp_path / "spool.db", "node-a", in_process.key)
+    sender = Sender(spool, "http://collector.invalid", "node-a", durable_poll_s=0.1)
+    sender.connection = in_process
+    fill(spool, 5)
+    assert send_until_spool_empty(sender, spool)      # 0..4 durable, gone from the spool
+    image = tmp_path / "on-disk.db"                   # what the disk holds now: everything committed
+    with sqlite3.connect(db) as live, sqlite3.connect(image) as disk:
+        live.backup(disk)
+    real_sync = Checkpointer._sync_wal
+    monkeypatch.setattr(Checkpointer, "_sync_wal", _disk_takes_no_sync)   # from here nothing is synced
+    fill(spool, 5, t0=BASE_T + 5)
+    for _ in range(5):
+        assert sender.send_one(sender.next_batch())
+    assert sender.stats.sent == 10 and spool.pending_seqs() == [5, 6, 7, 8, 9]   # acked, not durable
+    in_process.stop()                                 # power loss: the process and the page cache go,
+    monkeypatch.setattr(Checkpointer, "_sync_wal", real_sync)
+    for leftover in (f"{db}-wal", f"{db}-shm"):       # the disk has the image
+        if os.path.exists(leftover):
+            os.remove(leftover)
+    os.replace(image, db)
+    in_process.start()
+    n = 10
+    if carry_on:
+        fill(spool, 2, t0=BASE_T + 10)                # the agent carries on meanwhile
+        n = 12
+    assert send_until_spool_empty(sender, spool)
+    assert in_process.rows("SELECT seq FROM batches ORDER BY seq") == [(s,) for s in range(n)]
+    assert in_process.rows("SELECT COUNT(*), COUNT(DISTINCT t) FROM samples") == [(5 * n, 5 * n)]
+    assert in_process.rows("SELECT reason, seq_from, seq_to FROM unmonitored") == []      # no gap
+    assert sender.stats.declared_lost == 0
+    codes = {c for (c,) in in_process.rows("SELECT code FROM rejections")}
+    assert codes <= {"out_of_order"}                  # "resume from 5"; no replay, no broken chain

@@ -35,7 +35,7 @@ def test_restart_continues_the_chain_and_keeps_bytes_identical(tmp_path):
     sp.append(samples(5), 1.0)
     sp.append(samples(5), 1.0)
     before = [sp.get(s) for s in (0, 1)]
-    sp.ack(0)
+    sp.ack_below(1)
     sp.close()
     sp = Spool(tmp_path / "s.db", "node-a", KEY)
     assert sp.pending_seqs() == [1]

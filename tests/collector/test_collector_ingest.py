@@ -15,7 +15,10 @@ def test_chain_of_batches_is_stored_and_listed(agent, client, db):
     for k in range(3):
         r = agent.send(gpu_samples(1000.0 + k))
         assert r.status_code == 200, r.text
-        assert r.json() == {"accepted": True, "node": "node-a", "seq": k, "digest": agent.prev, "n_samples": 10}
+        ack = r.json()
+        assert ack == {"accepted": True, "node": "node-a", "seq": k, "digest": agent.prev, "n_samples": 10,
+                       "stored_seq": k, "durable_seq": ack["durable_seq"]}
+        assert ack["durable_seq"] is None or ack["durable_seq"] <= k   # the checkpoint thread syncs (test_durable.py)
     assert counts(db) == {"batches": 3, "samples": 30, "unmonitored": 0, "devices": 1}
     nodes = client.get("/v1/nodes").json()["nodes"]
     assert [(n["node"], n["last_seq"], n["devices"], n["last_sample_t"]) for n in nodes] == \

@@ -8,12 +8,26 @@ second. A connection the collector closed while idle is reopened and the batch s
 which honours it.
 
 Strictly in order and one in flight: the collector accepts ``seq`` only after ``seq - 1``, so
-pipelining would just produce out-of-order rejections. Responses:
+pipelining would just produce out-of-order rejections.
 
-* 200 (stored, or ``{"duplicate": true}`` for a batch it already has): delete it from the spool.
+Stored is not yet durable: with ``--sync normal`` the collector fsyncs its WAL about every 0.25 s,
+and each receipt says how far the node's chain is committed (``stored_seq``) and how far it is on
+disk (``durable_seq``). A batch leaves the spool only once a receipt's ``durable_seq`` covers it; a
+stored one is not sent again (``_stored_through``), except, when ``durable_poll_s`` passes with no
+receipt (nothing new to send), the oldest one, whose "duplicate" receipt brings the current
+``durable_seq``. After a power loss took what the collector had stored but not synced, its 409
+``out_of_order`` names the first seq it lacks and the sender resends from there. Responses:
+
+* 200 (stored, or ``{"duplicate": true}`` for a batch it already has): the batch counts as stored;
+  every pending batch up to the receipt's ``durable_seq`` (and no further than this batch: the
+  receipt vouches for this chain only up to it) is deleted from the spool. A collector from before
+  the watermark sends no ``durable_seq``; its receipt meant committed, and is taken as before (with
+  a warning, once).
 * 409 ``out_of_order`` with ``expected_seq = E`` below the oldest pending batch: the collector lacks
-  batches the agent no longer holds (it lost acknowledged data). The agent declares ``E .. oldest-1``
-  lost with ``gap_from`` (logged as an error, never silently) and carries on.
+  batches the agent no longer holds (it lost data it had reported durable). The agent declares
+  ``E .. oldest-1`` lost with ``gap_from`` (logged as an error, never silently) and carries on.
+* 409 ``out_of_order`` with ``E`` among the pending batches: the collector lacks ``E`` on (a power
+  loss took batches it had stored, not synced); the sender resends from ``E``.
 * 409 ``replay`` / ``chain_broken``: the collector holds a chain this spool did not write (a wiped
   or swapped spool, two agents under one node id). Nothing is dropped; the agent logs once and
   keeps backing off until an operator acts.
@@ -50,6 +64,7 @@ class SenderStats:
     duplicates: int = 0      # acknowledged as already stored
     samples_sent: int = 0
     declared_lost: int = 0   # batches declared lost with gap_from
+    durable_polls: int = 0   # stored batches resent only to learn the collector's durable_seq
     failures: int = 0        # attempts that did not end in an acknowledgement
     last_error: str = ""
 
@@ -130,7 +145,7 @@ def _json(raw: bytes) -> dict:
 
 class Sender(threading.Thread):
     def __init__(self, spool: Spool, collector_url: str, node: str, timeout_s: float = 10.0,
-                 backoff_min_s: float = 0.2, backoff_max_s: float = 30.0):
+                 backoff_min_s: float = 0.2, backoff_max_s: float = 30.0, durable_poll_s: float = 2.0):
         super().__init__(name="trainsentry-sender", daemon=True)
         self.spool = spool
         self.url = collector_url.rstrip("/") + BATCHES_PATH
@@ -144,6 +159,11 @@ class Sender(threading.Thread):
         self._stopping = threading.Event()
         self._backoff = 0.0
         self._held_seq: int | None = None   # seq the 409-fork state is stuck on, to log once
+        # Above the batch interval, so a steady stream's next receipt brings durable_seq, not a poll.
+        self.durable_poll_s = durable_poll_s
+        self._stored_through = -1           # the collector has stored every pending batch up to this seq
+        self._poll_at = 0.0                 # monotonic time from which a stored batch is resent (a poll)
+        self._legacy_warned = False
 
     def notify(self) -> None:
         """A new batch is in the spool."""
@@ -156,9 +176,10 @@ class Sender(threading.Thread):
     def run(self) -> None:
         try:
             while not self._stopping.is_set():
-                batch = self.spool.oldest()
-                if batch is None:
-                    self._wake.wait(1.0)
+                batch = self.next_batch()
+                if batch is None:  # nothing to send, or nothing until the next poll
+                    wait = self._poll_at - time.monotonic()
+                    self._wake.wait(min(1.0, wait) if wait > 0 else 1.0)
                     self._wake.clear()
                     continue
                 if self.send_one(batch):
@@ -173,8 +194,17 @@ class Sender(threading.Thread):
         # Jitter so that many agents coming back after a collector outage do not arrive in lockstep.
         self._stopping.wait(self._backoff * random.uniform(0.75, 1.0))
 
+    def next_batch(self) -> SpooledBatch | None:
+        """The oldest batch the collector has not stored; when there is none and ``durable_poll_s``
+        has passed since the last receipt, the oldest stored one not yet durable (a poll)."""
+        batch = self.spool.oldest(after=self._stored_through)
+        if batch is None and time.monotonic() >= self._poll_at:
+            batch = self.spool.oldest()
+        return batch
+
     def drain(self, timeout_s: float) -> bool:
-        """Wait until the spool is empty or ``timeout_s`` passes; True when empty."""
+        """Wait until the spool is empty (every batch durably stored) or ``timeout_s`` passes; True
+        when empty."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.spool.pending_stats()[0] == 0:
@@ -194,12 +224,21 @@ class Sender(threading.Thread):
             log.error("collector answered 200 but not with a receipt for batch %d; keeping it", batch.seq)
             return False
         if r.status == 200:
-            self.spool.ack(batch.seq)
+            durable = self._durable_through(r.body, batch)
+            if durable is not None:
+                self.spool.ack_below(durable + 1)
+            self._poll_at = time.monotonic() + self.durable_poll_s
             if r.body.get("duplicate"):
-                self.stats.duplicates += 1
+                if batch.seq <= self._stored_through:
+                    self.stats.durable_polls += 1
+                else:
+                    self.stats.duplicates += 1
+                self._stored_through = max(self._stored_through, batch.seq)
             else:
                 self.stats.sent += 1
                 self.stats.samples_sent += batch.n_samples
+                # the collector's chain now ends at this batch (a poll it answers this way had been lost)
+                self._stored_through = batch.seq
             return True
         self.stats.failures += 1
         detail = r.body.get("detail") or r.body.get("message") or r.body
@@ -213,20 +252,35 @@ class Sender(threading.Thread):
                       batch.seq, self.stats.last_error)
         return False
 
+    def _durable_through(self, body: dict, batch: SpooledBatch) -> int | None:
+        """The highest seq this receipt lets the spool forget: its ``durable_seq``, but not past the
+        batch it is the receipt of; None when nothing is durable yet."""
+        if "durable_seq" not in body:  # a collector from before the watermark: its ack meant committed
+            if not self._legacy_warned:
+                self._legacy_warned = True
+                log.warning("collector does not report durable_seq (an older version): batches leave the "
+                            "spool when committed, and a power loss of the collector can lose them")
+            return batch.seq
+        durable = body["durable_seq"]
+        if isinstance(durable, bool) or not isinstance(durable, int):
+            return None
+        return min(durable, batch.seq)
+
     def _resync(self, batch: SpooledBatch, expected: int, code: str) -> bool:
         seqs = self.spool.pending_seqs()
         if code == "out_of_order" and seqs and expected < seqs[0]:
             first = self.spool.rechain(expected)
             self.stats.declared_lost += first - expected
+            self._stored_through = expected - 1
             log.error("collector is missing batches %d..%d that this agent no longer holds; "
                       "declaring them lost with gap_from on batch %d", expected, first - 1, first)
             return True
-        if code not in ("replay", "chain_broken") and expected in seqs and expected > seqs[0]:
-            # The collector holds everything below ``expected`` (and would call an identical resend a
-            # duplicate); what is below it in the spool is already stored.
-            dropped = self.spool.ack_below(expected)
-            log.warning("collector already holds batches below %d; dropped %d from the spool, resuming there",
-                        expected, dropped)
+        if code not in ("replay", "chain_broken") and expected in seqs:
+            # The collector holds every batch below ``expected`` and none from it on: it lost batches
+            # it had stored but not yet synced (a power loss). Resend from there; what is below stays
+            # in the spool until a receipt's durable_seq covers it.
+            self._stored_through = expected - 1
+            log.warning("collector lacks batches from %d on; resending them", expected)
             return True
         if self._held_seq != batch.seq:  # log once per stuck batch, not on every backoff round
             self._held_seq = batch.seq

@@ -1,9 +1,10 @@
-"""The durable spool: every encoded+signed batch stays on disk until the collector acknowledges it.
+"""The durable spool: every encoded+signed batch stays on disk until the collector reports it durable.
 
 One SQLite file (standard library; WAL journal, ``synchronous=FULL`` so a commit survives power
 loss) holds
 
-* ``pending``: batches not yet acknowledged, keyed by ``seq``, with the exact bytes and signature
+* ``pending``: batches not yet durably stored by the collector (sent and stored, but above the
+  ``durable_seq`` of its receipts, included), keyed by ``seq``, with the exact bytes and signature
   that go on the wire. A batch is encoded and signed once, in :meth:`Spool.append`; every resend
   sends the stored bytes, so the collector sees a retry as byte-identical and can answer
   "duplicate" instead of storing it twice.
@@ -372,10 +373,11 @@ class Spool:
             return sum(len(json.loads(t)) if n is None else n for _, n, t in self._staged)
 
     # -- the sender's side ---------------------------------------------------------------------
-    def oldest(self) -> SpooledBatch | None:
+    def oldest(self, after: int = -1) -> SpooledBatch | None:
+        """The pending batch of the lowest seq above ``after``."""
         with self._lock:
-            row = self._db.execute("SELECT seq, body, signature, n_samples FROM pending "
-                                   "ORDER BY seq LIMIT 1").fetchone()
+            row = self._db.execute("SELECT seq, body, signature, n_samples FROM pending WHERE seq > ? "
+                                   "ORDER BY seq LIMIT 1", (after,)).fetchone()
         return None if row is None else SpooledBatch(row[0], bytes(row[1]), row[2], row[3])
 
     def get(self, seq: int) -> SpooledBatch | None:
@@ -384,13 +386,8 @@ class Spool:
                                    (seq,)).fetchone()
         return None if row is None else SpooledBatch(row[0], bytes(row[1]), row[2], row[3])
 
-    def ack(self, seq: int) -> None:
-        """The collector has committed batch ``seq``: forget it."""
-        with self._lock, self._tx():
-            self._db.execute("DELETE FROM pending WHERE seq = ?", (seq,))
-
     def ack_below(self, seq: int) -> int:
-        """The collector holds every batch below ``seq``: forget those; return how many."""
+        """The collector durably holds every batch below ``seq``: forget those; return how many."""
         with self._lock, self._tx():
             return self._db.execute("DELETE FROM pending WHERE seq < ?", (seq,)).rowcount
 

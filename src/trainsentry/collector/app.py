@@ -6,8 +6,8 @@ Ingest (``POST /v1/batches``) is answered ahead of FastAPI's routing and middlew
 :meth:`Collector.handle_batch`. It runs on the event loop thread, synchronously, with the one
 writer connection: SQLite has a single writer anyway, so serialising batches there costs nothing
 and saves a thread hop per request. With ``synchronous=NORMAL`` a commit does not fsync, so the
-loop is not held for disk flushes (see :mod:`trainsentry.collector.schema` for what that means for
-durability). Reads run in FastAPI's thread pool on per-thread read connections, which WAL lets
+loop is not held for disk flushes: the checkpoint thread fsyncs the WAL and each ack says how far
+the node's batches are on disk (``durable_seq``; see :mod:`trainsentry.collector.schema`). Reads run in FastAPI's thread pool on per-thread read connections, which WAL lets
 proceed while a batch is being written.
 
 Live processing subscribes with ``app.state.bus.subscribe(callback)``; see

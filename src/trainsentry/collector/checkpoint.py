@@ -5,8 +5,23 @@ database file and fsyncs it, holding the event loop (and every waiting agent) fo
 the CI machine. Here the writer turns automatic checkpoints off and pokes this thread after each
 commit; the thread runs a PASSIVE checkpoint (it never blocks the writer) at most every
 ``min_interval_s``. The GIL is released inside SQLite, so the loop keeps ingesting while the
-copy and fsync run. Durability is unchanged: a batch is in the WAL before it is acknowledged,
-and the checkpoint only moves committed pages into the main file.
+copy and fsync run. A checkpoint only moves committed pages into the main file.
+
+The same thread keeps the **durable watermark**: per node, the last batch seq committed
+(``committed``, set by the writer after each COMMIT through :meth:`Checkpointer.poke`) and the last
+known to be on disk (``durable``), which every acknowledgement reports (``durable_seq``; the agent
+keeps a batch in its spool until it is covered). With ``synchronous=NORMAL`` a COMMIT writes its
+frames to the WAL without fsync, and SQLite fsyncs the WAL only before a checkpoint that has frames
+to copy (not when readers hold the copy back) and the database file only after a checkpoint that
+copied everything (sqlite.org/pragma.html#pragma_synchronous, ``walCheckpoint`` in wal.c): that
+cannot tell which commits are on disk. So each round begins with an explicit step: copy
+``committed``, fdatasync the WAL, then raise ``durable`` to the copy. Every commit in the copy
+returned before the fdatasync began, so its frames are in the file it flushes; frames the WAL has
+since dropped were copied into the database file by a checkpoint that completed, which SQLite
+syncs before it starts the WAL over. The first round (right after opening) covers what an earlier
+process committed and did not sync (it was killed). With ``synchronous=FULL`` every COMMIT fsyncs
+the WAL, so ``poke`` raises ``durable`` with ``committed``. The watermark may lag (a failed sync is
+retried next round), never lead.
 
 The WAL stays bounded. SQLite starts writing the WAL from its beginning again only after a
 checkpoint has copied every frame; under continuous ingest a PASSIVE checkpoint never catches up
@@ -43,6 +58,8 @@ from pathlib import Path
 
 from .schema import connect
 
+_fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+
 
 class Checkpointer:
     def __init__(self, path: str | Path, synchronous: str = "normal", min_interval_s: float = 0.25,
@@ -60,6 +77,13 @@ class Checkpointer:
         self._wake = threading.Event()
         self._stopping = False
         self._real_path = os.path.realpath(self.path)
+        self._wal_path = self._real_path + "-wal"   # SQLite names it after the resolved database path
+        self._wal_dir_synced = False
+        # The durable watermark (module docstring): node id -> batch seq. The writer sets committed
+        # (and, with FULL, durable); this thread raises durable, only ever to seqs it saw committed.
+        self.committed: dict[int, int] = {}
+        self.durable: dict[int, int] = {}
+        self.durable_steps = 0
         # The RESTART handoff (module docstring). poke reads _restart_due without the lock: a stale
         # False costs one more commit before the writer parks.
         self.park_wait_s = 0.1
@@ -71,9 +95,14 @@ class Checkpointer:
         self._thread = threading.Thread(target=self._run, name="wal-checkpoint", daemon=True)
         self._thread.start()
 
-    def poke(self) -> None:
-        """A commit happened: checkpoint soon. The writer calls it between transactions; while a
-        RESTART is due it waits here until the RESTART is over (module docstring)."""
+    def poke(self, node_id: int | None = None, seq: int | None = None) -> None:
+        """A commit happened (of batch ``seq`` of ``node_id``, when it stored one): checkpoint and sync
+        soon. The writer calls it between transactions; while a RESTART is due it waits here until
+        the RESTART is over (module docstring)."""
+        if node_id is not None:
+            self.committed[node_id] = seq
+            if self.synchronous == "full":  # this COMMIT fsynced the WAL, and with it every earlier one
+                self.durable[node_id] = seq
         if not self._wake.is_set():  # set() takes the event's lock (~4 µs); the thread clears it every round only
             self._wake.set()
         if self._restart_due:
@@ -103,6 +132,41 @@ class Checkpointer:
             with self._handoff:
                 self._restart_due = False
                 self._handoff.notify_all()
+
+    def _make_durable(self) -> bool:
+        """Raise ``durable`` to everything committed before this call (module docstring); False when
+        the WAL could not be synced (the watermark stays where it was)."""
+        committed = self.committed.copy()
+        try:
+            self._sync_wal()
+        except OSError:
+            return False
+        durable = self.durable
+        for node_id, seq in committed.items():
+            if durable.get(node_id, -1) < seq:
+                durable[node_id] = seq
+        self.durable_steps += 1
+        return True
+
+    def _sync_wal(self) -> None:
+        """fdatasync the WAL file (and, the first time, its directory, so the file itself survives).
+
+        Through a descriptor of our own, which :meth:`_sync_database_file` must not use for the
+        database file: SQLite takes its POSIX locks on the database and ``-shm`` files, never on the
+        WAL, so closing our descriptor of the WAL drops no lock of SQLite's.
+        """
+        fd = os.open(self._wal_path, os.O_RDONLY)
+        try:
+            _fdatasync(fd)
+        finally:
+            os.close(fd)
+        if not self._wal_dir_synced:
+            fd = os.open(os.path.dirname(self._wal_path), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._wal_dir_synced = True
 
     def _sync_database_file(self) -> bool:
         """fdatasync the database file through a descriptor SQLite holds open (Linux: /proc/self/fd).
@@ -141,6 +205,9 @@ class Checkpointer:
                 if self._stopping:
                     break
                 self._wake.clear()
+                if not self._make_durable():
+                    self.errors += 1
+                    self._wake.set()  # retried next round, commits or not: acks wait for it
                 try:
                     # fetchall: a statement left unfinished would hold a read snapshot and pin the WAL
                     _, log, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()[0]

@@ -7,9 +7,12 @@ version is refused rather than silently misread.
 
 Durability: the database runs in WAL mode. ``synchronous=NORMAL`` (the default here) makes every
 committed transaction survive a crash or SIGKILL of the server process (the commit is in the WAL
-file before ``COMMIT`` returns), but the last transactions before a power loss or kernel crash may
-be lost, because the WAL is only fsynced at checkpoints. ``synchronous=FULL`` fsyncs the WAL on
-every commit and also survives power loss, at the cost of one fsync per batch.
+file before ``COMMIT`` returns), but not a power loss or kernel crash before the WAL is fsynced.
+The checkpoint thread fsyncs it about every 0.25 s while batches arrive and keeps, per node, the
+last batch known to be on disk; every ack reports it (``durable_seq``), and the agent keeps each
+batch until it is covered, so a power loss loses nothing the agent cannot resend
+(:mod:`trainsentry.collector.checkpoint`). ``synchronous=FULL`` fsyncs the WAL on every commit, so
+each ack is durable at once, at the cost of one fsync per batch.
 """
 
 from __future__ import annotations

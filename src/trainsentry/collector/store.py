@@ -1,6 +1,10 @@
 """The write path: enrol nodes, accept signed batches, record rejections.
 
-A batch is acknowledged only after its transaction has committed. Checks run cheapest-first and
+A batch is acknowledged only after its transaction has committed, and the acknowledgement says
+how far the node's chain is committed (``stored_seq``) and how far it is known to be on disk
+(``durable_seq``, the durable watermark of :mod:`trainsentry.collector.checkpoint`): the agent
+keeps a batch until ``durable_seq`` covers it, so a power loss that takes committed but unsynced
+batches takes nothing the agent cannot resend. Checks run cheapest-first and
 before anything is written: the node must be enrolled and the HMAC must match the exact bytes
 (401), then the body must parse (400/413), then ``seq``/``prev`` must continue the node's chain
 (409). Chain state is read inside the same ``BEGIN IMMEDIATE`` transaction that writes the batch,
@@ -9,7 +13,8 @@ so the decision and the write cannot interleave with another writer.
 Chain rules (``E`` = last accepted seq + 1, or 0 for a node's first batch):
 
 * ``seq < E``: a resend. Same digest as the stored batch of that seq → duplicate, acknowledged
-  without storing again (the agent lost our ack). Anything else → ``replay`` (409).
+  without storing again (the agent lost our ack, or asks whether it is durable yet). Anything
+  else → ``replay`` (409).
 * ``seq == E``: ``prev`` must equal the stored digest of seq-1 (``GENESIS_PREV`` for seq 0),
   else ``chain_broken`` (409).
 * ``seq > E``: a hole. Only accepted when the agent declares the loss with ``gap_from <= E``; the
@@ -95,10 +100,12 @@ class Accepted:
     gaps: list[dict] = field(default_factory=list)
     batch: Batch | None = None  # the parsed batch, for post-commit subscribers (None for duplicates)
     received_at: float = 0.0
+    stored_seq: int | None = None   # the node's last committed seq (this batch's, unless a duplicate)
+    durable_seq: int | None = None  # the node's last seq known to be on disk; None: none yet
 
     def body(self) -> dict:
         out = {"accepted": True, "node": self.node, "seq": self.seq, "digest": self.digest,
-               "n_samples": self.n_samples}
+               "n_samples": self.n_samples, "stored_seq": self.stored_seq, "durable_seq": self.durable_seq}
         if self.duplicate:
             out["duplicate"] = True
         if self.gaps:
@@ -216,6 +223,10 @@ class Store:
             # when this connection starts the WAL over, the file is cut back to the checkpointer's bound
             page = self.conn.execute("PRAGMA page_size").fetchone()[0]
             self.conn.execute(f"PRAGMA journal_size_limit={self._checkpointer.max_wal_pages * page}")
+            # what an earlier process committed: durable after the checkpoint thread's first sync
+            self._checkpointer.committed.update(self.conn.execute(
+                "SELECT node_id, last_seq FROM nodes WHERE last_seq IS NOT NULL").fetchall())
+            self._checkpointer.poke()
         self._keys: dict[str, tuple[int, bytes]] = {}  # name -> (node_id, key); refreshed on a miss
         self._devices: set[tuple[int, str]] = set()     # (node_id, device) known to be in `devices`
         # refusals of the current minute per (enrolled node or "", code): rows written, and the rest
@@ -340,7 +351,7 @@ class Store:
                 c.execute("ROLLBACK")
                 if stored and stored[0] == batch.digest:
                     return Accepted(batch.node, node_id, batch.seq, batch.digest, stored[1], duplicate=True,
-                                    received_at=now)
+                                    received_at=now, stored_seq=last_seq, durable_seq=self.durable_seq(node_id))
                 raise IngestError(409, "replay", f"seq {batch.seq} is already past (next expected {expected}) "
                                   "and this is not the batch stored under it", expected_seq=expected)
             gaps: list[tuple] = []
@@ -390,7 +401,7 @@ class Store:
                       "WHERE node_id = ?", (batch.seq, batch.digest, now, new_last_t, batch.interval_s, node_id))
             c.execute("COMMIT")
             if self._checkpointer is not None:
-                self._checkpointer.poke()
+                self._checkpointer.poke(node_id, batch.seq)
         except IngestError:
             raise
         except BaseException:
@@ -401,7 +412,12 @@ class Store:
             self._devices.update((d[0], d[1]) for d in new_devices)
         return Accepted(batch.node, node_id, batch.seq, batch.digest, n_rows, batch=batch, received_at=now,
                         gaps=[{"start": g[1], "end": g[2], "reason": g[3], "seq_from": g[4], "seq_to": g[5]}
-                              for g in gaps])
+                              for g in gaps],
+                        stored_seq=batch.seq, durable_seq=self.durable_seq(node_id))
+
+    def durable_seq(self, node_id: int) -> int | None:
+        """The node's last batch seq known to be on disk (None: none yet, or an in-memory store)."""
+        return None if self._checkpointer is None else self._checkpointer.durable.get(node_id)
 
     # -- rejections -----------------------------------------------------------------------------
     def record_rejection(self, err: IngestError, node: str | None, remote: str | None,
