@@ -13,8 +13,13 @@ Each rank holds ``prompt_len / N`` consecutive tokens; its queries attend to its
 and to every earlier chunk in full (``causal_lower_right`` over the keys of chunks 0..rank), so the
 last rank's last position gives the same next token as one GPU prefilling the whole prompt (a test
 checks). The later ranks do more attention work than the first: plain all-gather CP, no load
-balancing. A step is one prefill of ``batch`` prompts; the last rank samples the first output token.
-Bytes are counted where this code hands a tensor to torch.distributed: the all-gathered K and V.
+balancing; the H200 runs show it (power balance 0.6 between the GPUs, where training and TP sit
+near 1), a difference a detector could learn that a production server does not have. With
+``balanced`` the prompt is cut into 2N chunks and rank r holds chunks r and 2N−1−r (the
+"zigzag" split of ring-attention implementations): every rank then does the same attention work,
+the exchange is the same all-gather. A step is one prefill of ``batch`` prompts; the rank holding
+the last position samples the first output token. Bytes are counted where this code hands a tensor
+to torch.distributed: the all-gathered K and V.
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ TOY = {"model": "toy", "seq_len": 64, "batch": 2, "prompt_len": 32, "pause_s": 0
 class ContextParallelAttention(nn.Module):
     """The block's own attention projections; K and V of every chunk all-gathered over the group."""
 
-    def __init__(self, attn: Attention, rank: int, world: int, group=None, ledger: Ledger | None = None):
+    def __init__(self, attn: Attention, rank: int, world: int, group=None, ledger: Ledger | None = None,
+                 balanced: bool = False):
         super().__init__()
         self.attn, self.rank, self.world, self.group, self.ledger = attn, rank, world, group, ledger
+        self.balanced = balanced
         self.label = group_label(group_ranks(group)) if world > 1 else ""
         self._bias: dict[tuple[int, int], object] = {}
 
@@ -65,22 +72,45 @@ class ContextParallelAttention(nn.Module):
             dist.all_gather(chunks, kv, group=self.group)
             if self.ledger is not None:
                 self.ledger.collective("all_gather", kv.numel() * kv.element_size(), self.label)
-            kv = torch.cat(chunks[:self.rank + 1], dim=3)                       # chunks 0..rank
+        else:
+            chunks = [kv]
+        if not self.balanced:
+            y = self._attend(q, torch.cat(chunks[:self.rank + 1], dim=3))      # chunks 0..rank
+        else:
+            # rank s holds chunks s and 2N-1-s; in sequence order: first halves, then second halves reversed
+            h = c // 2
+            order = [ch[..., :h, :] for ch in chunks] + [ch[..., h:, :] for ch in reversed(chunks)]
+            full = torch.cat(order, dim=3)
+            lo, hi = self.rank, 2 * self.world - 1 - self.rank
+            y = torch.cat([self._attend(q[..., :h, :], full[..., :(lo + 1) * h, :]),
+                           self._attend(q[..., h:, :], full[..., :(hi + 1) * h, :])], dim=2)
+        return a.o(y.transpose(1, 2).reshape(b, c, -1))
+
+    def _attend(self, q, kv):
+        """Queries (the last ``q``-many positions of the keys) over ``kv`` [2, b, h, keys, hd]."""
         k, v = kv[0], kv[1]
         rep = q.shape[1] // k.shape[1]
         if rep > 1:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        if k.shape[2] == c:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias(c, k.shape[2]))
-        return a.o(y.transpose(1, 2).reshape(b, c, -1))
+        if k.shape[2] == q.shape[2]:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias(q.shape[2], k.shape[2]))
 
 
-def make_context_parallel(model: GPT, rank: int, world: int, group=None, ledger: Ledger | None = None) -> GPT:
+def make_context_parallel(model: GPT, rank: int, world: int, group=None, ledger: Ledger | None = None,
+                          balanced: bool = False) -> GPT:
     for block in model.layers.values():
-        block.attn = ContextParallelAttention(block.attn, rank, world, group, ledger)
+        block.attn = ContextParallelAttention(block.attn, rank, world, group, ledger, balanced)
     return model
+
+
+def chunk_positions(rank: int, world: int, prompt_len: int, balanced: bool) -> list[tuple[int, int]]:
+    """The [start, end) token ranges of the prompt this rank holds, in the order it holds them."""
+    if not balanced:
+        c = prompt_len // world
+        return [(rank * c, (rank + 1) * c)]
+    h = prompt_len // (2 * world)
+    return [(rank * h, (rank + 1) * h), ((2 * world - 1 - rank) * h, (2 * world - rank) * h)]
 
 
 @inference_entry
@@ -89,20 +119,24 @@ def run_cp(ctx: Context, cfg: dict) -> None:
     need_all_ranks(ctx, "context-parallel prefill")
     mcfg = model_config(cfg)
     batch, plen = int(cfg["batch"]), int(cfg["prompt_len"])
-    if plen % ctx.world_size or plen > mcfg.seq_len:
-        raise ValueError(f"prompt_len {plen} must split over {ctx.world_size} ranks and fit seq_len {mcfg.seq_len}")
+    balanced = bool(cfg.get("balanced", False))
+    parts = 2 * ctx.world_size if balanced else ctx.world_size
+    if plen % parts or plen > mcfg.seq_len:
+        raise ValueError(f"prompt_len {plen} must split into {parts} chunks and fit seq_len {mcfg.seq_len}")
     chunk = plen // ctx.world_size
-    lo = ctx.rank * chunk
-    model = make_context_parallel(build_model(ctx, mcfg), ctx.rank, ctx.world_size, None, ctx.ledger)
-    src = prompt_source(ctx, salt=0)           # the same prompts on every rank, each takes its chunk
+    ranges = chunk_positions(ctx.rank, ctx.world_size, plen, balanced)
+    model = make_context_parallel(build_model(ctx, mcfg), ctx.rank, ctx.world_size, None, ctx.ledger, balanced)
+    src = prompt_source(ctx, salt=0)           # the same prompts on every rank, each takes its chunks
     pause_s = float(cfg.get("pause_s", 0.0))
-    last = ctx.rank == ctx.world_size - 1
+    last = ranges[-1][1] == plen               # this rank holds the last position
+    positions = torch.cat([torch.arange(a, b, device=ctx.device) for a, b in ranges])
 
     def prefill(prompts):
-        return model(prompts[:, lo:lo + chunk], pos_offset=lo)
+        return model(torch.cat([prompts[:, a:b] for a, b in ranges], dim=1), positions=positions)
 
-    for block in model.layers.values():
-        block.attn.bias(chunk, lo + chunk)
+    for block in model.layers.values():      # every mask shape up front (none under FlopCounterMode)
+        for a, b in ranges:
+            block.attn.bias(b - a, b)
 
     ctx.ledger.flops_per_step = flopcount.measure(lambda: prefill(src.prompts(batch, plen)))
     ctx.ledger.clear_collectives()   # the counting pass is not part of the run
@@ -131,4 +165,8 @@ variants("infer.cp", "inference", "cp", run_cp,
              "l1b_ctx64k": {"model": "gpt1b", "seq_len": 65536, "prompt_len": 65536},
              "g7b_ctx16k_b2": {"model": "gpt7b", "seq_len": 16384, "batch": 2, "prompt_len": 16384,
                                "pause_s": 0.3},
+             # load-balanced (zigzag) split: the same exchange, equal work on every GPU
+             "xl3b_ctx32k_zz": {"balanced": True},
+             "g7b_ctx16k_b2_zz": {"model": "gpt7b", "seq_len": 16384, "batch": 2, "prompt_len": 16384,
+                                  "pause_s": 0.3, "balanced": True},
          }, description="all-gather context-parallel long-context prefill: K/V all-gathered every layer")
