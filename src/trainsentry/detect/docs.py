@@ -395,5 +395,7 @@ def render(doc: dict) -> str:
               "## Reproduce", "", "```", doc["command"], "```", "",
               "The splits above refit every detector on each split's training side. `scripts/prospective.py` "
               "instead reads a committed model as it was and judges the runs recorded after it was fitted "
-              "(results in `results/prospective.json`, `docs/prospective.md`).", ""]
+              "(`docs/prospective.md`: the model of 2fe9f72 on the 36 runs after its 66; "
+              "`docs/prospective-e391dc4.md`: the model of e391dc4 on the 28 runs after its 102, where every "
+              "context-parallel prefill run, a family it had never seen, was alerted as training).", ""]
     return "\n".join(lines)
