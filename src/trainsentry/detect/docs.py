@@ -53,6 +53,23 @@ exchange and the benign workloads that also move bytes or burn power:
   training's forward and backward passes are dense matmuls over a whole batch, decode reads all
   weights and the KV cache for a few tokens per step, copies use DRAM only.
 
+**Hard negatives, seen and unseen.** Three benign families exchange the way training does:
+expert-parallel MoE decode (two all-to-alls per layer), all-gather context-parallel prefill (K/V
+gathered every layer) and a domain-decomposed stencil solver (halo swaps every sweep). The model
+committed at e391dc4 had seen none of them; on their first H200 runs it alerted on every
+context-parallel prefill run at P = 1.00 and on no stencil run (`docs/prospective-e391dc4.md`). On
+its NVLink signals the prefill sits inside the training range (symmetric, simultaneous, periodic);
+what sets it apart is activity: arithmetic intensity above training's (tensor per DRAM 4.5–9 per
+run, median over windows, against at most 2.5 for any training window, the highest from 16k-token
+DDP training: long-context attention reuses each byte over the whole context, so training at 32k or
+64k tokens may reach it too) and unequal work (power balance 0.59–0.86) because the plain split
+gives later GPUs more attention. The second is a property of that split, not of inference: the zigzag split of
+`infer.cp.*_zz` balances the work, and its runs (planned, not yet recorded) test whether the
+refitted model learned intensity or only imbalance. With the three context-parallel runs in the
+fitting data the table above still alerts on them when their configurations are held out (the
+leave-one-family-out column: 0 % correct for `fused`): a family the trees have not seen lies
+outside what they learned, the reason the benign corpus keeps growing.
+
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,
 locked to the compute cycle), and each step moves about 2(n−1)/n times the parameter bytes per GPU
