@@ -279,7 +279,7 @@ def test_a_stored_batch_stays_spooled_until_the_collector_has_it_on_disk(tmp_pat
     assert spool.pending_seqs() == [0, 1, 2]          # stored and acknowledged, not on disk: kept
     assert sender.next_batch() is None                # ... and not sent again
     time.sleep(0.25)
-    assert sender.next_batch().seq == 0               # until the poll: the oldest, to ask again
+    assert sender.next_batch().seq == 2               # until the poll: the newest stored, to ask again
     assert sender.send_one(sender.next_batch())
     assert sender.stats.durable_polls == 1 and spool.pending_seqs() == [0, 1, 2]
     monkeypatch.setattr(Checkpointer, "_sync_wal", real_sync)   # the disk syncs again
@@ -287,6 +287,49 @@ def test_a_stored_batch_stays_spooled_until_the_collector_has_it_on_disk(tmp_pat
     assert in_process.store.durable_seq(1) == 2
     assert sender.stats.sent == 3 and sender.stats.duplicates == 0
     assert in_process.rows("SELECT COUNT(*), COUNT(DISTINCT t) FROM samples") == [(15, 15)]
+
+
+def test_one_poll_frees_every_stored_batch_once_they_are_on_disk(tmp_path, in_process, monkeypatch):
+    """A backlog stored while the disk did not sync (a burst, a replay) leaves the spool on the first
+    poll after the sync, not one batch per poll (a clean stop's drain would time out)."""
+    from trainsentry.collector.checkpoint import Checkpointer
+    real_sync = Checkpointer._sync_wal
+    monkeypatch.setattr(Checkpointer, "_sync_wal", _disk_takes_no_sync)
+    spool = Spool(tmp_path / "spool.db", "node-a", in_process.key)
+    fill(spool, 20)
+    sender = Sender(spool, "http://collector.invalid", "node-a", durable_poll_s=0.1)
+    sender.connection = in_process
+    while (batch := sender.next_batch()) is not None:
+        assert sender.send_one(batch)
+    assert sender.stats.sent == 20 and len(spool.pending_seqs()) == 20
+    monkeypatch.setattr(Checkpointer, "_sync_wal", real_sync)
+    assert wait_for(lambda: in_process.store.durable_seq(1) == 19)
+    time.sleep(0.15)
+    assert sender.send_one(sender.next_batch())
+    assert sender.stats.durable_polls == 1 and spool.pending_seqs() == []
+
+
+def test_an_out_of_order_naming_the_batch_just_sent_backs_off_instead_of_looping(tmp_path):
+    """No honest collector answers 409 out_of_order with the seq it was sent; a proxy or a hostile
+    peer that does must not get the same batch resent at full speed (nor anything dropped)."""
+    from trainsentry.agent.sender import Response
+    spool = Spool(tmp_path / "spool.db", "node-a", "11" * 32)
+    fill(spool, 3)
+
+    class Liar:
+        posts = 0
+
+        def post(self, node, batch):
+            Liar.posts += 1
+            return Response(409, {"error": "out_of_order", "expected_seq": batch.seq})
+
+        def close(self):
+            pass
+
+    sender = Sender(spool, "http://collector.invalid", "node-a")
+    sender.connection = Liar()
+    assert sender.send_one(sender.next_batch()) is False     # False: the run loop backs off
+    assert spool.pending_seqs() == [0, 1, 2] and sender.stats.declared_lost == 0
 
 
 @pytest.mark.parametrize("carry_on", [True, False], ids=["new-batches", "idle-agent"])

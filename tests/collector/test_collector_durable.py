@@ -73,7 +73,7 @@ def test_the_durable_step_fsyncs_the_wal_file(tmp_path, monkeypatch):
         store.close()
 
 
-def test_a_failed_sync_holds_the_watermark_and_a_restart_syncs_what_was_committed(tmp_path, monkeypatch):
+def test_a_failed_sync_holds_the_watermark_and_a_restart_syncs_what_was_committed(tmp_path, monkeypatch, caplog):
     db = tmp_path / "c.db"
     store = Store(db)
     key = store.enroll("node-a")
@@ -84,6 +84,9 @@ def test_a_failed_sync_holds_the_watermark_and_a_restart_syncs_what_was_committe
         assert [(a.stored_seq, a.durable_seq) for a in acks] == [(0, None), (1, None), (2, None)]
         assert wait_for(lambda: store._checkpointer.errors >= 2)   # retried, still failing
         assert store.durable_seq(1) is None
+        # said, not only counted: once (rate-limited to a line a minute), naming the WAL
+        failures = [r for r in caplog.records if "cannot fsync the WAL" in r.getMessage()]
+        assert len(failures) == 1 and failures[0].levelname == "ERROR" and store._checkpointer.sync_failures >= 2
     finally:
         store.close()
     monkeypatch.undo()

@@ -89,7 +89,10 @@ class Agent:
         self.config = config
         self.sources = list(sources)
         self.spool = Spool(config.spool_path, config.node, config.key)
-        self.sender = Sender(self.spool, config.collector_url, config.node, timeout_s=config.http_timeout_s)
+        # a poll for durable_seq only when no batch is due before it: with long batches it would
+        # resend every stored body once between two new ones
+        self.sender = Sender(self.spool, config.collector_url, config.node, timeout_s=config.http_timeout_s,
+                             durable_poll_s=max(2.0, config.batch_s + 1.0))
         self.latest = LatestReadings()
         self.sampler = Sampler(self.sources, hz=config.hz, batch_s=config.batch_s,
                                on_batch=self._on_batch, on_tick=self._on_tick)

@@ -14,8 +14,8 @@ Stored is not yet durable: with ``--sync normal`` the collector fsyncs its WAL a
 and each receipt says how far the node's chain is committed (``stored_seq``) and how far it is on
 disk (``durable_seq``). A batch leaves the spool only once a receipt's ``durable_seq`` covers it; a
 stored one is not sent again (``_stored_through``), except, when ``durable_poll_s`` passes with no
-receipt (nothing new to send), the oldest one, whose "duplicate" receipt brings the current
-``durable_seq``. After a power loss took what the collector had stored but not synced, its 409
+receipt (nothing new to send; the agent sets it above its batch interval), the newest stored one,
+whose "duplicate" receipt brings the current ``durable_seq`` and frees every stored batch it covers. After a power loss took what the collector had stored but not synced, its 409
 ``out_of_order`` names the first seq it lacks and the sender resends from there. Responses:
 
 * 200 (stored, or ``{"duplicate": true}`` for a batch it already has): the batch counts as stored;
@@ -196,10 +196,11 @@ class Sender(threading.Thread):
 
     def next_batch(self) -> SpooledBatch | None:
         """The oldest batch the collector has not stored; when there is none and ``durable_poll_s``
-        has passed since the last receipt, the oldest stored one not yet durable (a poll)."""
+        has passed since the last receipt, a stored one not yet durable (a poll): the newest, so that
+        one receipt's ``durable_seq`` can free every stored batch at once."""
         batch = self.spool.oldest(after=self._stored_through)
         if batch is None and time.monotonic() >= self._poll_at:
-            batch = self.spool.oldest()
+            batch = self.spool.get(self._stored_through) or self.spool.oldest()
         return batch
 
     def drain(self, timeout_s: float) -> bool:
@@ -275,10 +276,12 @@ class Sender(threading.Thread):
             log.error("collector is missing batches %d..%d that this agent no longer holds; "
                       "declaring them lost with gap_from on batch %d", expected, first - 1, first)
             return True
-        if code not in ("replay", "chain_broken") and expected in seqs:
+        if code == "out_of_order" and seqs and seqs[0] <= expected < batch.seq and expected in seqs:
             # The collector holds every batch below ``expected`` and none from it on: it lost batches
             # it had stored but not yet synced (a power loss). Resend from there; what is below stays
-            # in the spool until a receipt's durable_seq covers it.
+            # in the spool until a receipt's durable_seq covers it. Only for an ``expected`` below the
+            # batch just sent (an honest collector never names the sent seq itself: that answer would
+            # resend the same batch in a loop without backing off).
             self._stored_through = expected - 1
             log.warning("collector lacks batches from %d on; resending them", expected)
             return True

@@ -51,12 +51,15 @@ How long the writer is held off by a RESTART (docs/performance.md, "Collector in
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from pathlib import Path
 
 from .schema import connect
+
+_log = logging.getLogger(__name__)
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
@@ -84,6 +87,9 @@ class Checkpointer:
         self.committed: dict[int, int] = {}
         self.durable: dict[int, int] = {}
         self.durable_steps = 0
+        self.sync_failures = 0
+        self._durable_lock = threading.Lock()   # FULL: poke and a round both raise durable (never lower it)
+        self._sync_logged_at = -1e9
         # The RESTART handoff (module docstring). poke reads _restart_due without the lock: a stale
         # False costs one more commit before the writer parks.
         self.park_wait_s = 0.1
@@ -102,7 +108,9 @@ class Checkpointer:
         if node_id is not None:
             self.committed[node_id] = seq
             if self.synchronous == "full":  # this COMMIT fsynced the WAL, and with it every earlier one
-                self.durable[node_id] = seq
+                with self._durable_lock:
+                    if self.durable.get(node_id, -1) < seq:
+                        self.durable[node_id] = seq
         if not self._wake.is_set():  # set() takes the event's lock (~4 µs); the thread clears it every round only
             self._wake.set()
         if self._restart_due:
@@ -139,12 +147,20 @@ class Checkpointer:
         committed = self.committed.copy()
         try:
             self._sync_wal()
-        except OSError:
+        except OSError as e:
+            # every agent keeps its whole spool while this fails: say so (once a minute), not only count it
+            self.sync_failures += 1
+            now = time.monotonic()
+            if now - self._sync_logged_at >= 60.0:
+                self._sync_logged_at = now
+                _log.error("cannot fsync the WAL %s (%s; %d failures so far): durable_seq does not advance "
+                           "and agents keep every batch", self._wal_path, e, self.sync_failures)
             return False
         durable = self.durable
-        for node_id, seq in committed.items():
-            if durable.get(node_id, -1) < seq:
-                durable[node_id] = seq
+        with self._durable_lock:
+            for node_id, seq in committed.items():
+                if durable.get(node_id, -1) < seq:
+                    durable[node_id] = seq
         self.durable_steps += 1
         return True
 
