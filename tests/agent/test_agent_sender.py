@@ -265,14 +265,21 @@ def send_until_spool_empty(sender, spool, timeout_s=10.0):
     return not spool.pending_seqs()
 
 
-def test_a_stored_batch_stays_spooled_until_the_collector_has_it_on_disk(tmp_path, in_process, monkeypatch):
+def unsynced(tmp_path, in_process, monkeypatch, n_batches, poll_s):
+    """A spool of ``n_batches`` and its sender on the in-process collector, whose disk does not sync
+    until the returned function is called."""
     from trainsentry.collector.checkpoint import Checkpointer
     real_sync = Checkpointer._sync_wal
     monkeypatch.setattr(Checkpointer, "_sync_wal", _disk_takes_no_sync)
     spool = Spool(tmp_path / "spool.db", "node-a", in_process.key)
-    fill(spool, 3)
-    sender = Sender(spool, "http://collector.invalid", "node-a", durable_poll_s=0.2)
+    fill(spool, n_batches)
+    sender = Sender(spool, "http://collector.invalid", "node-a", durable_poll_s=poll_s)
     sender.connection = in_process
+    return spool, sender, lambda: monkeypatch.setattr(Checkpointer, "_sync_wal", real_sync)
+
+
+def test_a_stored_batch_stays_spooled_until_the_collector_has_it_on_disk(tmp_path, in_process, monkeypatch):
+    spool, sender, disk_syncs_again = unsynced(tmp_path, in_process, monkeypatch, 3, 0.2)
     for seq in range(3):
         assert sender.next_batch().seq == seq and sender.send_one(sender.next_batch())
     assert sender.stats.sent == 3 and in_process.store.durable_seq(1) is None
@@ -282,7 +289,7 @@ def test_a_stored_batch_stays_spooled_until_the_collector_has_it_on_disk(tmp_pat
     assert sender.next_batch().seq == 2               # until the poll: the newest stored, to ask again
     assert sender.send_one(sender.next_batch())
     assert sender.stats.durable_polls == 1 and spool.pending_seqs() == [0, 1, 2]
-    monkeypatch.setattr(Checkpointer, "_sync_wal", real_sync)   # the disk syncs again
+    disk_syncs_again()
     assert send_until_spool_empty(sender, spool)
     assert in_process.store.durable_seq(1) == 2
     assert sender.stats.sent == 3 and sender.stats.duplicates == 0
@@ -292,17 +299,11 @@ def test_a_stored_batch_stays_spooled_until_the_collector_has_it_on_disk(tmp_pat
 def test_one_poll_frees_every_stored_batch_once_they_are_on_disk(tmp_path, in_process, monkeypatch):
     """A backlog stored while the disk did not sync (a burst, a replay) leaves the spool on the first
     poll after the sync, not one batch per poll (a clean stop's drain would time out)."""
-    from trainsentry.collector.checkpoint import Checkpointer
-    real_sync = Checkpointer._sync_wal
-    monkeypatch.setattr(Checkpointer, "_sync_wal", _disk_takes_no_sync)
-    spool = Spool(tmp_path / "spool.db", "node-a", in_process.key)
-    fill(spool, 20)
-    sender = Sender(spool, "http://collector.invalid", "node-a", durable_poll_s=0.1)
-    sender.connection = in_process
+    spool, sender, disk_syncs_again = unsynced(tmp_path, in_process, monkeypatch, 20, 0.1)
     while (batch := sender.next_batch()) is not None:
         assert sender.send_one(batch)
     assert sender.stats.sent == 20 and len(spool.pending_seqs()) == 20
-    monkeypatch.setattr(Checkpointer, "_sync_wal", real_sync)
+    disk_syncs_again()
     assert wait_for(lambda: in_process.store.durable_seq(1) == 19)
     time.sleep(0.15)
     assert sender.send_one(sender.next_batch())
