@@ -93,7 +93,7 @@ LAUNCHER = textwrap.dedent('''
     with torch.inference_mode():
         full = whole(long_prompt)
         a = full[:, rank * c:(rank + 1) * c]
-        b = cp(long_prompt[:, rank * c:(rank + 1) * c], pos_offset=rank * c)
+        b = cp(long_prompt[:, rank * c:(rank + 1) * c], positions=torch.arange(rank * c, (rank + 1) * c))
         za = full[:, pos]
         zb = zz(long_prompt[:, pos], positions=pos)
     diff = [torch.zeros(1) for _ in range(world)]

@@ -74,16 +74,22 @@ class ContextParallelAttention(nn.Module):
                 self.ledger.collective("all_gather", kv.numel() * kv.element_size(), self.label)
         else:
             chunks = [kv]
-        if not self.balanced:
-            y = self._attend(q, torch.cat(chunks[:self.rank + 1], dim=3))      # chunks 0..rank
-        else:
-            # rank s holds chunks s and 2N-1-s; in sequence order: first halves, then second halves reversed
-            h = c // 2
-            order = [ch[..., :h, :] for ch in chunks] + [ch[..., h:, :] for ch in reversed(chunks)]
-            full = torch.cat(order, dim=3)
-            lo, hi = self.rank, 2 * self.world - 1 - self.rank
-            y = torch.cat([self._attend(q[..., :h, :], full[..., :(lo + 1) * h, :]),
-                           self._attend(q[..., h:, :], full[..., :(hi + 1) * h, :])], dim=2)
+        # every rank's pieces of the prompt (chunk_positions) put back in sequence order, up to the
+        # last key this rank's queries need; each of its pieces attends to the keys up to its end
+        plen, mine = self.world * c, chunk_positions(self.rank, self.world, self.world * c, self.balanced)
+        pieces = []
+        for s, ch in enumerate(chunks):
+            off = 0
+            for lo, hi in chunk_positions(s, self.world, plen, self.balanced):
+                if lo < mine[-1][1]:
+                    pieces.append((lo, ch[..., off:off + hi - lo, :]))
+                off += hi - lo
+        keys = torch.cat([piece for _, piece in sorted(pieces, key=lambda x: x[0])], dim=3)
+        outs, off = [], 0
+        for lo, hi in mine:
+            outs.append(self._attend(q[..., off:off + hi - lo, :], keys[..., :hi, :]))
+            off += hi - lo
+        y = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
         return a.o(y.transpose(1, 2).reshape(b, c, -1))
 
     def _attend(self, q, kv):

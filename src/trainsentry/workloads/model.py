@@ -153,16 +153,14 @@ class GPT(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
 
-    def forward(self, idx, cache: KVCache | None = None, pos_offset: int = 0,
-                positions: torch.Tensor | None = None):
+    def forward(self, idx, cache: KVCache | None = None, positions: torch.Tensor | None = None):
         """``idx`` [batch, time] token ids (first stage) or hidden states [batch, time, d] (later
         pipeline stages). Returns logits when this module still has its head, else hidden states.
-        ``pos_offset``: position of ``idx``'s first token when there is no cache (a context-parallel
-        chunk of a longer sequence); ``positions``: every token's position instead (chunks that are
-        not contiguous, as load-balanced context parallelism holds)."""
+        ``positions``: every token's position when there is no cache and ``idx`` is not the start of
+        the sequence (the chunks a context-parallel rank holds)."""
         if idx.dtype in (torch.int64, torch.int32):
             t = idx.shape[1]
-            start = cache.length if cache is not None else pos_offset
+            start = cache.length if cache is not None else 0
             pos = positions if positions is not None else torch.arange(start, start + t, device=idx.device)
             x = self.tok(idx) + self.pos(pos)
         else:
