@@ -63,7 +63,7 @@ what sets it apart is activity: arithmetic intensity above training's (tensor pe
 run, median over windows, against at most 2.5 for any training window, the highest from 16k-token
 DDP training: long-context attention reuses each byte over the whole context, so training at 32k or
 64k tokens may reach it too) and unequal work (power balance 0.59–0.86) because the plain split
-gives later GPUs more attention. The second is a property of that split, not of inference: the zigzag split of
+gives later GPUs more attention (`python scripts/hardneg_signals.py` → `results/hardneg-signals.json`). The second is a property of that split, not of inference: the zigzag split of
 `infer.cp.*_zz` balances the work, and its runs (planned, not yet recorded) test whether the
 refitted model learned intensity or only imbalance. With the three context-parallel runs in the
 fitting data the table above still alerts on them when their configurations are held out (the

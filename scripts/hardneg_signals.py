@@ -1,0 +1,42 @@
+"""The activity signals that set context-parallel prefill apart from training (docs/detector.md,
+"Hard negatives, seen and unseen"): per run, the median over its in-run windows of the arithmetic
+intensity (act.tensor_per_dram.max) and the work balance (act.power_balance), for every
+context-parallel run, beside the highest intensity of any training window.
+
+    python scripts/hardneg_signals.py [--data data/h200] [--out results/hardneg-signals.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from trainsentry.detect.dataset import load_dataset, stack
+from trainsentry.detect.pipeline import default_cache_dir
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default="data/h200")
+    ap.add_argument("--out", type=Path, default=Path("results/hardneg-signals.json"))
+    args = ap.parse_args()
+    X, y, _, ids = stack(load_dataset(args.data, cache_dir=default_cache_dir()), "trainsentry")
+    ids = np.asarray(ids)
+    intensity, balance = X["act.tensor_per_dram.max"].to_numpy(), X["act.power_balance"].to_numpy()
+    top = int(np.nanargmax(np.where(y == 1, intensity, np.nan)))
+    out = {"command": "python scripts/hardneg_signals.py --data " + args.data,
+           "training_windows_max_tensor_per_dram": round(float(intensity[top]), 3),
+           "training_window_of_that_max": str(ids[top]),
+           "context_parallel_runs": {
+               r: {"tensor_per_dram_median": round(float(np.nanmedian(intensity[ids == r])), 3),
+                   "power_balance_median": round(float(np.nanmedian(balance[ids == r])), 3)}
+               for r in sorted({i for i in ids if i.startswith("infer.cp.")})}}
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
