@@ -86,7 +86,7 @@ def test_a_failed_sync_holds_the_watermark_and_a_restart_syncs_what_was_committe
         assert store.durable_seq(1) is None
         # said, not only counted: once (rate-limited to a line a minute), naming the WAL
         failures = [r for r in caplog.records if "cannot fsync the WAL" in r.getMessage()]
-        assert len(failures) == 1 and failures[0].levelname == "ERROR" and store._checkpointer.sync_failures >= 2
+        assert len(failures) == 1 and failures[0].levelname == "ERROR" and store._checkpointer.errors >= 2
     finally:
         store.close()
     monkeypatch.undo()

@@ -87,7 +87,6 @@ class Checkpointer:
         self.committed: dict[int, int] = {}
         self.durable: dict[int, int] = {}
         self.durable_steps = 0
-        self.sync_failures = 0
         self._durable_lock = threading.Lock()   # FULL: poke and a round both raise durable (never lower it)
         self._sync_logged_at = -1e9
         # The RESTART handoff (module docstring). poke reads _restart_due without the lock: a stale
@@ -149,12 +148,12 @@ class Checkpointer:
             self._sync_wal()
         except OSError as e:
             # every agent keeps its whole spool while this fails: say so (once a minute), not only count it
-            self.sync_failures += 1
+            self.errors += 1
             now = time.monotonic()
             if now - self._sync_logged_at >= 60.0:
                 self._sync_logged_at = now
-                _log.error("cannot fsync the WAL %s (%s; %d failures so far): durable_seq does not advance "
-                           "and agents keep every batch", self._wal_path, e, self.sync_failures)
+                _log.error("cannot fsync the WAL %s (%s; %d checkpoint-thread errors so far): durable_seq does "
+                           "not advance and agents keep every batch", self._wal_path, e, self.errors)
             return False
         durable = self.durable
         with self._durable_lock:
@@ -222,7 +221,6 @@ class Checkpointer:
                     break
                 self._wake.clear()
                 if not self._make_durable():
-                    self.errors += 1
                     self._wake.set()  # retried next round, commits or not: acks wait for it
                 try:
                     # fetchall: a statement left unfinished would hold a read snapshot and pin the WAL
