@@ -284,6 +284,7 @@ def test_a_stored_batch_stays_spooled_until_the_collector_has_it_on_disk(tmp_pat
         assert sender.next_batch().seq == seq and sender.send_one(sender.next_batch())
     assert sender.stats.sent == 3 and in_process.store.durable_seq(1) is None
     assert spool.pending_seqs() == [0, 1, 2]          # stored and acknowledged, not on disk: kept
+    assert sender.stored_not_durable() == 3 and sender.stats.durable_seq == -1   # what the agent reports
     assert sender.next_batch() is None                # ... and not sent again
     time.sleep(0.25)
     assert sender.next_batch().seq == 2               # until the poll: the newest stored, to ask again
@@ -292,6 +293,7 @@ def test_a_stored_batch_stays_spooled_until_the_collector_has_it_on_disk(tmp_pat
     disk_syncs_again()
     assert send_until_spool_empty(sender, spool)
     assert in_process.store.durable_seq(1) == 2
+    assert sender.stored_not_durable() == 0 and sender.stats.durable_seq == 2
     assert sender.stats.sent == 3 and sender.stats.duplicates == 0
     assert in_process.rows("SELECT COUNT(*), COUNT(DISTINCT t) FROM samples") == [(15, 15)]
 

@@ -127,6 +127,9 @@ def test_prometheus_endpoint_serves_dcgm_names(tmp_path, collector):
     assert 50 < float(power[0].rsplit(" ", 1)[1]) < 800            # watts, from the recorded H200 idle/load
     assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" in text
     assert "trainsentry_agent_spool_pending_batches{" in text
+    # the durable watermark: what the collector has stored but not yet synced, and its last watermark
+    assert "trainsentry_agent_spool_stored_not_durable_batches{" in text
+    assert "trainsentry_agent_collector_durable_seq{" in text and "trainsentry_agent_durable_polls_total{" in text
 
 
 def test_a_recorded_trace_replays_complete(tmp_path, collector):

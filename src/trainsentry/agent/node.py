@@ -77,6 +77,9 @@ class AgentSummary:
     send_failures: int
     pending_batches: int
     pending_samples: int
+    stored_not_durable_batches: int   # pending batches the collector has stored but not yet synced to disk
+    durable_polls: int                # stored batches resent only to learn the collector's durable_seq
+    collector_durable_seq: int        # the collector's last reported durable watermark (-1: none)
     recovered_staged_samples: int
     seconds: float
 
@@ -115,6 +118,9 @@ class Agent:
         return {"trainsentry_agent_spool_pending_batches": pending,
                 "trainsentry_agent_spool_pending_samples": pending_samples,
                 "trainsentry_agent_spool_pending_bytes": pending_bytes,
+                "trainsentry_agent_spool_stored_not_durable_batches": self.sender.stored_not_durable(),
+                "trainsentry_agent_collector_durable_seq": t.durable_seq,
+                "trainsentry_agent_durable_polls_total": t.durable_polls,
                 "trainsentry_agent_ticks_total": s.ticks,
                 "trainsentry_agent_missed_ticks_total": s.missed_ticks,
                 "trainsentry_agent_read_errors_total": s.read_errors,
@@ -173,6 +179,8 @@ class Agent:
                                batches_sent=t.sent, batches_duplicate=t.duplicates, samples_sent=t.samples_sent,
                                batches_declared_lost=t.declared_lost, send_failures=t.failures,
                                pending_batches=pending[0], pending_samples=pending[1],
+                               stored_not_durable_batches=self.sender.stored_not_durable(),
+                               durable_polls=t.durable_polls, collector_durable_seq=t.durable_seq,
                                recovered_staged_samples=recovered, seconds=time.monotonic() - t_start)
         self.spool.close()
         return summary

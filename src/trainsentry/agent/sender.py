@@ -65,6 +65,7 @@ class SenderStats:
     samples_sent: int = 0
     declared_lost: int = 0   # batches declared lost with gap_from
     durable_polls: int = 0   # stored batches resent only to learn the collector's durable_seq
+    durable_seq: int = -1    # the collector's last reported durable watermark (-1: none reported yet)
     failures: int = 0        # attempts that did not end in an acknowledgement
     last_error: str = ""
 
@@ -265,7 +266,13 @@ class Sender(threading.Thread):
         durable = body["durable_seq"]
         if isinstance(durable, bool) or not isinstance(durable, int):
             return None
+        self.stats.durable_seq = max(self.stats.durable_seq, durable)
         return min(durable, batch.seq)
+
+    def stored_not_durable(self) -> int:
+        """Spooled batches the collector has acknowledged as stored but not yet as on its disk: what a
+        power loss of the collector would make the agent send again."""
+        return self.spool.pending_count_through(self._stored_through)
 
     def _resync(self, batch: SpooledBatch, expected: int, code: str) -> bool:
         seqs = self.spool.pending_seqs()

@@ -398,6 +398,11 @@ class Spool:
                 "SELECT COUNT(*), COALESCE(SUM(n_samples), 0), COALESCE(SUM(LENGTH(body)), 0) FROM pending").fetchone()
         return int(n), int(samples), int(size)
 
+    def pending_count_through(self, seq: int) -> int:
+        """How many pending batches have a seq at or below ``seq``."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM pending WHERE seq <= ?", (seq,)).fetchone()[0])
+
     def pending_seqs(self) -> list[int]:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT seq FROM pending ORDER BY seq")]
