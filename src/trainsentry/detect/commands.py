@@ -67,4 +67,38 @@ def eval_cmd(
     console.print(f"wrote {out / 'detector.json'}")
 
 
-COMMANDS = [eval_cmd]
+def eval_transfer(
+    base: Path = typer.Option(Path("data/h200"), "--base", help="Dataset the detectors are fitted on"),
+    target: Path = typer.Option(..., "--target", help="Dataset they are judged on (e.g. data/h200x8)"),
+    splits: int = typer.Option(50, "--splits", help="Splits of the target's configurations for the 'added' reading (0: frozen only)"),
+    out: Path = typer.Option(Path("results/eight_gpu.json"), "--out", help="Results JSON"),
+    docs: Path | None = typer.Option(Path("docs/eight-gpu.md"), "--docs", help="Markdown report ('' to skip)"),
+    detector: list[str] = typer.Option([], "--detector", help="Only these (repeatable; default all four)"),
+    rt_trees: int = typer.Option(400, "--rt-trees"),
+    seed: int = typer.Option(0, "--seed"),
+    cache: Path | None = typer.Option(None, "--cache", help="Feature cache directory"),
+) -> None:
+    """Detectors fitted on --base, judged on --target: frozen, then with the target's runs added."""
+    from ..threads import one_native_thread
+    one_native_thread()
+    from rich.console import Console
+
+    from .pipeline import default_cache_dir
+    from .transfer import run_transfer
+    console = Console(stderr=True)
+    command = "trainsentry " + " ".join(sys.argv[1:]) if len(sys.argv) > 1 and sys.argv[1] == "eval-transfer" else \
+        "trainsentry eval-transfer"
+    try:
+        doc = run_transfer(str(base), str(target), out, docs if docs and str(docs) not in ("", ".") else None, splits,
+                           detector or None, rt_trees, seed, cache or default_cache_dir(), command)
+    except (FileNotFoundError, ValueError) as e:
+        console.print(f"[red]eval-transfer: {e}[/red]")
+        raise typer.Exit(2)
+    for name, r in doc["frozen"].items():
+        a = doc["added"].get(name, {})
+        console.print(f"{name:12s} frozen: run_acc={r['run_accuracy']} inf_fpr={r['inference_fpr']}  "
+                      f"added: run_acc={a.get('run_accuracy')} inf_fpr={a.get('inference_fpr')}")
+    console.print(f"wrote {out}")
+
+
+COMMANDS = [eval_cmd, eval_transfer]

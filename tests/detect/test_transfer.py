@@ -1,0 +1,53 @@
+"""``trainsentry eval-transfer`` (issue 9's 8-GPU scoring, any pair of datasets) on tiny probe datasets:
+fitted on the base, judged frozen and with the target's runs added, never a run on both sides."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from detect.conftest import FAMILY, PHASE
+from detect.probe_traces import IDLE_MEM_BYTES, write_probe_trace
+from trainsentry.cli import app
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    """New configurations (other lengths, other names) of the same three shapes, recorded later."""
+    root = tmp_path_factory.mktemp("target")
+    t = 1.9e9
+    for cls, (phase, mem) in PHASE.items():
+        for seconds in (39.0, 45.0):
+            for rep in range(2):
+                plan = [("idle", 3.0, IDLE_MEM_BYTES), (phase, seconds, mem), ("idle", 2.0, IDLE_MEM_BYTES)]
+                write_probe_trace(root, f"x8-{FAMILY[cls]}-{int(seconds)}-r{rep}", plan, cls, FAMILY[cls],
+                                  f"x8-{FAMILY[cls]}-{int(seconds)}", t_start=t)
+                t += seconds + 60.0
+    return root
+
+
+def test_transfer_scores_frozen_and_added(tiny_dataset, target, feature_cache, tmp_path):
+    out, docs = tmp_path / "eight_gpu.json", tmp_path / "eight-gpu.md"
+    res = CliRunner().invoke(app, ["eval-transfer", "--base", str(tiny_dataset), "--target", str(target),
+                                   "--splits", "3", "--detector", "comm-rules", "--detector", "fused",
+                                   "--out", str(out), "--docs", str(docs), "--cache", str(feature_cache)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["base"]["runs"] == 18 and doc["target"]["runs"] == 12
+    for name in ("comm-rules", "fused"):
+        frozen = doc["frozen"][name]
+        assert len(frozen["per_run"]) == 12 and {x["class"] for x in frozen["per_run"]} == set(PHASE)
+        # DDP exchange is training on any node; idle never is
+        assert frozen["training_detection"] == 1.0 and frozen["other_fpr"] == 0.0, frozen
+        added = doc["added"][name]
+        assert added["splits"] == 3 and added["run_accuracy"] is not None
+        assert set(added["per_family"]) <= set(FAMILY.values())
+    text = docs.read_text()
+    assert "| `fused` | frozen |" in text and "| `fused` | added |" in text and "Target runs judged wrong" in text
+
+
+def test_transfer_refuses_a_target_run_the_base_holds(tiny_dataset, feature_cache, tmp_path):
+    res = CliRunner().invoke(app, ["eval-transfer", "--base", str(tiny_dataset), "--target", str(tiny_dataset),
+                                   "--splits", "0", "--detector", "comm-rules", "--out", str(tmp_path / "x.json"),
+                                   "--docs", "", "--cache", str(feature_cache)])
+    assert res.exit_code == 2 and "in both datasets" in res.output
