@@ -58,3 +58,17 @@ def test_page_command_rewrites_docs_and_figures_without_scoring(tmp_path):
     assert {k: v for k, v in doc.items() if k != "figures"} == {k: v for k, v in before.items() if k != "figures"}
     missing = CliRunner().invoke(app, ["redteam", "page", "--results", str(tmp_path / "none.json")])
     assert missing.exit_code == 2
+
+
+def test_a_detector_scored_with_a_capped_rule_is_marked_and_says_so():
+    doc = _doc()
+    rnd = doc["rounds"][0]
+    for s in rnd["strategies"]:
+        for name, d in s["by_detector"].items():
+            d["rules_applied"] = ["2 of 3 @ 0.75", "3 of 5 @ 0.75"] if name == "rt-baseline" else ["3 of 5 @ 0.75"]
+    for name, b in rnd["benign"].items():
+        b["rules_applied"] = ["1 of 1 @ 0.75", "2 of 2 @ 0.75"] if name == "rt-baseline" else ["3 of 5 @ 0.75"]
+    page = render(doc).split("## Round 2", 1)[0]
+    assert "| `rt-baseline` † |" in page and "| `fused` † |" not in page and "`fused` |" in page
+    note = next(line for line in page.splitlines() if line.startswith("† `rt-baseline`"))
+    assert "1 of 1 @ 0.75, 2 of 2 @ 0.75, 2 of 3 @ 0.75, 3 of 5 @ 0.75" in note

@@ -239,19 +239,20 @@ def test_hardened_rounds_never_fit_on_the_strategy_they_score(data):
 
 def test_bad_input_exits_2_with_a_message(data, tmp_path):
     runner = CliRunner()
+    said = lambda r: " ".join(r.output.split())  # noqa: E731  (rich wraps long paths at the console width)
     res = runner.invoke(app, ["redteam", "rounds", "--benign", str(data["benign"]), "--adversarial",
                               str(tmp_path / "redteam-missing"), "--out", str(tmp_path / "r.json")])
-    assert res.exit_code == 2 and "no such directory" in res.output
+    assert res.exit_code == 2 and "no such directory" in said(res)
     res = runner.invoke(app, ["redteam", "rounds", "--benign", str(data["benign"]), "--adversarial",
                               str(data["benign"]), "--out", str(tmp_path / "r.json"), "--cache", str(data["cache"])])
-    assert res.exit_code == 2 and "no adversarial runs" in res.output
+    assert res.exit_code == 2 and "no adversarial runs" in said(res)
     (tmp_path / "empty").mkdir()
     res = runner.invoke(app, ["redteam", "rounds", "--benign", str(tmp_path / "empty"), "--adversarial",
                               str(data["adv"]), "--out", str(tmp_path / "r.json"), "--cache", str(data["cache"])])
-    assert res.exit_code == 2 and "no benign runs" in res.output
+    assert res.exit_code == 2 and "no benign runs" in said(res)
     res = runner.invoke(app, ["redteam", "rounds", "--benign", str(data["benign"]), "--adversarial", str(data["adv"]),
                               "--detector", "nope", "--out", str(tmp_path / "r.json"), "--cache", str(data["cache"])])
-    assert res.exit_code == 2 and "unknown detectors" in res.output
+    assert res.exit_code == 2 and "unknown detectors" in said(res)
     assert res.exception is None or isinstance(res.exception, SystemExit)
     assert not (tmp_path / "r.json").exists()
 

@@ -22,7 +22,13 @@ def score_evasion(run_dirs: list[str | Path], detector: Detector, rule: AlertRul
     rule alerted (over every window of the trace, idle margins included, as a live monitor), and
     the time to alert from the run's start. ``alternatives``: more rules applied to the same
     probabilities (one prediction per run), each row then holds ``alternatives[name]`` =
-    {"alerted", "time_to_alert_s"}."""
+    {"alerted", "time_to_alert_s"}.
+
+    The verdict is `trainsentry eval`'s adapted reading: the rule with k and n capped at the trace's
+    windows (``AlertRule.capped``; ``rule_applied`` names it), so a detector whose windows are longer
+    than the trace allows five of (rt-baseline: 30 s every 15 s) is scored on the windows that exist
+    rather than counted as missing every run. ``faithful_alerted`` is the rule as given, None where
+    the trace holds fewer than n windows. For a trace long enough both are the same."""
     rule = rule or AlertRule()
     alternatives = alternatives or {}
     rows = []
@@ -32,18 +38,21 @@ def score_evasion(run_dirs: list[str | Path], detector: Detector, rule: AlertRul
         if df.empty:
             none = {"alerted": False, "time_to_alert_s": None}
             rows.append({"run_id": run.run_id, "family": run.family, "workload": run.workload, "windows": 0,
-                         "window_detection": None, **none,
+                         "window_detection": None, **none, "rule_applied": rule.label(), "faithful_alerted": None,
                          **({"alternatives": {k: dict(none) for k in alternatives}} if alternatives else {})})
             continue
         p = np.asarray(detector.predict_proba(df), dtype=np.float64)
         inside = df["in_run"].to_numpy(dtype=bool)
         t_end = df["t_end"].to_numpy()
-        alert = rule.evaluate(t_end, p, run.start)
+        applied = rule.capped(len(df))
+        alert = applied.evaluate(t_end, p, run.start)
         row = {"run_id": run.run_id, "family": run.family, "workload": run.workload,
                "windows": int(inside.sum()),
                "window_detection": float(np.mean(p[inside] >= rule.threshold)) if inside.any() else None,
                "p_mean": float(np.mean(p[inside])) if inside.any() else None,
-               "alerted": alert["alerted"], "time_to_alert_s": alert["time_to_alert_s"]}
+               "alerted": alert["alerted"], "time_to_alert_s": alert["time_to_alert_s"],
+               "rule_applied": applied.label(),
+               "faithful_alerted": alert["alerted"] if applied == rule else None}
         if alternatives:
             row["alternatives"] = {}
             for k, alt in alternatives.items():

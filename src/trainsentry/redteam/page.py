@@ -130,7 +130,7 @@ def _costs(doc: dict) -> list[str]:
     return lines + [""]
 
 
-def _benign(rnd: dict, proto: dict, alt_names: list[str]) -> list[str]:
+def _benign(rnd: dict, proto: dict, alt_names: list[str], capped: set[str] = frozenset()) -> list[str]:
     """The round's re-measured benign numbers against the detector targets."""
     tgt = proto.get("detector_targets") or {}
     mark = lambda t: "" if not t or t.get("met") is None else (" ✓" if t["met"] else " ✗")  # noqa: E731
@@ -146,7 +146,7 @@ def _benign(rnd: dict, proto: dict, alt_names: list[str]) -> list[str]:
              "|---|---|---|---|---|---|" + "---|" * len(alt_names)]
     for n, b in rnd["benign"].items():
         t = b.get("targets") or {}
-        lines.append(f"| `{n}` | {_f(b['run_accuracy'], True)}{mark(t.get('run_accuracy'))} | "
+        lines.append(f"| `{n}`{' †' if n in capped else ''} | {_f(b['run_accuracy'], True)}{mark(t.get('run_accuracy'))} | "
                      f"{_f(b['inference_fpr'], True)}{mark(t.get('inference_fpr'))} | "
                      f"{_f(b.get('median_time_to_alert_s'))}{mark(t.get('median_time_to_alert_s'))} | "
                      f"{_f(b['other_fpr'], True)} | {_f(b['training_detection'], True)} | " + " | ".join(
@@ -162,6 +162,18 @@ def _benign(rnd: dict, proto: dict, alt_names: list[str]) -> list[str]:
                       f"be shown on this data (that needs about {round(inference_runs_to_resolve(), -1):.0f} held-out "
                       "inference runs); a ✓ there is a point estimate."]
     return lines + [""]
+
+
+def _capped_rules(rnd: dict, dets: list[str], main: str) -> dict[str, list[str]]:
+    """Per detector, the capped rules its verdicts used this round (adversarial and benign runs), when
+    any differs from the main rule: a trace too short for n of the detector's windows."""
+    out = {}
+    for n in dets:
+        rules = {r for s in rnd["strategies"] for r in s["by_detector"].get(n, {}).get("rules_applied", [])}
+        rules |= set((rnd.get("benign", {}).get(n) or {}).get("rules_applied", []))
+        if rules - {main}:
+            out[n] = sorted(rules)
+    return out
 
 
 def _not_run(doc: dict) -> list[str]:
@@ -236,13 +248,19 @@ def render(doc: dict) -> str:
         notes = [n for s in rnd["strategies"] for n in s.get("notes", [])]
         if notes:
             lines += [""] + [f"* Note: {n}" for n in notes]
+        main = f"{rule['k']} of {rule['n']} @ {rule['threshold']:g}"
+        capped = _capped_rules(rnd, dets, main)
         lines += ["", "Runs detected by every detector evaluated this round (same rule):", "",
-                  "| strategy | setting | " + " | ".join(f"`{n}`" for n in dets) + " |",
+                  "| strategy | setting | " + " | ".join(f"`{n}`{' †' if n in capped else ''}" for n in dets) + " |",
                   "|---|---|" + "---|" * len(dets)]
         for s in rnd["strategies"]:
             lines.append(f"| {s['name']} | {s['setting']} | " + " | ".join(
                 _f(s["by_detector"][n]["run_detection"], True, 0) for n in dets) + " |")
-        lines += _benign(rnd, proto, alt_names)
+        for n, rules in capped.items():
+            lines += ["", f"† `{n}`: its windows are too few per run for {main} (traces shorter than {rule['n']} of "
+                      f"its windows, adversarial or benign); as in `trainsentry eval`, k and n are capped at each "
+                      f"run's windows ({', '.join(rules)}): an adaptation, not the published rule."]
+        lines += _benign(rnd, proto, alt_names, set(capped))
     ranked, unranked = doc["ranking"], doc["unranked"]
     lines += ["## Ranking", "", f"Effectiveness = {EFFECTIVENESS}: the share of runs the monitor missed per GPU-hour "
               "relative to benign training. Computed from the table of the last round, over the recorded settings "
@@ -280,8 +298,8 @@ def render(doc: dict) -> str:
               "", "## Reproduce", "", "```", doc["command"], "```", ""]
     if doc.get("elapsed_s") is not None:
         stages = ", ".join(f"{k} {v:.0f} s" for k, v in (doc.get("elapsed_s_by_stage") or {}).items())
-        lines += [f"It took {doc['elapsed_s']:.0f} s here ({stages}) with every run's window features already in the "
-                  "feature cache; runs not in the cache are read and windowed first.", ""]
+        lines += [f"It took {doc['elapsed_s']:.0f} s here ({stages}); the features stage reads each run's window "
+                  "features from the feature cache and reads and windows the runs not in it first.", ""]
     return "\n".join(lines)
 
 

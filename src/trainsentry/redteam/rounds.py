@@ -38,8 +38,8 @@ import numpy as np
 from ..detect.alert import AlertRule
 from ..detect.base import Detector
 from ..detect.dataset import Run, load_run, stack
-from ..detect.evaluate import (ALTERNATIVE_RULES, RunOutcome, config_splits, detector_factories, fit_and_score,
-                               run_metrics)
+from ..detect.evaluate import (ALTERNATIVE_RULES, RunOutcome, adapted_outcomes, config_splits, detector_factories,
+                               fit_and_score, run_metrics)
 from ..features import FEATURE_VERSION
 from ..targets import DETECTOR as TARGET_DETECTOR, detector_targets
 from ..traces.io import iter_runs
@@ -222,7 +222,9 @@ def summarise(rows: list[dict]) -> dict:
         alts[k] = {"run_detection": fam_k[rows[0]["family"]]["run_detection"],
                    "median_time_to_alert_s": fam_k[rows[0]["family"]]["median_time_to_alert_s"]}
     return {"window_detection": fam["window_detection"], "run_detection": fam["run_detection"],
-            "median_time_to_alert_s": fam["median_time_to_alert_s"], "alternative_alert_rules": alts}
+            "median_time_to_alert_s": fam["median_time_to_alert_s"], "alternative_alert_rules": alts,
+            # the main rule as applied: RULE itself, or RULE capped at a trace too short for it
+            "rules_applied": sorted({r.get("rule_applied", RULE.label()) for r in rows})}
 
 
 def _mean(xs: list) -> float | None:
@@ -236,12 +238,16 @@ def benign_metrics(factory: Callable[[], Detector], benign: list[Run], extra: li
     ``extra`` (this round's adversarial runs, repeated) joins every fitting side. Also the median time
     to alert of the held-out benign training runs (pooled over splits), how many distinct inference
     runs were held out, and each number against the detector targets (:data:`TARGETS`)."""
-    per, ttas, inference_runs = [], [], set()
+    per, ttas, inference_runs, rules_applied = [], [], set(), set()
     for train_c, test_c in splits:
         train = [r for r in benign if r.config in train_c] + extra
         test = [r for r in benign if r.config in test_c]
-        outcomes = fit_and_score(factory, train, test, RULE)
+        given = fit_and_score(factory, train, test, RULE)
+        # `trainsentry eval`'s adapted reading: k and n capped at a run's windows (rt-baseline's 30 s
+        # windows are too few per benign run for 3 of 5); the alternatives are the rules as given
+        outcomes = adapted_outcomes(given)
         m = run_metrics(outcomes)
+        rules_applied |= {RULE.capped(o.n_windows).label() for o in given if o.n_windows}
         for k in ALTERNATIVE_RULES:
             alt = run_metrics([RunOutcome(o.run_id, o.cls, o.family, o.config, o.alternatives[k]["alerted"],
                                           o.alternatives[k]["time_to_alert_s"], np.zeros(0)) for o in outcomes])
@@ -257,6 +263,7 @@ def benign_metrics(factory: Callable[[], Detector], benign: list[Run], extra: li
                                           for q in ("run_accuracy", "inference_fpr")} for k in ALTERNATIVE_RULES}
     out["median_time_to_alert_s"] = float(np.median(ttas)) if ttas else None
     out["splits"] = len(per)
+    out["rules_applied"] = sorted(rules_applied)
     out["inference_runs_held_out"] = len(inference_runs)
     # with n distinct inference runs and none alerting, a 95 % upper bound on the FPR is 1 - 0.05^(1/n)
     out["inference_fpr_bound_at_zero_alerts"] = (1.0 - ZERO_ALERT_ALPHA ** (1.0 / len(inference_runs))
