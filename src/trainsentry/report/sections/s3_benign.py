@@ -145,8 +145,8 @@ def _same_splits(ctx) -> str:
     capped = [r for r in rt.get("rules_applied") or [] if r != main]
     if capped:
         note = (f" Its runs hold fewer of its {ctx.pub('rt.window_s', 'int', 's')} windows than its alert rule needs, so, as in the evaluation above, "
-                f"its row applies the rule with k and n capped at each run's windows "
-                f"({html.escape(', '.join(rt['rules_applied']))}): an adaptation, not the published rule.")
+                f"its row applies the rule with k and n capped at each run's windows (all of them, on a run of "
+                f"fewer windows than n): an adaptation, not the published rule.")
     elif rt.get("training_detection") == 0 and (rt.get("window_auc") or 0) > 0.5:
         note = (f" The reproduction separates windows well (window AUC "
                 f"{ctx.num('redteam', 'rounds/0/benign/rt-baseline/window_auc', 'f3')}) but detects no training run "
