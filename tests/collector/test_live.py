@@ -312,3 +312,24 @@ def test_jobs_with_latest_is_each_jobs_newest_verdict(db, client):
     assert got == {j["job"]: ((v := V.latest(conn, "job", j["job"])) and v["state"], v and v["p_training"])
                    for j in V.jobs(conn)}
     conn.close()
+
+
+@pytest.mark.parametrize("tensor, sm, exchange, state, because", [
+    (50.0, 95.0, True, "inference", "neural-network compute"),   # context-parallel prefill: K/V all-gathered
+    (8.0, 55.0, True, "inference", "neural-network compute"),    # tensor-parallel decode: activations all-reduced
+    (0.0, 12.0, True, "other", "without neural-network"),        # an NCCL sweep
+    (2.3, 96.0, True, "other", "without neural-network"),        # the FP32 stencil's halo exchange
+    (0.0, 0.0, False, "other", "SMs are idle"),                  # peer copies: copy engines, no kernels
+    (93.0, 95.0, False, "other", "matmul burn"),                 # GEMMs and nothing else
+    (10.0, 70.0, False, "inference", "neural-network compute"),  # batched decode on one GPU
+])
+def test_inference_or_other_is_read_from_the_tensor_core_share_of_sm_activity(tensor, sm, exchange, state, because):
+    from trainsentry.collector.live import SM_KEY, TENSOR_KEY, classify
+    row = {"comm.nvlink.Bps.min": 2e9 if exchange else 0.0, "comm.nvlink.sym.min": 1.0 if exchange else float("nan"),
+           TENSOR_KEY: tensor, SM_KEY: sm}
+    got, why = classify(True, 0.1, row, 0.5)
+    assert got == state and because in why, why
+    # without GPM (older GPUs, a node without GPUs) the exchange rule decides, as before
+    bare = {k: v for k, v in row.items() if k not in (TENSOR_KEY, SM_KEY)}
+    assert classify(True, 0.1, bare, 0.5)[0] == ("other" if exchange else "inference")
+    assert classify(True, 0.9, row, 0.5)[0] == "training"      # the detector's answer comes first

@@ -71,6 +71,16 @@ PREFERENCE = ("fused", "comm-ml", "comm-rules")
 # and symmetry (docs/detector.md), so the state rule and the detector speak of the same quantities.
 COLLECTIVE_BPS = 1e8
 COLLECTIVE_SYM = 0.7
+# Where GPM reports tensor-core and SM activity (Hopper and later), inference vs other is read from
+# the work itself: a neural network's forward pass spends part of its SM time in tensor-core matrix
+# multiplies and part in the kernels around them (attention softmax, norms, activations); copies,
+# collectives and FP32 numerics use no tensor cores, a matmul burn almost nothing else. The share is
+# the busiest GPU's tensor activity over the busiest GPU's SM activity (scripts/state_rule.py,
+# docs/collector.md: 3 % lies between the stencil solver's 2.4 % and the lowest inference window's 3.2 %).
+TENSOR_SHARE_MIN = 0.03         # below: GPU work without neural-network matmuls
+TENSOR_SHARE_GEMM_ONLY = 0.9    # at or above: tensor-core GEMMs and little else (a matmul burn)
+SM_ACTIVE_MIN = 1.0             # % SM activity below which the SMs do no work (copy engines only)
+TENSOR_KEY, SM_KEY = "act.gpm_tensor_util_pct.mean.max", "act.gpm_sm_util_pct.mean.max"
 READ_RETRIES = 3        # attempts at reading a node's missing batches back before they are marked unjudged
 
 
@@ -159,7 +169,9 @@ def pause_line(job: str, paused_s: float) -> str:
 
 
 def classify(active: bool, p: float | None, row: dict | None, training_p: float) -> tuple[str, str]:
-    """(state, why). The detector answers training or not; inference vs other is this rule."""
+    """(state, why). The detector answers training or not; inference vs other is this rule: the
+    tensor-core share of SM activity where GPM reports both, else whether the window holds a large
+    symmetric exchange that is not training (other) or not (inference)."""
     if not active:
         return "idle", ("idle: no workload segment active at the window's end (GPUs: utilisation <= 5 %, "
                         "power within 40 W of idle, no NVLink bytes; no GPUs: network below 1 MB/s)")
@@ -167,6 +179,9 @@ def classify(active: bool, p: float | None, row: dict | None, training_p: float)
         return "other", "other: a segment is active but the window had too few samples for features"
     if p >= training_p:
         return "training", f"training: P(training) {p:.2f} >= {training_p}"
+    tensor, sm = row.get(TENSOR_KEY, math.nan), row.get(SM_KEY, math.nan)
+    if math.isfinite(tensor) and math.isfinite(sm):
+        return _by_tensor_share(p, training_p, tensor, sm)
     coll = _collective(row)
     if coll:
         return "other", (f"other: not training (P {p:.2f} < {training_p}) yet a large symmetric exchange "
@@ -175,6 +190,24 @@ def classify(active: bool, p: float | None, row: dict | None, training_p: float)
     return "inference", (f"inference: active, not training (P {p:.2f} < {training_p}), and no large "
                          f"symmetric exchange (>= {COLLECTIVE_BPS / 1e6:.0f} MB/s at symmetry >= "
                          f"{COLLECTIVE_SYM}): compute with little or one-way traffic")
+
+
+def _by_tensor_share(p: float, training_p: float, tensor: float, sm: float) -> tuple[str, str]:
+    """Inference vs other from the tensor-core share of SM activity (GPM), for a window not training."""
+    head = f"not training (P {p:.2f} < {training_p})"
+    if sm < SM_ACTIVE_MIN:
+        return "other", (f"other: {head}, and the SMs are idle (SM activity {sm:.1f} % on the busiest GPU): "
+                         "copy engines or the host at work, no kernels")
+    share = tensor / sm
+    line = f"tensor-core share of SM activity {share:.1%} (tensor {tensor:.1f} %, SM {sm:.1f} %, busiest GPU)"
+    if share < TENSOR_SHARE_MIN:
+        return "other", (f"other: {head}; {line} < {TENSOR_SHARE_MIN:.0%}: GPU work without neural-network "
+                         "matrix multiplies (copies, collectives, FP32 numerics)")
+    if share >= TENSOR_SHARE_GEMM_ONLY:
+        return "other", (f"other: {head}; {line} >= {TENSOR_SHARE_GEMM_ONLY:.0%}: tensor-core GEMMs and almost "
+                         "no other kernel, as a matmul burn (a network's layers add attention, norms, activations)")
+    return "inference", (f"inference: {head}; {line}: neural-network compute (tensor-core matrix multiplies "
+                         "between other kernels)")
 
 
 @dataclass
