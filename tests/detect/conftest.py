@@ -10,18 +10,21 @@ PHASE = {"training": ("ddp", 20 * GIB), "inference": ("send", 30 * GIB), "other"
 FAMILY = {"training": "ddp", "inference": "disagg", "other": "idle"}
 
 
-@pytest.fixture(scope="session")
-def tiny_dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("h200")
-    t = 1.8e9
+def write_probe_dataset(root, lengths=(36.0, 42.0, 48.0), prefix: str = "", t: float = 1.8e9):
+    """One configuration per class and length (``prefix`` + family + length), two repeats each."""
     for cls, (phase, mem) in PHASE.items():
-        for seconds in (36.0, 42.0, 48.0):
+        for seconds in lengths:
             for rep in range(2):
                 plan = [("idle", 3.0, IDLE_MEM_BYTES), (phase, seconds, mem), ("idle", 2.0, IDLE_MEM_BYTES)]
-                write_probe_trace(root, f"{FAMILY[cls]}-{int(seconds)}-r{rep}", plan, cls, FAMILY[cls],
-                                  f"{FAMILY[cls]}-{int(seconds)}", t_start=t)
+                write_probe_trace(root, f"{prefix}{FAMILY[cls]}-{int(seconds)}-r{rep}", plan, cls, FAMILY[cls],
+                                  f"{prefix}{FAMILY[cls]}-{int(seconds)}", t_start=t)
                 t += seconds + 60.0
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory):
+    return write_probe_dataset(tmp_path_factory.mktemp("h200"))
 
 
 @pytest.fixture(scope="session")

@@ -6,24 +6,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from detect.conftest import FAMILY, PHASE
-from detect.probe_traces import IDLE_MEM_BYTES, write_probe_trace
+from detect.conftest import FAMILY, PHASE, write_probe_dataset
 from trainsentry.cli import app
 
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
     """New configurations (other lengths, other names) of the same three shapes, recorded later."""
-    root = tmp_path_factory.mktemp("target")
-    t = 1.9e9
-    for cls, (phase, mem) in PHASE.items():
-        for seconds in (39.0, 45.0):
-            for rep in range(2):
-                plan = [("idle", 3.0, IDLE_MEM_BYTES), (phase, seconds, mem), ("idle", 2.0, IDLE_MEM_BYTES)]
-                write_probe_trace(root, f"x8-{FAMILY[cls]}-{int(seconds)}-r{rep}", plan, cls, FAMILY[cls],
-                                  f"x8-{FAMILY[cls]}-{int(seconds)}", t_start=t)
-                t += seconds + 60.0
-    return root
+    return write_probe_dataset(tmp_path_factory.mktemp("target"), (39.0, 45.0), prefix="x8-", t=1.9e9)
 
 
 def test_transfer_scores_frozen_and_added(tiny_dataset, target, feature_cache, tmp_path):
