@@ -378,3 +378,16 @@ def test_a_power_loss_loses_nothing_the_agent_sent(tmp_path, in_process, monkeyp
     assert sender.stats.declared_lost == 0
     codes = {c for (c,) in in_process.rows("SELECT code FROM rejections")}
     assert codes <= {"out_of_order"}                  # "resume from 5"; no replay, no broken chain
+
+
+def test_the_reported_watermark_is_the_collectors_last_word_even_when_it_falls(tmp_path):
+    """A collector that lost batches it had reported durable reports a lower durable_seq: the agent's
+    gauge shows that fall (it is what the metric is for), and frees nothing past the batch sent."""
+    from trainsentry.agent.spool import SpooledBatch
+    sender = Sender(Spool(tmp_path / "spool.db", "node-a", "00" * 32), "http://collector.invalid", "node-a")
+    assert sender._durable_through({"durable_seq": 9}, SpooledBatch(7, b"{}", "00", 1)) == 7
+    assert sender.stats.durable_seq == 9
+    assert sender._durable_through({"durable_seq": 3}, SpooledBatch(8, b"{}", "00", 1)) == 3
+    assert sender.stats.durable_seq == 3
+    assert sender._durable_through({"durable_seq": None}, SpooledBatch(8, b"{}", "00", 1)) is None
+    assert sender.stats.durable_seq == -1 and sender.stored_not_durable() == 0   # null: nothing on disk

@@ -217,7 +217,7 @@ def test_a_seal_that_fails_rolls_back_keeps_the_ticks_and_restores_normal_sync(t
     with pytest.raises(OSError):
         sp.seal(1.0)
     assert sp._db.execute("PRAGMA synchronous").fetchone()[0] == 1       # NORMAL again after the FULL commit try
-    assert sp.pending_stats() == (0, 0, 0) and sp.next_seq == 0           # nothing half-written
+    assert sp.pending_stats() == (0, 0, 0, 0) and sp.next_seq == 0           # nothing half-written
     assert sp.staged_samples() == 3
     monkeypatch.undo()
     assert sp.seal(1.0) == [0]

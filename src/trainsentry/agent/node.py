@@ -114,11 +114,11 @@ class Agent:
 
     def agent_stats(self) -> dict[str, float]:
         s, t = self.sampler.stats, self.sender.stats
-        pending, pending_samples, pending_bytes = self.spool.pending_stats()
+        pending, pending_samples, pending_bytes, not_durable = self.spool.pending_stats(self.sender.stored_through)
         return {"trainsentry_agent_spool_pending_batches": pending,
                 "trainsentry_agent_spool_pending_samples": pending_samples,
                 "trainsentry_agent_spool_pending_bytes": pending_bytes,
-                "trainsentry_agent_spool_stored_not_durable_batches": self.sender.stored_not_durable(),
+                "trainsentry_agent_spool_stored_not_durable_batches": not_durable,
                 "trainsentry_agent_collector_durable_seq": t.durable_seq,
                 "trainsentry_agent_durable_polls_total": t.durable_polls,
                 "trainsentry_agent_ticks_total": s.ticks,
@@ -172,14 +172,14 @@ class Agent:
                 except Exception as e:  # closing is best effort; the data is already spooled
                     log.warning("closing source %s: %s", getattr(src, "name", src), e)
         s, t = self.sampler.stats, self.sender.stats
-        pending = self.spool.pending_stats()
+        pending = self.spool.pending_stats(self.sender.stored_through)
         summary = AgentSummary(node=cfg.node, ticks=s.ticks, missed_ticks=s.missed_ticks, samples_read=s.readings,
                                read_errors=s.read_errors, dropped_values=s.dropped_values,
                                batches_sealed=self._batches_sealed,
                                batches_sent=t.sent, batches_duplicate=t.duplicates, samples_sent=t.samples_sent,
                                batches_declared_lost=t.declared_lost, send_failures=t.failures,
                                pending_batches=pending[0], pending_samples=pending[1],
-                               stored_not_durable_batches=self.sender.stored_not_durable(),
+                               stored_not_durable_batches=pending[3],
                                durable_polls=t.durable_polls, collector_durable_seq=t.durable_seq,
                                recovered_staged_samples=recovered, seconds=time.monotonic() - t_start)
         self.spool.close()

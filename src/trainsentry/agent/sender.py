@@ -65,7 +65,7 @@ class SenderStats:
     samples_sent: int = 0
     declared_lost: int = 0   # batches declared lost with gap_from
     durable_polls: int = 0   # stored batches resent only to learn the collector's durable_seq
-    durable_seq: int = -1    # the collector's last reported durable watermark (-1: none reported yet)
+    durable_seq: int = -1    # the collector's last reported durable watermark (-1: none, or null)
     failures: int = 0        # attempts that did not end in an acknowledgement
     last_error: str = ""
 
@@ -265,14 +265,20 @@ class Sender(threading.Thread):
             return batch.seq
         durable = body["durable_seq"]
         if isinstance(durable, bool) or not isinstance(durable, int):
+            self.stats.durable_seq = -1    # nothing on its disk yet (null), as it says
             return None
-        self.stats.durable_seq = max(self.stats.durable_seq, durable)
+        self.stats.durable_seq = durable   # as reported: a collector that lost synced batches reports less
         return min(durable, batch.seq)
 
     def stored_not_durable(self) -> int:
         """Spooled batches the collector has acknowledged as stored but not yet as on its disk: what a
         power loss of the collector would make the agent send again."""
-        return self.spool.pending_count_through(self._stored_through)
+        return self.spool.pending_stats(through=self._stored_through)[3]
+
+    @property
+    def stored_through(self) -> int:
+        """The collector has stored every pending batch up to this seq (-1: none)."""
+        return self._stored_through
 
     def _resync(self, batch: SpooledBatch, expected: int, code: str) -> bool:
         seqs = self.spool.pending_seqs()

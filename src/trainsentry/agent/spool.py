@@ -391,17 +391,14 @@ class Spool:
         with self._lock, self._tx():
             return self._db.execute("DELETE FROM pending WHERE seq < ?", (seq,)).rowcount
 
-    def pending_stats(self) -> tuple[int, int, int]:
-        """(batches, samples, bytes) waiting for acknowledgement."""
+    def pending_stats(self, through: int = -1) -> tuple[int, int, int, int]:
+        """(batches, samples, bytes) waiting for deletion, and how many of those batches have a seq at
+        or below ``through``: one read, so the four agree with each other."""
         with self._lock:
-            n, samples, size = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(n_samples), 0), COALESCE(SUM(LENGTH(body)), 0) FROM pending").fetchone()
-        return int(n), int(samples), int(size)
-
-    def pending_count_through(self, seq: int) -> int:
-        """How many pending batches have a seq at or below ``seq``."""
-        with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM pending WHERE seq <= ?", (seq,)).fetchone()[0])
+            n, samples, size, below = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(n_samples), 0), COALESCE(SUM(LENGTH(body)), 0), "
+                "COALESCE(SUM(seq <= ?), 0) FROM pending", (through,)).fetchone()
+        return int(n), int(samples), int(size), int(below)
 
     def pending_seqs(self) -> list[int]:
         with self._lock:
