@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from detect.conftest import FAMILY, PHASE, write_probe_dataset
+from detect.probe_traces import IDLE_MEM_BYTES, write_probe_trace
 from trainsentry.cli import app
 
 
@@ -41,3 +42,30 @@ def test_transfer_refuses_a_target_run_the_base_holds(tiny_dataset, feature_cach
                                    "--splits", "0", "--detector", "comm-rules", "--out", str(tmp_path / "x.json"),
                                    "--docs", "", "--cache", str(feature_cache)])
     assert res.exit_code == 2 and "in both datasets" in res.output
+
+
+def test_added_holds_a_shared_configuration_out_of_the_base_while_it_is_tested(tiny_dataset, feature_cache, tmp_path,
+                                                                                monkeypatch):
+    """The same workload config on both machines is one configuration: on a split that tests it, its
+    base runs are not in the fit either."""
+    from trainsentry.detect import transfer
+    target = write_probe_dataset(tmp_path / "t", (39.0, 45.0), prefix="x8-", t=1.9e9)
+    for cls, (phase, mem) in PHASE.items():                     # new runs of the base's 36 s configurations
+        plan = [("idle", 3.0, IDLE_MEM_BYTES), (phase, 36.0, mem), ("idle", 2.0, IDLE_MEM_BYTES)]
+        write_probe_trace(target, f"x8-again-{FAMILY[cls]}-36", plan, cls, FAMILY[cls], f"{FAMILY[cls]}-36", t_start=2e9)
+    fits = []
+    real = transfer.fit_and_score
+
+    def spy(factory, fit, test, rule):
+        fits.append(({r.config for r in fit}, {r.config for r in test}))
+        return real(factory, fit, test, rule)
+    monkeypatch.setattr(transfer, "fit_and_score", spy)
+    doc = transfer.run_transfer(str(tiny_dataset), str(target), tmp_path / "y.json", None, 6, ["comm-rules"],
+                                cache_dir=feature_cache)
+    key = {f: f"{f}|config={f}-36" for f in ("ddp", "disagg", "idle")}         # lab.summary.config_key
+    assert set(doc["shared_configs"]) == set(key.values())
+    frozen_fit, added = fits[0], fits[1:]
+    assert len(added) == doc["added"]["comm-rules"]["splits"] == 6
+    assert {f"ddp|config=ddp-{n}" for n in (36, 42, 48)} <= frozen_fit[0]   # frozen: the whole base
+    assert all(not (fit & test) for fit, test in added)                     # added: never a tested config in the fit
+    assert any(key["ddp"] in test for _, test in added)                      # (and the shared one was tested)

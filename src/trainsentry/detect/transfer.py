@@ -7,8 +7,10 @@ rate). Two readings, each for every detector:
 * ``frozen``: fitted once on every run of the base dataset, never on the target; every target run
   judged with the k-of-n alert rule over its whole trace. "Without retraining".
 * ``added``: configuration-grouped splits of the *target* (2/3 of each class's configurations to
-  fit, 1/3 to test, as ``trainsentry eval``); each split fits on the whole base plus the target's
-  fitting side and is scored on the target's test side only. "With them added".
+  fit, 1/3 to test, as ``trainsentry eval``); each split fits on the base plus the target's fitting
+  side and is scored on the target's test side only. "With them added". A configuration is
+  workload + overrides (``lab.summary.config_key``), not the number of GPUs: one that both datasets
+  ran is held out of the base too while it is tested (``shared_configs`` lists them).
 
 The metrics are `trainsentry eval`'s (``evaluate.run_metrics`` on the adapted reading of the rule,
 ``AlertRule.capped``), so the two files read the same way.
@@ -51,8 +53,12 @@ def added(factory, base: list[Run], target: list[Run], splits: list[tuple[set, s
           advance=None) -> dict:
     per_split, pooled = [], []
     for train_c, test_c in splits:
-        fit = base + [r for r in target if r.config in train_c]
+        # a configuration is workload + overrides, not the number of GPUs: a 2-GPU config that also
+        # runs on 8 is one configuration, and its base runs leave the fit when it is tested
+        fit = [r for r in base if r.config not in test_c] + [r for r in target if r.config in train_c]
         test = [r for r in target if r.config in test_c]
+        if not test:
+            continue
         outcomes = adapted_outcomes(fit_and_score(factory, fit, test, rule))
         per_split.append(_metrics(outcomes))
         pooled.extend(outcomes)
@@ -61,7 +67,7 @@ def added(factory, base: list[Run], target: list[Run], splits: list[tuple[set, s
     mean = {k: (float(np.mean(v)) if (v := [s[k] for s in per_split if s[k] is not None]) else None)
             for k in (*RUN_KEYS, "window_auc")}
     ttas = [o.time_to_alert_s for o in pooled if o.cls == "training" and o.alerted and o.time_to_alert_s is not None]
-    return {**mean, "median_time_to_alert_s": float(np.median(ttas)) if ttas else None, "splits": len(splits),
+    return {**mean, "median_time_to_alert_s": float(np.median(ttas)) if ttas else None, "splits": len(per_split),
             "per_family": per_family(pooled)}
 
 
@@ -82,14 +88,18 @@ def run_transfer(base_root: str, target_root: str, out: Path, docs: Path | None,
         raise ValueError(f"{len(shared)} runs are in both datasets (e.g. {sorted(shared)[0]}): the target must be new")
     if len({r.is_training for r in base}) < 2:
         raise ValueError("the base dataset needs training and non-training runs")
-    splits = config_splits(target, n_splits, seed) if n_splits and len({r.config for r in target}) > 1 else []
+    # a test side needs a class with two configurations or more (config_splits keeps a lone one for fitting)
+    per_cls = {c: len({r.config for r in target if r.cls == c}) for c in {r.cls for r in target}}
+    splits = config_splits(target, n_splits, seed) if n_splits and max(per_cls.values()) > 1 else []
     doc = {"command": command, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "results_file": str(out), "base": dataset_summary(base_root, base),
            "target": dataset_summary(target_root, target),
            "protocol": {"alert_rule": rule.label() + " with k and n capped at the run's windows",
                         "frozen": "fitted on every base run, scored on every target run",
                         "added": f"{len(splits)} splits of the target's configurations (2/3 fit, 1/3 test, seed "
-                                 f"{seed}); fitted on every base run plus the target's fitting side"},
+                                 f"{seed}); fitted on the base runs of every configuration not on the test side "
+                                 "plus the target's fitting side"},
+           "shared_configs": sorted({r.config for r in base} & {r.config for r in target}),
            "frozen": {}, "added": {}}
     with _progress() as prog:
         for name in names:
@@ -128,6 +138,9 @@ def render(doc: dict) -> str:
              f"Target `{t['root']}`: {t['runs']} runs, {t['configs']} configurations, by class {t['runs_by_class']}. "
              f"Alert rule {doc['protocol']['alert_rule']}.", "",
              f"*Frozen*: {doc['protocol']['frozen']}. *Added*: {doc['protocol']['added']}; means over splits.", "",
+             f"Configurations both datasets ran (workload and settings alike, GPU count aside; the frozen detectors "
+             f"saw them on the base's GPUs): {', '.join(f'`{c}`' for c in doc.get('shared_configs', [])) or 'none'}.",
+             "",
              "| detector | reading | run accuracy | training detection | inference FPR | other FPR | window AUC | "
              "median time to alert (s) |", "|---|---|---|---|---|---|---|---|"]
     for name in doc["frozen"]:
