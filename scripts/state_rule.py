@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     right = {rule: defaultdict(int) for rule in RULES}
     windows, cls_of, said = defaultdict(int), {}, {rule: defaultdict(lambda: defaultdict(int)) for rule in RULES}
     shares = defaultdict(list)   # tensor-core share of SM activity, windows whose SMs work (>= SM_ACTIVE_MIN)
+    faint = defaultdict(list)    # tensor activity (%) of the windows below SM_ACTIVE_MIN
     for r in runs:
         if r.cls == "training" or r.family == "idle":
             continue
@@ -60,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
             tensor, sm = row.get(TENSOR_KEY), row.get(SM_KEY)
             if tensor is not None and sm is not None and sm >= SM_ACTIVE_MIN:
                 shares[r.family].append(tensor / sm)
+            elif tensor is not None and sm is not None:
+                faint[r.family].append(tensor)
 
     def share(rule: str, fams: list[str]) -> float:
         n = sum(windows[f] for f in fams)
@@ -76,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                             **{rule: round(right[rule][f] / windows[f], 4) for rule in RULES},
                             "tensor_share_range": [round(min(shares[f]), 4), round(max(shares[f]), 4)]
                             if shares[f] else None,
+                            "tensor_pct_range_sm_below_min": [round(min(faint[f]), 4), round(max(faint[f]), 4)]
+                            if faint[f] else None, "windows_sm_below_min": len(faint[f]),
                             **{f"{rule}_said": dict(said[rule][f]) for rule in RULES}}
                         for f in sorted(windows)}}
     (REPO / args.out).write_text(json.dumps(doc, indent=1) + "\n")

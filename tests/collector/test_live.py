@@ -319,7 +319,8 @@ def test_jobs_with_latest_is_each_jobs_newest_verdict(db, client):
     (8.0, 55.0, True, "inference", "neural-network compute"),    # tensor-parallel decode: activations all-reduced
     (0.0, 12.0, True, "other", "without neural-network"),        # an NCCL sweep
     (2.3, 96.0, True, "other", "without neural-network"),        # the FP32 stencil's halo exchange
-    (0.0, 0.0, False, "other", "SMs are idle"),                  # peer copies: copy engines, no kernels
+    (0.0, 0.0, False, "other", "no tensor-core work"),           # peer copies: copy engines, no kernels
+    (0.025, 0.86, True, "inference", "light decode"),            # batch-1 TP decode: little SM work, some tensor
     (93.0, 95.0, False, "other", "matmul burn"),                 # GEMMs and nothing else
     (10.0, 70.0, False, "inference", "neural-network compute"),  # batched decode on one GPU
 ])

@@ -79,7 +79,8 @@ COLLECTIVE_SYM = 0.7
 # docs/collector.md: 3 % lies between the stencil solver's 2.4 % and the lowest inference window's 3.2 %).
 TENSOR_SHARE_MIN = 0.03         # below: GPU work without neural-network matmuls
 TENSOR_SHARE_GEMM_ONLY = 0.9    # at or above: tensor-core GEMMs and little else (a matmul burn)
-SM_ACTIVE_MIN = 1.0             # % SM activity below which the SMs do no work (copy engines only)
+SM_ACTIVE_MIN = 1.0             # % SM activity below which a share is not read ...
+TENSOR_ANY = 0.001              # ... only whether tensor cores worked at all (% activity; exactly 0 when idle)
 TENSOR_KEY, SM_KEY = "act.gpm_tensor_util_pct.mean.max", "act.gpm_sm_util_pct.mean.max"
 READ_RETRIES = 3        # attempts at reading a node's missing batches back before they are marked unjudged
 
@@ -195,9 +196,12 @@ def classify(active: bool, p: float | None, row: dict | None, training_p: float)
 def _by_tensor_share(p: float, training_p: float, tensor: float, sm: float) -> tuple[str, str]:
     """Inference vs other from the tensor-core share of SM activity (GPM), for a window not training."""
     head = f"not training (P {p:.2f} < {training_p})"
-    if sm < SM_ACTIVE_MIN:
-        return "other", (f"other: {head}, and the SMs are idle (SM activity {sm:.1f} % on the busiest GPU): "
-                         "copy engines or the host at work, no kernels")
+    if sm < SM_ACTIVE_MIN:   # too little SM work for a share to mean anything: any tensor-core work at all?
+        if tensor >= TENSOR_ANY:
+            return "inference", (f"inference: {head}; SM activity {sm:.2f} % (busiest GPU), too little for a share, "
+                                 f"with tensor-core work ({tensor:.3f} %): a light decode or an idle server")
+        return "other", (f"other: {head}; SM activity {sm:.2f} % (busiest GPU) and no tensor-core work: copy "
+                         "engines, the host, or kernels without matrix multiplies")
     share = tensor / sm
     line = f"tensor-core share of SM activity {share:.1%} (tensor {tensor:.1f} %, SM {sm:.1f} %, busiest GPU)"
     if share < TENSOR_SHARE_MIN:

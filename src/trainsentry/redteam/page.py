@@ -250,7 +250,8 @@ def render(doc: dict) -> str:
             lines += [""] + [f"* Note: {n}" for n in notes]
         main = f"{rule['k']} of {rule['n']} @ {rule['threshold']:g}"
         capped = _capped_rules(rnd, dets, main)
-        lines += ["", "Runs detected by every detector evaluated this round (same rule):", "",
+        lines += ["", f"Runs detected by every detector evaluated this round ({main}"
+                  + (", capped where marked †" if capped else "") + "):", "",
                   "| strategy | setting | " + " | ".join(f"`{n}`{' †' if n in capped else ''}" for n in dets) + " |",
                   "|---|---|" + "---|" * len(dets)]
         for s in rnd["strategies"]:
