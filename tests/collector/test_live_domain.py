@@ -62,7 +62,8 @@ def verdicts(tmp_path_factory) -> dict[str, list[dict]]:
     token = enroll_inspector_in(db, "inspector-1")
     col = RealCollector(db, {"TRAINSENTRY_MODELS": str(MODELS)})
     try:
-        assert col.get("/v1/live", token)["detector"] == "fused"
+        live = col.get("/v1/live", token)
+        assert live["detector"] == "fused" and live["familiarity"] is True   # models/familiarity.joblib
         agents = {n: Agent(col.http, n, k) for n, k in keys.items()}
         for i in range(max(map(len, streams.values()))):
             for n, bs in streams.items():
@@ -116,3 +117,14 @@ def test_a_window_lacking_a_sensor_the_model_always_had_is_judged_by_comm_rules_
         assert any(e.startswith("detector fused from ") for e in v["evidence"])
 
 
+
+
+def test_every_judged_window_says_whether_its_workload_is_familiar(verdicts):
+    """models/familiarity.joblib (scripts/familiarity.py) adds one line to each judged window: the
+    recorded DDP run is a configuration of the fitting data, so its running windows are familiar."""
+    for node, tl in verdicts.items():
+        for v in judged(tl):
+            lines = [e for e in v["evidence"] if e.startswith(("familiar workload", "unfamiliar workload"))]
+            assert len(lines) == 1, (node, v["evidence"])
+    assert all(e.startswith("familiar workload") for v in judged(verdicts["h200"])[-10:] for e in v["evidence"]
+               if "familiar workload" in e)

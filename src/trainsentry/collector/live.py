@@ -105,6 +105,20 @@ class LiveConfig:
                    models_dir=Path(os.environ.get(MODELS_ENV, "models")))
 
 
+def load_live_familiarity(models_dir: Path):
+    """The familiarity check (detect.familiarity) when ``models/familiarity.joblib`` is usable, else None:
+    it only adds a line to the evidence, so a missing or bad one is logged and verdicts go on."""
+    path = Path(models_dir) / "familiarity.joblib"
+    if not path.exists():
+        return None
+    try:
+        from ..detect.familiarity import load
+        return load(path)
+    except Exception as e:  # evidence only: never worth stopping verdicts for
+        log.error("cannot use familiarity artifact %s: %s", path, e)
+        return None
+
+
 def load_live_detector(models_dir: Path) -> tuple[Detector, str | None, str]:
     """(detector, artifact path or None, one line saying which and why)."""
     problems = []
@@ -239,6 +253,7 @@ class LiveProcessor:
         # closed with it), else this processor's own per-thread ones
         self._reader, self._local, self._readers = reader, threading.local(), []
         self.detector, self.artifact, self.detector_note = load_live_detector(self.cfg.models_dir)
+        self.familiarity = load_live_familiarity(self.cfg.models_dir)
         # windows outside the artifact's domain (a sensor it always had is missing) get the rules
         self.fallback = CommRules()
         self.conn_path, self.synchronous = db_path, synchronous
@@ -283,6 +298,7 @@ class LiveProcessor:
 
     def stats(self) -> dict:
         return {"detector": self.detector.name, "artifact": self.artifact, "note": self.detector_note,
+                "familiarity": self.familiarity is not None,
                 "windows_judged": self.windows_judged, "nodes": len(self.nodes),
                 "window_s": self.cfg.window_s, "stride_s": self.cfg.stride_s,
                 "loopback_as_link": self.cfg.loopback_as_link,
@@ -410,6 +426,7 @@ class LiveProcessor:
             ps[~ood] = self.detector.predict_proba(frame[~ood])
         if ood.any():
             ps[ood] = self.fallback.predict_proba(frame[ood])
+        dists = iter(self.familiarity.distance(frame) if have and self.familiarity is not None else [])
         ps, oods = iter(ps), iter(ood)
         out = []
         for e, row in zip(ends, matched):
@@ -422,6 +439,8 @@ class LiveProcessor:
                 evidence.append(f"this window lacks a sensor {self.detector.name} was always fitted with "
                                 f"({', '.join(getattr(self.detector, 'groups_seen_', []))}): judged by comm-rules with its "
                                 f"documented default thresholds instead")
+            if row is not None and self.familiarity is not None:
+                evidence.append(self.familiarity.line(float(next(dists))))
             if row is not None:  # the detector's own lines, passed through (collector/evidence.py)
                 evidence += detector_lines(det.explain(row), table, e - cfg.window_s, e)
             lost = [g for g in gaps if g[0] < e and g[1] > e - cfg.window_s]

@@ -70,6 +70,18 @@ fitting data the table above still alerts on them when their configurations are 
 leave-one-family-out column: 0 % correct for `fused`): a family the trees have not seen lies
 outside what they learned, the reason the benign corpus keeps growing.
 
+**Familiar or not.** Since a verdict on a workload unlike the fitting data is an extrapolation,
+every live verdict also says whether its window is familiar (`trainsentry.detect.familiarity`:
+distance to the 5 nearest fitting windows over every `act.*` and `comm.*` feature, robustly
+scaled, against the 95th percentile of the distance at which each fitting configuration lies from
+the others; `docs/familiarity.md`). It changes no verdict. Left out by family, it calls every
+window of the context-parallel prefill and the disaggregated serving families unfamiliar, and
+0–6 % of a held-out DDP family's; new configurations of known families 7 % of windows. Of the
+red-team runs the fused detector missed in round 1, the two host-path synchronisations are
+unfamiliar in every window and the top-k-compressed DiLoCo in a quarter: an evasion that slips the
+detector can still look like nothing benign, a lead for an inspector rather than an alert (an
+unseen benign family is unfamiliar as often).
+
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,
 locked to the compute cycle), and each step moves about 2(n−1)/n times the parameter bytes per GPU
