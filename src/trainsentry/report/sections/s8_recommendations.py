@@ -8,7 +8,7 @@ from .s6_ranking import CHEAP
 from ..summary import detector_vs_targets, meets_detector_targets, primary_detector, sec
 
 TITLE = "Recommendations"
-INPUTS = ("gpu_check", "detector", "redteam", "simulator")
+INPUTS = ("gpu_check", "detector", "redteam", "simulator", "familiarity")
 
 
 def render(ctx, figs) -> str:
@@ -65,6 +65,21 @@ def render(ctx, figs) -> str:
         items.append("<li><b>Which hole to close first</b> follows from the red-team ranking. "
                      + (ctx.missing("redteam") if not ctx.has("redteam") else "No strategy has both a detection rate "
                         "and a cost yet.") + "</li>")
+    if ctx.has("familiarity"):
+        lofo = ctx.value("familiarity", "leave_one_family_out")
+        red = ctx.value("familiarity", "red_team") or {}
+        missed = [rid for rid, v in red.items() if v.get("fused_round1_run_detection") == 0]
+        flagged = [rid for rid in missed if (red[rid]["unfamiliar"] or 0) >= 0.5]
+        cp = (f" ({ctx.num('familiarity', 'leave_one_family_out/cp/unfamiliar', 'pct')} of the windows of the "
+              f"context-parallel prefill family when it is left out of the fit)" if "cp" in lofo else "")
+        items.append(f"<li><b>Say when a verdict extrapolates.</b> A learned detector is confident on workloads it "
+                     f"never saw; a distance to the fitting data flags them{cp}, while calling only "
+                     f"{ctx.num('familiarity', 'new_configs/unfamiliar', 'pct')} of the windows of new settings of known "
+                     f"workloads unfamiliar. Of the "
+                     f"{ctx.derived(len(missed), 'int', [('familiarity', 'red_team'), ('redteam', 'rounds/0')])} "
+                     f"red-team runs the fused detector missed, "
+                     f"{ctx.derived(len(flagged), 'int', [('familiarity', 'red_team')])} were unfamiliar in most "
+                     f"windows: route unfamiliar workloads to human review rather than trusting either verdict.</li>")
     if ctx.has("simulator"):
         rows = ctx.value("simulator", "traffic_free")
         net_only = [i for i, r in enumerate(rows) if r["seen_by"] == ["network"]]
