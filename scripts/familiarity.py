@@ -52,12 +52,16 @@ def render(doc: dict) -> str:
              "It changes no verdict; the live collector adds its line to every window's evidence "
              "(`models/familiarity.joblib`).", "",
              f"New configurations of known workloads ({doc['new_configs']['splits']} configuration-grouped splits of "
-             f"`{doc['data']}`): {pct(doc['new_configs']['unfamiliar'])} of test windows unfamiliar (by class: "
-             + ", ".join(f"{c} {pct(v)}" for c, v in doc['new_configs']['by_class'].items()) + ").", "",
+             f"`{doc['data']}`, test runs whose family has a configuration in the fit): "
+             f"{pct(doc['new_configs']['unfamiliar'])} of test windows unfamiliar (by class: "
+             + ", ".join(f"{c} {pct(v)}" for c, v in doc['new_configs']['by_class'].items()) + "). Families with "
+             f"every configuration on the test side ({doc['new_configs']['families_never_seen']['splits_with_one']} "
+             f"splits): {pct(doc['new_configs']['families_never_seen']['unfamiliar'])}.", "",
              "A family never seen (fitted on every other family; share of its in-run windows unfamiliar):", "",
-             "| family | class | unfamiliar |", "|---|---|---|"]
+             "| family | class | unfamiliar | `fused` correct when the family is held out (`results/detector.json`) |",
+             "|---|---|---|---|"]
     for f, v in doc["leave_one_family_out"].items():
-        lines.append(f"| {f} | {v['class']} | {pct(v['unfamiliar'])} |")
+        lines.append(f"| {f} | {v['class']} | {pct(v['unfamiliar'])} | {pct(v.get('fused_lofo_correct'))} |")
     if doc.get("red_team"):
         lines += ["", f"Red-team runs (`{doc['adversarial']}`; fitted on every benign run), beside whether `fused` "
                   "detected the strategy in round 1 of `results/redteam.json`:", "",
@@ -85,18 +89,28 @@ def main(argv: list[str] | None = None) -> int:
     for fam in sorted({r.family for r in runs}):
         held = [r for r in runs if r.family == fam]
         lofo[fam] = {"class": held[0].cls, "unfamiliar": _share(_fit([r for r in runs if r.family != fam]), held)}
+    fused_lofo = json.loads((REPO / "results" / "detector.json").read_text())["detectors"]["fused"]["lofo"]
+    for f, v in lofo.items():
+        v["fused_lofo_correct"] = (fused_lofo.get(f) or {}).get("correct_frac")
     doc["leave_one_family_out"] = lofo
-    shares, by_cls = [], {c: [] for c in ("training", "inference", "other")}
+    # config_splits draws configurations per class, so a test side may hold every configuration of a
+    # family: those runs are a family never seen, counted apart from new settings of known families
+    shares, unseen, by_cls = [], [], {c: [] for c in ("training", "inference", "other")}
     for train_c, test_c in config_splits(runs, args.splits, seed=0):
-        fam = _fit([r for r in runs if r.config in train_c])
-        test = [r for r in runs if r.config in test_c]
+        fit = [r for r in runs if r.config in train_c]
+        fam, known = _fit(fit), {r.family for r in fit}
+        test = [r for r in runs if r.config in test_c and r.family in known]
         shares.append(_share(fam, test))
+        if (s := _share(fam, [r for r in runs if r.config in test_c and r.family not in known])) is not None:
+            unseen.append(s)
         for c in by_cls:
-            s = _share(fam, [r for r in test if r.cls == c])
-            if s is not None:
+            if (s := _share(fam, [r for r in test if r.cls == c])) is not None:
                 by_cls[c].append(s)
     doc["new_configs"] = {"splits": args.splits, "unfamiliar": round(float(np.mean(shares)), 4),
-                          "by_class": {c: round(float(np.mean(v)), 4) for c, v in by_cls.items() if v}}
+                          "by_class": {c: round(float(np.mean(v)), 4) for c, v in by_cls.items() if v},
+                          "what": "test runs whose family has a configuration in the fit",
+                          "families_never_seen": {"splits_with_one": len(unseen),
+                                                  "unfamiliar": round(float(np.mean(unseen)), 4) if unseen else None}}
     everything = _fit(runs)
     if args.adversarial:
         redteam = json.loads((REPO / "results" / "redteam.json").read_text())

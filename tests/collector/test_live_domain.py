@@ -124,7 +124,42 @@ def test_every_judged_window_says_whether_its_workload_is_familiar(verdicts):
     recorded DDP run is a configuration of the fitting data, so its running windows are familiar."""
     for node, tl in verdicts.items():
         for v in judged(tl):
-            lines = [e for e in v["evidence"] if e.startswith(("familiar workload", "unfamiliar workload"))]
+            lines = [e for e in v["evidence"]
+                     if e.startswith(("familiar workload", "unfamiliar workload", "familiarity not judged"))]
             assert len(lines) == 1, (node, v["evidence"])
+            # the nodes lacking a sensor every fitting window had are not set against them
+            assert lines[0].startswith("familiarity not judged") == (node != "h200"), (node, lines)
     assert all(e.startswith("familiar workload") for v in judged(verdicts["h200"])[-10:] for e in v["evidence"]
                if "familiar workload" in e)
+
+
+def test_a_missing_or_broken_familiarity_artifact_leaves_the_verdicts_alone(tmp_path, caplog):
+    from trainsentry.collector.live import load_live_familiarity
+    assert load_live_familiarity(tmp_path) is None                   # none there: no line, no error
+    (tmp_path / "familiarity.joblib").write_bytes(b"not a pickle")
+    assert load_live_familiarity(tmp_path) is None and "cannot use familiarity artifact" in caplog.text
+
+
+def test_familiarity_lines_follow_the_windows_that_have_features_and_a_failing_check_is_dropped(db, key):
+    """judge_rows with a window that had too few samples between two that had features: the line goes
+    to exactly the two; a check that raises is logged and dropped, the verdicts go on."""
+    from trainsentry.collector.live import LiveConfig, LiveProcessor
+    from trainsentry.detect.dataset import load_run
+    every = load_run(RUN, None).windows["trainsentry"].to_dict("records")
+    rows = [every[5], every[8]]
+    ends = [every[5]["t_end"], every[6]["t_end"], every[8]["t_end"]]    # the middle end has no row
+    proc = LiveProcessor(db, config=LiveConfig(models_dir=MODELS))
+    try:
+        assert proc.familiarity is not None
+        out = proc.judge_rows("node", "node-a", rows, ends, lambda e: True, [], [])
+        has = [any(e.startswith(("familiar workload", "unfamiliar workload")) for e in v["evidence"]) for v in out]
+        assert has == [True, False, True] and out[1]["p_training"] is None
+
+        def broken(frame):
+            raise ValueError("an artifact this sklearn cannot run")
+        proc.familiarity.lines = broken
+        out = proc.judge_rows("node", "node-a", rows, ends, lambda e: True, [], [])
+        assert [v["p_training"] is not None for v in out] == [True, False, True] and proc.familiarity is None
+        assert not any("familiar" in e for v in out for e in v["evidence"])
+    finally:
+        proc.close()

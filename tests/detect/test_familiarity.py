@@ -25,8 +25,13 @@ def test_a_new_length_of_a_known_workload_is_familiar_and_an_unseen_kind_is_not(
     assert fam.unfamiliar(_windows(never_seen)[0]).mean() >= 0.8
     d = fam.distance(_windows(never_seen)[0])
     assert fam.line(float(d.max())).startswith("unfamiliar workload") and fam.line(0.0).startswith("familiar workload")
-    # a window missing every feature sits at the fitting median: a finite distance, no error
-    assert np.isfinite(fam.distance(_windows(never_seen)[0][["t_end"]])).all()
+    # a window lacking a sensor every fitting window had is not judged (its features would sit at the
+    # median and pull it towards familiar): NaN distance, never unfamiliar, and the line says why
+    X = _windows(never_seen)[0]
+    no_act = X.drop(columns=[c for c in X.columns if c.startswith("act.")])
+    assert "act" in fam.groups_seen_ and np.isnan(fam.distance(no_act)).all() and not fam.unfamiliar(no_act).any()
+    assert all(line.startswith("familiarity not judged") and "(act)" in line for line in fam.lines(no_act))
+    assert [line.split(":")[0] for line in fam.lines(X)] == [fam.line(float(d)).split(":")[0] for d in fam.distance(X)]
     path = save(fam, tmp_path / "familiarity.joblib", "test", {"runs": len(fit_runs)})
     again = load(path)
     assert np.allclose(again.distance(_windows(new_length)[0]), fam.distance(_windows(new_length)[0]))

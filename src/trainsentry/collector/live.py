@@ -426,7 +426,7 @@ class LiveProcessor:
             ps[~ood] = self.detector.predict_proba(frame[~ood])
         if ood.any():
             ps[ood] = self.fallback.predict_proba(frame[ood])
-        dists = iter(self.familiarity.distance(frame) if have and self.familiarity is not None else [])
+        fam_lines = iter(self._familiarity_lines(frame) if have else [])
         ps, oods = iter(ps), iter(ood)
         out = []
         for e, row in zip(ends, matched):
@@ -439,8 +439,8 @@ class LiveProcessor:
                 evidence.append(f"this window lacks a sensor {self.detector.name} was always fitted with "
                                 f"({', '.join(getattr(self.detector, 'groups_seen_', []))}): judged by comm-rules with its "
                                 f"documented default thresholds instead")
-            if row is not None and self.familiarity is not None:
-                evidence.append(self.familiarity.line(float(next(dists))))
+            if row is not None and (line := next(fam_lines, None)) is not None:
+                evidence.append(line)
             if row is not None:  # the detector's own lines, passed through (collector/evidence.py)
                 evidence += detector_lines(det.explain(row), table, e - cfg.window_s, e)
             lost = [g for g in gaps if g[0] < e and g[1] > e - cfg.window_s]
@@ -453,6 +453,18 @@ class LiveProcessor:
                         "job": job_of(e) if job_of else None})
             self.windows_judged += 1
         return out
+
+    def _familiarity_lines(self, frame: pd.DataFrame) -> list[str]:
+        """The familiarity line of each row, or none: a check that fails (an artifact this sklearn
+        cannot run, odd input) is logged and dropped, never a reason to stop verdicts."""
+        if self.familiarity is None:
+            return []
+        try:
+            return self.familiarity.lines(frame)
+        except Exception as e:
+            log.error("familiarity check failed, dropped from the evidence from now on: %s", e)
+            self.familiarity = None
+            return []
 
     def judge_node(self, node: str, st: NodeState, ends: list[float]) -> list[dict]:
         cfg = self.cfg

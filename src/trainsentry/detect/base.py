@@ -61,6 +61,18 @@ def feature_group(column: str) -> str:
     return parts[0] if parts[0] != "comm" else ".".join(parts[:2])
 
 
+def groups_lacking(X: pd.DataFrame, cols: list[str], groups: list[str]) -> dict[str, np.ndarray]:
+    """Per sensor group, the rows of X without a single finite value of that group's columns among
+    ``cols`` (a window that lacks the sensor)."""
+    out = {}
+    for g in groups:
+        mine = [c for c in cols if feature_group(c) == g and c in X.columns]
+        vals = (X[mine].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
+                if mine else np.full((len(X), 1), np.nan))
+        out[g] = ~np.isfinite(vals).any(axis=1)
+    return out
+
+
 def check_fit_input(X: pd.DataFrame, y: np.ndarray) -> np.ndarray:
     y = np.asarray(y).astype(int)
     if len(X) != len(y):

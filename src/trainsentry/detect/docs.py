@@ -74,13 +74,15 @@ outside what they learned, the reason the benign corpus keeps growing.
 every live verdict also says whether its window is familiar (`trainsentry.detect.familiarity`:
 distance to the 5 nearest fitting windows over every `act.*` and `comm.*` feature, robustly
 scaled, against the 95th percentile of the distance at which each fitting configuration lies from
-the others; `docs/familiarity.md`). It changes no verdict. Left out by family, it calls every
-window of the context-parallel prefill and the disaggregated serving families unfamiliar, and
-0–6 % of a held-out DDP family's; new configurations of known families 7 % of windows. Of the
-red-team runs the fused detector missed in round 1, the two host-path synchronisations are
-unfamiliar in every window and the top-k-compressed DiLoCo in a quarter: an evasion that slips the
-detector can still look like nothing benign, a lead for an inspector rather than an alert (an
-unseen benign family is unfamiliar as often).
+the others; a window lacking a sensor the fit always had is not judged; `docs/familiarity.md`). It
+changes no verdict. New configurations of known families read unfamiliar in 5 % of windows, as
+the threshold intends. Left out by family, it flags every window of the context-parallel prefill
+family, the one benign family `fused` gets wrong in every held-out run, and of disaggregated
+serving; but hardly any of the other families `fused` misjudges when they are held out:
+single-GPU training 3 % of windows, tensor-parallel decode 0 %, tensor-parallel training 3 %,
+LoRA 10 % (pipeline training 46 %). Of the red-team runs `fused` missed in round 1, the two
+host-path synchronisations are unfamiliar in every window and the top-k-compressed DiLoCo in a
+quarter. It is a lead for an inspector where it fires, not a safety net.
 
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,

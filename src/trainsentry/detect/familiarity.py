@@ -14,7 +14,10 @@ fitting windows' median and scaled by their interquartile range (or standard dev
 clipped to ±20 scale units, a missing feature at the median. Distance: mean Euclidean distance to
 the k = 5 nearest fitting windows. Threshold: the 95th percentile, over every fitting window, of the
 same distance measured to the windows of the *other* configurations only — how far a new
-configuration of a known workload lies. Above it, the window is unfamiliar.
+configuration of a known workload lies. Above it, the window is unfamiliar. A window lacking a
+sensor every fitting window had (``detect.base.feature_group``: a node without GPUs, a GPU without
+GPM) is not judged: its missing features would sit at the median and pull it towards familiar (a
+red-team run unfamiliar in every window reads mostly familiar with its activity features removed).
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .base import feature_group, groups_lacking
+
 PREFIXES = ("act.", "comm.")
 K = 5
 QUANTILE = 0.95
 CLIP = 20.0
+SEEN_GROUP_FRACTION = 0.99   # a sensor present in this share of the fitting windows is one it always had
 
 
 class Familiarity:
@@ -42,6 +48,7 @@ class Familiarity:
         self.cols_: list[str] = []
         self.center_ = self.scale_ = None
         self.threshold_: float | None = None
+        self.groups_seen_: list[str] = []
         self._nn = None
 
     def _z(self, X: pd.DataFrame) -> np.ndarray:
@@ -58,6 +65,8 @@ class Familiarity:
         num = X[[c for c in X.columns if c.startswith(PREFIXES)]].apply(pd.to_numeric, errors="coerce")
         self.cols_ = [c for c in num.columns if np.isfinite(num[c].to_numpy(dtype=np.float64)).any()]
         num = num[self.cols_]
+        present = {g: ~v for g, v in groups_lacking(num, self.cols_, sorted({feature_group(c) for c in self.cols_})).items()}
+        self.groups_seen_ = sorted(g for g, v in present.items() if v.mean() >= SEEN_GROUP_FRACTION)
         self.center_ = num.median().to_numpy(dtype=np.float64)
         iqr = (num.quantile(0.75) - num.quantile(0.25)).to_numpy(dtype=np.float64)
         std = num.std().to_numpy(dtype=np.float64)
@@ -69,20 +78,38 @@ class Familiarity:
             nn = NearestNeighbors(n_neighbors=min(self.k, int((~mine).sum()))).fit(Z[~mine])
             apart[mine] = nn.kneighbors(Z[mine])[0].mean(axis=1)
         self.threshold_ = float(np.quantile(apart, self.quantile))
+        if not self.threshold_ > 0:
+            raise ValueError("familiarity: the configurations' windows do not differ (threshold 0)")
         self._nn = NearestNeighbors(n_neighbors=min(self.k, len(Z))).fit(Z)
         return self
 
+    def lacking(self, X: pd.DataFrame) -> list[list[str]]:
+        """Per row, the sensors every fitting window had that this one lacks."""
+        miss = groups_lacking(X, self.cols_, self.groups_seen_)
+        return [[g for g in self.groups_seen_ if miss[g][i]] for i in range(len(X))]
+
     def distance(self, X: pd.DataFrame) -> np.ndarray:
+        """Mean distance to the k nearest fitting windows; NaN for a window lacking a sensor the fit had."""
         if self._nn is None:
             raise RuntimeError("familiarity is not fitted")
         if len(X) == 0:
             return np.zeros(0)
-        return self._nn.kneighbors(self._z(X))[0].mean(axis=1)
+        d = self._nn.kneighbors(self._z(X))[0].mean(axis=1)
+        d[np.array([bool(m) for m in self.lacking(X)])] = np.nan
+        return d
 
     def unfamiliar(self, X: pd.DataFrame) -> np.ndarray:
-        return self.distance(X) > self.threshold_
+        """True above the threshold; a window not judged (NaN) is not counted unfamiliar."""
+        return np.nan_to_num(self.distance(X), nan=-np.inf) > self.threshold_
 
-    def line(self, distance: float) -> str:
+    def lines(self, X: pd.DataFrame) -> list[str]:
+        """One evidence line per row of X."""
+        return [self.line(float(d), miss) for d, miss in zip(self.distance(X), self.lacking(X))]
+
+    def line(self, distance: float, missing: list[str] = ()) -> str:
+        if missing or not np.isfinite(distance):
+            return (f"familiarity not judged: the window lacks sensors every fitting window had "
+                    f"({', '.join(missing) or 'unknown'}), so it cannot be set against them")
         ratio = distance / self.threshold_
         if ratio > 1:
             return (f"unfamiliar workload: this window lies {ratio:.1f}x as far from the windows the detector was "

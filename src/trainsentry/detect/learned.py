@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .base import Detector, check_fit_input, feature_group
+from .base import Detector, check_fit_input, feature_group, groups_lacking
 
 SEEN_GROUP_FRACTION = 0.99   # a sensor present in this share of the fit windows is one the model relies on
 
@@ -94,11 +94,8 @@ class LearnedDetector(Detector):
         trees fitted on GPU nodes say nothing reliable about a node without GPUs (the CPU demo's gloo
         training read ``other`` in 8 of 8 windows under a fused model fitted on the H200 runs)."""
         out = np.zeros(len(X), dtype=bool)
-        for g in getattr(self, "groups_seen_", []):
-            cols = [c for c in self.cols_ if feature_group(c) == g and c in X.columns]
-            vals = (X[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
-                    if cols else np.full((len(X), 1), np.nan))
-            out |= ~np.isfinite(vals).any(axis=1)
+        for lacking in groups_lacking(X, self.cols_, getattr(self, "groups_seen_", [])).values():
+            out |= lacking
         return out
 
     def _gate(self, X: pd.DataFrame) -> np.ndarray:

@@ -70,12 +70,15 @@ def render(ctx, figs) -> str:
         red = ctx.value("familiarity", "red_team") or {}
         missed = [rid for rid, v in red.items() if v.get("fused_round1_run_detection") == 0]
         flagged = [rid for rid in missed if (red[rid]["unfamiliar"] or 0) >= 0.5]
-        cp = (f" ({ctx.num('familiarity', 'leave_one_family_out/cp/unfamiliar', 'pct')} of the windows of the "
-              f"context-parallel prefill family when it is left out of the fit)" if "cp" in lofo else "")
+        cp = (f" (for example {ctx.num('familiarity', 'leave_one_family_out/cp/unfamiliar', 'pct')} of the "
+              f"windows of context-parallel prefill when that family is left out of the fit)" if "cp" in lofo else "")
+        single = (f"; it is no safety net: held-out single-GPU training, which the fused detector misses, reads unfamiliar "
+                  f"in only {ctx.num('familiarity', 'leave_one_family_out/single-gpu/unfamiliar', 'pct')} of its "
+                  f"windows" if "single-gpu" in lofo else "")
         items.append(f"<li><b>Say when a verdict extrapolates.</b> A learned detector is confident on workloads it "
-                     f"never saw; a distance to the fitting data flags them{cp}, while calling only "
+                     f"never saw; a distance to the fitting data flags some of them{cp}, while calling "
                      f"{ctx.num('familiarity', 'new_configs/unfamiliar', 'pct')} of the windows of new settings of known "
-                     f"workloads unfamiliar. Of the "
+                     f"workloads unfamiliar{single}. Of the "
                      f"{ctx.derived(len(missed), 'int', [('familiarity', 'red_team'), ('redteam', 'rounds/0')])} "
                      f"red-team runs the fused detector missed, "
                      f"{ctx.derived(len(flagged), 'int', [('familiarity', 'red_team')])} were unfamiliar in most "
