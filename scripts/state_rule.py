@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def share(rule: str, fams: list[str]) -> float:
         n = sum(windows[f] for f in fams)
-        return round(sum(right[rule][f] for f in fams) / n, 4) if n else None
+        return round(sum(right[rule][f] for f in fams) / n, 6) if n else None
 
     by_cls = {c: sorted(f for f in windows if cls_of[f] == c) for c in ("inference", "other")}
     doc = {"what": "share of non-training in-run windows whose live state is the run's class (P(training) = 0)",

@@ -43,6 +43,8 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "red-team rounds: detection and cost per strategy"),
     Input("simulator", "simulator.json", "results", "trainsentry simulate all",
           "the distributed-evasion simulator"),
+    Input("state_rule", "state-rule.json", "results", "python scripts/state_rule.py --data data/h200",
+          "how the live state names what is not training (inference or other)"),
     Input("familiarity", "familiarity.json", "results",
           "python scripts/familiarity.py --data data/h200 --adversarial data/redteam-r1 --save models/familiarity.joblib",
           "whether windows are like the detectors' fitting data"),

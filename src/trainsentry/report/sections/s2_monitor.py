@@ -4,9 +4,10 @@ import html
 
 from .. import figures as F
 from ..context import TERMS
+from ..summary import sec
 
 TITLE = "The monitor"
-INPUTS = ("gpu_check", "ingest", "agent_real", "traces")
+INPUTS = ("gpu_check", "ingest", "agent_real", "traces", "state_rule")
 
 
 def _counter_check(ctx, figs) -> str:
@@ -139,6 +140,21 @@ def _segmentation(ctx) -> str:
             f"Each of these runs holds one workload: they test where a job starts, not linking across deliberate pauses.")
 
 
+def _states(ctx) -> str:
+    """How a window that is not training is named: the tensor-core share of SM activity."""
+    if not ctx.has("state_rule"):
+        return ""
+    return (f" A window the detector does not call training is named inference or other from the GPU's own "
+            f"work: neural-network compute spends part of its SM time in tensor-core matrix multiplies, copies, "
+            f"collectives and single-precision numerics spend none, a pure matrix-multiply burn little else. On the benign "
+            f"runs this names {ctx.num('state_rule', 'rules/tensor_share/inference', 'pct')} of inference and "
+            f"{ctx.num('state_rule', 'rules/tensor_share/other', 'pct')} of other windows by their class (thresholds "
+            f"chosen on these windows), where reading a large symmetric exchange as other named "
+            f"{ctx.num('state_rule', 'rules/exchange_only/inference', 'pct')} and "
+            f"{ctx.num('state_rule', 'rules/exchange_only/other', 'pct')}. Every verdict also says whether its window "
+            f"is like the data the detector was fitted on ({sec('s8_recommendations')}).")
+
+
 def render(ctx, figs) -> str:
     t = ctx.term
     return f"""
@@ -154,7 +170,7 @@ replayed, reordered or dropped batches. Batches wait in an on-disk spool until t
 them, so a network outage or a restart loses nothing.</p>
 <p><b>Collector.</b> A central service verifies and stores batches, keeps per-node state, and computes
 verdicts live over the same windowed features used offline, so the evaluated detector is the deployed
-one. A dashboard shows each node's state over time, the evidence behind it, alerts and jobs.</p>
+one. A dashboard shows each node's state over time, the evidence behind it, alerts and jobs.{_states(ctx)}</p>
 <p><b>Segmentation.</b> A segmenter finds where workloads start and end in a node's stream, and links
 segments separated by idle gaps into one job when the GPUs keep their memory and the activity resumes
 with the same signature, so that pausing does not split a job.{_segmentation(ctx)}</p>
