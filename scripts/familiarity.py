@@ -28,7 +28,8 @@ sys.path.insert(0, str(REPO / "src"))
 
 from trainsentry.detect.dataset import load_dataset, stack  # noqa: E402
 from trainsentry.detect.evaluate import config_splits  # noqa: E402
-from trainsentry.detect.familiarity import Familiarity, save  # noqa: E402
+from trainsentry.detect.base import save_detector  # noqa: E402
+from trainsentry.detect.familiarity import Familiarity  # noqa: E402
 from trainsentry.detect.pipeline import default_cache_dir  # noqa: E402
 
 
@@ -122,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             doc["red_team"][r.run_id] = {"unfamiliar": _share(everything, [r]),
                                          "fused_round1_run_detection": caught.get((name, setting))}
     if args.save:
-        save(everything, REPO / args.save, command, {"data": args.data, "runs": len(runs)})
+        save_detector(everything, REPO / args.save, command, {"data": args.data, "runs": len(runs),
+                                                              "fitted_at": time.time()})
         doc["saved"] = args.save
     (REPO / args.out).write_text(json.dumps(doc, indent=1) + "\n")
     if args.docs:

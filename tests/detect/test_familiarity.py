@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from trainsentry.detect.dataset import load_dataset, stack
-from trainsentry.detect.familiarity import Familiarity, load, save
+from trainsentry.detect.base import save_detector
+from trainsentry.detect.familiarity import Familiarity, load
 
 
 def _windows(runs):
@@ -32,7 +33,7 @@ def test_a_new_length_of_a_known_workload_is_familiar_and_an_unseen_kind_is_not(
     assert "act" in fam.groups_seen_ and np.isnan(fam.distance(no_act)).all() and not fam.unfamiliar(no_act).any()
     assert all(line.startswith("familiarity not judged") and "(act)" in line for line in fam.lines(no_act))
     assert [line.split(":")[0] for line in fam.lines(X)] == [fam.line(float(d)).split(":")[0] for d in fam.distance(X)]
-    path = save(fam, tmp_path / "familiarity.joblib", "test", {"runs": len(fit_runs)})
+    path = save_detector(fam, tmp_path / "familiarity.joblib", "test", {"runs": len(fit_runs)})
     again = load(path)
     assert np.allclose(again.distance(_windows(new_length)[0]), fam.distance(_windows(new_length)[0]))
     assert (tmp_path / "familiarity.json").exists()

@@ -61,14 +61,29 @@ def feature_group(column: str) -> str:
     return parts[0] if parts[0] != "comm" else ".".join(parts[:2])
 
 
+SEEN_GROUP_FRACTION = 0.99   # a sensor present in this share of the fit windows is one a model relies on
+
+
+def numeric_matrix(X: pd.DataFrame, cols: list[str]) -> np.ndarray:
+    """X's ``cols`` as floats in that order; a column X lacks, or a value that is not a number, is NaN."""
+    return pd.DataFrame({c: pd.to_numeric(X[c], errors="coerce") if c in X.columns else np.nan for c in cols},
+                        index=X.index).to_numpy(dtype=np.float64)
+
+
+def groups_seen(X: pd.DataFrame, cols: list[str], fraction: float = SEEN_GROUP_FRACTION) -> list[str]:
+    """The sensor groups of ``cols`` present in at least ``fraction`` of X's rows (the sensors a model
+    fitted on X always had)."""
+    lacking = groups_lacking(X, cols, sorted({feature_group(c) for c in cols}))
+    return sorted(g for g, v in lacking.items() if (~v).mean() >= fraction)
+
+
 def groups_lacking(X: pd.DataFrame, cols: list[str], groups: list[str]) -> dict[str, np.ndarray]:
     """Per sensor group, the rows of X without a single finite value of that group's columns among
     ``cols`` (a window that lacks the sensor)."""
     out = {}
     for g in groups:
         mine = [c for c in cols if feature_group(c) == g and c in X.columns]
-        vals = (X[mine].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
-                if mine else np.full((len(X), 1), np.nan))
+        vals = numeric_matrix(X, mine) if mine else np.full((len(X), 1), np.nan)
         out[g] = ~np.isfinite(vals).any(axis=1)
     return out
 
@@ -89,7 +104,7 @@ def save_detector(det: Detector, path: str | Path, command: str, extra: dict | N
     import joblib
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    joblib.dump(det, path)
+    joblib.dump(det, path, compress=3)
     meta = {"detector": det.describe(), "trained_by": command, **(extra or {})}
     path.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
     return path

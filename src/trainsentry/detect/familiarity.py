@@ -22,21 +22,18 @@ red-team run unfamiliar in every window reads mostly familiar with its activity 
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .base import feature_group, groups_lacking
+from .base import groups_lacking, groups_seen, numeric_matrix
 
 PREFIXES = ("act.", "comm.")
 K = 5
 QUANTILE = 0.95
 CLIP = 20.0
-SEEN_GROUP_FRACTION = 0.99   # a sensor present in this share of the fitting windows is one it always had
 
 
 class Familiarity:
@@ -52,9 +49,7 @@ class Familiarity:
         self._nn = None
 
     def _z(self, X: pd.DataFrame) -> np.ndarray:
-        M = pd.DataFrame({c: pd.to_numeric(X[c], errors="coerce") if c in X.columns else np.nan for c in self.cols_},
-                         index=X.index).to_numpy(dtype=np.float64)
-        Z = (M - self.center_) / self.scale_
+        Z = (numeric_matrix(X, self.cols_) - self.center_) / self.scale_
         return np.nan_to_num(np.clip(Z, -CLIP, CLIP), nan=0.0).astype(np.float32)
 
     def fit(self, X: pd.DataFrame, configs: Sequence[str]) -> "Familiarity":
@@ -65,8 +60,7 @@ class Familiarity:
         num = X[[c for c in X.columns if c.startswith(PREFIXES)]].apply(pd.to_numeric, errors="coerce")
         self.cols_ = [c for c in num.columns if np.isfinite(num[c].to_numpy(dtype=np.float64)).any()]
         num = num[self.cols_]
-        present = {g: ~v for g, v in groups_lacking(num, self.cols_, sorted({feature_group(c) for c in self.cols_})).items()}
-        self.groups_seen_ = sorted(g for g, v in present.items() if v.mean() >= SEEN_GROUP_FRACTION)
+        self.groups_seen_ = groups_seen(num, self.cols_)
         self.center_ = num.median().to_numpy(dtype=np.float64)
         iqr = (num.quantile(0.75) - num.quantile(0.25)).to_numpy(dtype=np.float64)
         std = num.std().to_numpy(dtype=np.float64)
@@ -83,20 +77,22 @@ class Familiarity:
         self._nn = NearestNeighbors(n_neighbors=min(self.k, len(Z))).fit(Z)
         return self
 
-    def lacking(self, X: pd.DataFrame) -> list[list[str]]:
-        """Per row, the sensors every fitting window had that this one lacks."""
-        miss = groups_lacking(X, self.cols_, self.groups_seen_)
-        return [[g for g in self.groups_seen_ if miss[g][i]] for i in range(len(X))]
-
-    def distance(self, X: pd.DataFrame) -> np.ndarray:
-        """Mean distance to the k nearest fitting windows; NaN for a window lacking a sensor the fit had."""
+    def _judge(self, X: pd.DataFrame) -> tuple[np.ndarray, list[list[str]]]:
+        """(mean distance to the k nearest fitting windows, NaN where a sensor is lacking; per row, the
+        sensors every fitting window had that this one lacks)."""
         if self._nn is None:
             raise RuntimeError("familiarity is not fitted")
         if len(X) == 0:
-            return np.zeros(0)
+            return np.zeros(0), []
+        miss = groups_lacking(X, self.cols_, self.groups_seen_)
+        lacking = [[g for g in self.groups_seen_ if miss[g][i]] for i in range(len(X))]
         d = self._nn.kneighbors(self._z(X))[0].mean(axis=1)
-        d[np.array([bool(m) for m in self.lacking(X)])] = np.nan
-        return d
+        d[np.array([bool(m) for m in lacking])] = np.nan
+        return d, lacking
+
+    def distance(self, X: pd.DataFrame) -> np.ndarray:
+        """Mean distance to the k nearest fitting windows; NaN for a window lacking a sensor the fit had."""
+        return self._judge(X)[0]
 
     def unfamiliar(self, X: pd.DataFrame) -> np.ndarray:
         """True above the threshold; a window not judged (NaN) is not counted unfamiliar."""
@@ -104,7 +100,7 @@ class Familiarity:
 
     def lines(self, X: pd.DataFrame) -> list[str]:
         """One evidence line per row of X."""
-        return [self.line(float(d), miss) for d, miss in zip(self.distance(X), self.lacking(X))]
+        return [self.line(float(d), miss) for d, miss in zip(*self._judge(X))]
 
     def line(self, distance: float, missing: list[str] = ()) -> str:
         if missing or not np.isfinite(distance):
@@ -113,20 +109,17 @@ class Familiarity:
         ratio = distance / self.threshold_
         if ratio > 1:
             return (f"unfamiliar workload: this window lies {ratio:.1f}x as far from the windows the detector was "
-                    f"fitted on as a new configuration of a known workload does (95th percentile): the verdict "
+                    f"fitted on as a new configuration of a known workload does ({self.quantile:.0%} of them lie "
+                    f"closer): the verdict "
                     f"extrapolates, review it")
         return (f"familiar workload: this window lies within the distance at which new configurations of known "
                 f"workloads lie from the fitting data ({ratio:.2f} of it)")
 
 
-def save(fam: Familiarity, path: Path, command: str, meta: dict) -> Path:
-    import joblib
-    path.parent.mkdir(parents=True, exist_ok=True)
-    joblib.dump(fam, path, compress=3)
-    path.with_suffix(".json").write_text(json.dumps({"name": fam.name, "trained_by": command, "threshold": fam.threshold_,
-                                                     "k": fam.k, "quantile": fam.quantile, "features": len(fam.cols_),
-                                                     "saved_at": time.time(), **meta}, indent=1) + "\n")
-    return path
+    def describe(self) -> dict:
+        """What ``base.save_detector`` writes beside the artifact."""
+        return {"name": self.name, "feature_set": self.feature_set, "k": self.k, "quantile": self.quantile,
+                "threshold": self.threshold_, "features": len(self.cols_), "sensors_always_seen": self.groups_seen_}
 
 
 def load(path: Path) -> Familiarity:

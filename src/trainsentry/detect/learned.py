@@ -17,9 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .base import Detector, check_fit_input, feature_group, groups_lacking
-
-SEEN_GROUP_FRACTION = 0.99   # a sensor present in this share of the fit windows is one the model relies on
+from .base import Detector, check_fit_input, groups_lacking, groups_seen, numeric_matrix
 
 
 class LearnedDetector(Detector):
@@ -54,8 +52,7 @@ class LearnedDetector(Detector):
         return column.startswith(self.prefixes)
 
     def _matrix(self, X: pd.DataFrame) -> np.ndarray:
-        cols = {c: pd.to_numeric(X[c], errors="coerce") if c in X.columns else np.nan for c in self.cols_}
-        return pd.DataFrame(cols, index=X.index).to_numpy(dtype=np.float64)
+        return numeric_matrix(X, self.cols_)
 
     def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
             classes: Sequence[str] | None = None) -> "LearnedDetector":
@@ -68,11 +65,7 @@ class LearnedDetector(Detector):
         if not self.cols_:
             raise ValueError(f"{self.name}: none of its features ({self.prefixes}) are in the data")
         M = self._matrix(X)
-        present = {}
-        for j, c in enumerate(self.cols_):
-            g = feature_group(c)
-            present[g] = present.get(g, np.zeros(len(M), bool)) | np.isfinite(M[:, j])
-        self.groups_seen_ = sorted(g for g, v in present.items() if v.mean() >= SEEN_GROUP_FRACTION)
+        self.groups_seen_ = groups_seen(X, self.cols_)
         if len(set(y)) < 2:
             self.constant_, self.model = float(y[0]), None
             return self
