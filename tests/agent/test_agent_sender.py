@@ -284,7 +284,7 @@ def test_a_stored_batch_stays_spooled_until_the_collector_has_it_on_disk(tmp_pat
         assert sender.next_batch().seq == seq and sender.send_one(sender.next_batch())
     assert sender.stats.sent == 3 and in_process.store.durable_seq(1) is None
     assert spool.pending_seqs() == [0, 1, 2]          # stored and acknowledged, not on disk: kept
-    assert sender.stored_not_durable() == 3 and sender.stats.durable_seq == -1   # what the agent reports
+    assert spool.pending_stats(sender.stored_through)[3] == 3 and sender.stats.durable_seq == -1   # what the agent reports
     assert sender.next_batch() is None                # ... and not sent again
     time.sleep(0.25)
     assert sender.next_batch().seq == 2               # until the poll: the newest stored, to ask again
@@ -293,7 +293,7 @@ def test_a_stored_batch_stays_spooled_until_the_collector_has_it_on_disk(tmp_pat
     disk_syncs_again()
     assert send_until_spool_empty(sender, spool)
     assert in_process.store.durable_seq(1) == 2
-    assert sender.stored_not_durable() == 0 and sender.stats.durable_seq == 2
+    assert spool.pending_stats(sender.stored_through)[3] == 0 and sender.stats.durable_seq == 2
     assert sender.stats.sent == 3 and sender.stats.duplicates == 0
     assert in_process.rows("SELECT COUNT(*), COUNT(DISTINCT t) FROM samples") == [(15, 15)]
 
@@ -384,10 +384,11 @@ def test_the_reported_watermark_is_the_collectors_last_word_even_when_it_falls(t
     """A collector that lost batches it had reported durable reports a lower durable_seq: the agent's
     gauge shows that fall (it is what the metric is for), and frees nothing past the batch sent."""
     from trainsentry.agent.spool import SpooledBatch
-    sender = Sender(Spool(tmp_path / "spool.db", "node-a", "00" * 32), "http://collector.invalid", "node-a")
+    spool = Spool(tmp_path / "spool.db", "node-a", "00" * 32)
+    sender = Sender(spool, "http://collector.invalid", "node-a")
     assert sender._durable_through({"durable_seq": 9}, SpooledBatch(7, b"{}", "00", 1)) == 7
     assert sender.stats.durable_seq == 9
     assert sender._durable_through({"durable_seq": 3}, SpooledBatch(8, b"{}", "00", 1)) == 3
     assert sender.stats.durable_seq == 3
     assert sender._durable_through({"durable_seq": None}, SpooledBatch(8, b"{}", "00", 1)) is None
-    assert sender.stats.durable_seq == -1 and sender.stored_not_durable() == 0   # null: nothing on disk
+    assert sender.stats.durable_seq == -1 and spool.pending_stats(sender.stored_through)[3] == 0   # null: nothing on disk

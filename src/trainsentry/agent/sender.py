@@ -270,14 +270,10 @@ class Sender(threading.Thread):
         self.stats.durable_seq = durable   # as reported: a collector that lost synced batches reports less
         return min(durable, batch.seq)
 
-    def stored_not_durable(self) -> int:
-        """Spooled batches the collector has acknowledged as stored but not yet as on its disk: what a
-        power loss of the collector would make the agent send again."""
-        return self.spool.pending_stats(through=self._stored_through)[3]
-
     @property
     def stored_through(self) -> int:
-        """The collector has stored every pending batch up to this seq (-1: none)."""
+        """The collector has stored every pending batch up to this seq (-1: none); the pending batches
+        at or below it (``Spool.pending_stats(through=...)``) are stored but not yet durable."""
         return self._stored_through
 
     def _resync(self, batch: SpooledBatch, expected: int, code: str) -> bool:

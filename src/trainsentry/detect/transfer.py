@@ -33,11 +33,14 @@ from .pipeline import _json_default, _progress, dataset_summary
 DEFAULT_DETECTORS = ("comm-rules", "comm-ml", "fused", "rt-baseline")
 
 
+def _median_tta(outcomes) -> float | None:
+    ttas = [o.time_to_alert_s for o in outcomes if o.cls == "training" and o.alerted and o.time_to_alert_s is not None]
+    return float(np.median(ttas)) if ttas else None
+
+
 def _metrics(outcomes) -> dict:
     m = run_metrics(outcomes)
-    ttas = [o.time_to_alert_s for o in outcomes if o.cls == "training" and o.alerted and o.time_to_alert_s is not None]
-    return {**{k: m[k] for k in RUN_KEYS}, "window_auc": m["window_auc"],
-            "median_time_to_alert_s": float(np.median(ttas)) if ttas else None}
+    return {**{k: m[k] for k in RUN_KEYS}, "window_auc": m["window_auc"], "median_time_to_alert_s": _median_tta(outcomes)}
 
 
 def frozen(factory, base: list[Run], target: list[Run], rule: AlertRule) -> dict:
@@ -66,15 +69,14 @@ def added(factory, base: list[Run], target: list[Run], splits: list[tuple[set, s
             advance()
     mean = {k: (float(np.mean(v)) if (v := [s[k] for s in per_split if s[k] is not None]) else None)
             for k in (*RUN_KEYS, "window_auc")}
-    ttas = [o.time_to_alert_s for o in pooled if o.cls == "training" and o.alerted and o.time_to_alert_s is not None]
-    return {**mean, "median_time_to_alert_s": float(np.median(ttas)) if ttas else None, "splits": len(per_split),
+    return {**mean, "median_time_to_alert_s": _median_tta(pooled), "splits": len(per_split),
             "per_family": per_family(pooled)}
 
 
 def run_transfer(base_root: str, target_root: str, out: Path, docs: Path | None, n_splits: int = 50,
                  detectors: list[str] | None = None, rt_trees: int = 400, seed: int = 0,
                  cache_dir: Path | None = None, command: str = "trainsentry eval-transfer") -> dict:
-    rule = AlertRule(0.75, 3, 5)
+    rule = AlertRule()   # Rahman & Tajdari's 3 of 5 at 0.75, as `trainsentry eval`
     factories = detector_factories(rt_trees)
     names = list(detectors or DEFAULT_DETECTORS)
     unknown = set(names) - set(factories)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..detect.alert import AlertRule
 from .figures import write as write_figures
 from .rounds import (EFFECTIVENESS, TARGETS, ZERO_ALERT_ALPHA, effectiveness, inference_runs_to_resolve, json_default,
                      not_run_yet)
@@ -248,7 +249,7 @@ def render(doc: dict) -> str:
         notes = [n for s in rnd["strategies"] for n in s.get("notes", [])]
         if notes:
             lines += [""] + [f"* Note: {n}" for n in notes]
-        main = f"{rule['k']} of {rule['n']} @ {rule['threshold']:g}"
+        main = AlertRule(**rule).label()
         capped = _capped_rules(rnd, dets, main)
         lines += ["", f"Runs detected by every detector evaluated this round ({main}"
                   + (", capped where marked †" if capped else "") + "):", "",

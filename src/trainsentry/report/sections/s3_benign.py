@@ -5,6 +5,7 @@ hold it, why it is missing and what would produce it)."""
 import html
 import statistics
 
+from ...detect.alert import AlertRule
 from .. import figures as F
 from ..inputs import INPUTS as ALL_INPUTS
 from ..published import PUBLISHED
@@ -141,7 +142,7 @@ def _same_splits(ctx) -> str:
     n_splits = ctx.spread(splits, "int", [("redteam", "rounds/0/benign")]) if splits else "several"
     rt = bench["rt-baseline"]
     note = ""
-    main = "{k} of {n} @ {threshold:g}".format(**proto["alert_rule"]) if "alert_rule" in proto else None
+    main = AlertRule(**proto["alert_rule"]).label() if "alert_rule" in proto else None
     capped = [r for r in rt.get("rules_applied") or [] if r != main]
     if capped:
         note = (f" Its runs hold fewer of its {ctx.pub('rt.window_s', 'int', 's')} windows than its alert rule needs, so, as in the evaluation above, "
