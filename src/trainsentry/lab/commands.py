@@ -44,7 +44,7 @@ def summary(data: Path = typer.Option(Path("data/h200"), help="dataset root"),
         json_out.write_text(json.dumps({k: s[k] for k in ("runs", "by_class", "configs_by_class",
                                                           "families_by_class", "campaign_failures")}, indent=1) + "\n")
     if markdown:
-        markdown.write_text(dataset_markdown(s, str(data)))
+        markdown.write_text(dataset_markdown(s, str(data), str(markdown)))
 
 
 @app.command("gpu-check")
