@@ -34,7 +34,8 @@ from trainsentry.detect.base import load_detector  # noqa: E402
 from trainsentry.detect.dataset import load_dataset  # noqa: E402
 from trainsentry.detect.evaluate import RUN_KEYS, RunOutcome, run_metrics  # noqa: E402
 from trainsentry.detect.pipeline import default_cache_dir  # noqa: E402
-from trainsentry.traces.io import read_manifest  # noqa: E402
+from trainsentry.lab.summary import config_key  # noqa: E402
+from trainsentry.traces.io import iter_runs, read_manifest  # noqa: E402
 
 
 def model_from_rev(rev: str, name: str, tmp: Path) -> tuple[Path, dict]:
@@ -59,6 +60,9 @@ def render(result: dict, out: str) -> str:
              f"The `{m['name']}` model committed at `{m['rev']}` (trained by `{m['trained_by']}` on {m['runs']} runs) "
              "is read from git as it was, not refitted, and judges every run recorded after it was fitted "
              f"({result['all']['runs']} runs; the {result['runs_before']} earlier runs are left out). "
+             + (f"A configuration counts as seen when a run of `{result['data']}` or of `{result['seen_data']}` "
+                "recorded before the fit had it. " if result.get("seen_data") else "")
+             +
              f"Alert rule {result['rule']} over each run's whole trace. `trainsentry eval` refits on each "
              "split; this reads the model the live collector used, on runs no one had seen when it was fitted.",
              "", "| runs | count | run accuracy | training detection | inference FPR | other FPR | "
@@ -92,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default="data/h200")
     ap.add_argument("--out", default="results/prospective.json")
     ap.add_argument("--docs", default="docs/prospective.md", help="generated markdown ('' to skip)")
+    ap.add_argument("--seen-data", default="",
+                    help="another dataset whose runs recorded before the model was fitted also count as seen "
+                         "(for --data on another machine: data/h200x1 scored with --seen-data data/h200)")
     ap.add_argument("--also", default="", help="a second model of the same revision, combined with OR")
     ap.add_argument("--since", type=float, default=None,
                     help="score runs recorded from this Unix time (default: when the newest model was fitted; "
@@ -116,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     if not after:
         raise SystemExit(f"no run of {args.data} was recorded after the model was fitted")
     seen_configs = {r.config for r in before}
+    if args.seen_data:
+        # configurations only: reading manifests is enough (same key as load_dataset's Run.config)
+        for d in iter_runs(REPO / args.seen_data):
+            m = read_manifest(d)
+            if m["record_start"] < fitted_at:
+                seen_configs.add(config_key(m))
     rows = []
     for r in sorted(after, key=lambda r: r.run_id):
         df = r.windows[det.feature_set]
@@ -153,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
               "model": {"rev": args.model_rev, "name": args.name, "fitted_at": fitted_at,
                         "trained_by": meta.get("trained_by"), "runs": meta.get("runs")},
               "rule": rule.label(), "data": args.data, "runs_before": len(before),
+              "seen_data": args.seen_data or None,
               "all": summary(rows), "new_configs": summary([x for x in rows if not x["config_seen_before"]]),
               "seen_configs": summary([x for x in rows if x["config_seen_before"]]),
               "wrong": [x["run_id"] for x in rows if not x["correct"]], "per_run": rows}

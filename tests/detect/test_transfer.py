@@ -69,3 +69,16 @@ def test_added_holds_a_shared_configuration_out_of_the_base_while_it_is_tested(t
     assert {f"ddp|config=ddp-{n}" for n in (36, 42, 48)} <= frozen_fit[0]   # frozen: the whole base
     assert all(not (fit & test) for fit, test in added)                     # added: never a tested config in the fit
     assert any(key["ddp"] in test for _, test in added)                      # (and the shared one was tested)
+
+
+def test_variants_are_reachable_by_name_in_the_order_named_and_unknown_names_refused():
+    """eval and eval-transfer resolve detectors through one function: the four by default, a
+    variant of detect.variants only when named (docs/one-gpu.md scores `fused+single-device`)."""
+    from trainsentry.detect.pipeline import resolve_detectors
+    from trainsentry.detect.transfer import DEFAULT_DETECTORS
+    assert list(resolve_detectors(None, 10)) == ["comm-rules", "comm-ml", "fused", "rt-baseline"]
+    assert list(resolve_detectors(None, 10, DEFAULT_DETECTORS)) == list(DEFAULT_DETECTORS)
+    got = resolve_detectors(["fused+single-device", "fused"], 10)
+    assert list(got) == ["fused+single-device", "fused"] and got["fused+single-device"]().name == "fused+single-device"
+    with pytest.raises(ValueError, match="unknown detectors .*'nope'"):
+        resolve_detectors(["fused", "nope"], 10)

@@ -73,19 +73,26 @@ def segmentation_summary(runs: list[Run]) -> dict:
                      "median_onset_error_s": med(ours_err), "median_abs_onset_error_s": med([abs(x) for x in ours_err])}}
 
 
+def resolve_detectors(names: list[str] | None, rt_trees: int = 400,
+                      default: tuple[str, ...] | None = None) -> dict:
+    """Factories of the named detectors, in the order named (default: the four of `trainsentry eval`):
+    the variants of detect.variants (tried, not kept) are reachable only by name."""
+    from .variants import VARIANTS
+    factories = {**detector_factories(rt_trees), **VARIANTS}
+    names = list(names or default or detector_factories(rt_trees))
+    unknown = [n for n in names if n not in factories]
+    if unknown:
+        raise ValueError(f"unknown detectors {unknown}; choose from {list(factories)}")
+    return {n: factories[n] for n in names}
+
+
 def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subset: int | None = None,
              detectors: list[str] | None = None, rt_trees: int = 400, seed: int = 0, lofo: bool = True,
              cache_dir: Path | None = None, command: str = "trainsentry eval", console=None,
              counter_periods: dict[str, float] | None = None) -> dict:
     rule = AlertRule(0.75, 3, 5)
-    from .variants import VARIANTS
-    factories = detector_factories(rt_trees)
-    names = detectors or list(factories)
-    # the variants of detect.variants (tried, not kept) are evaluated only when named
-    factories = {**factories, **{k: v for k, v in VARIANTS.items() if k in names}}
-    unknown = set(names) - set(factories)
-    if unknown:
-        raise ValueError(f"unknown detectors {sorted(unknown)}; choose from {list(factories) + list(VARIANTS)}")
+    factories = resolve_detectors(detectors, rt_trees)
+    names = list(factories)
     t0 = time.time()
     from ..traces.io import iter_runs
     n_dirs = len(iter_runs(data))

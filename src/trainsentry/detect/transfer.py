@@ -26,9 +26,8 @@ import numpy as np
 
 from .alert import AlertRule
 from .dataset import Run, load_dataset
-from .evaluate import (RUN_KEYS, adapted_outcomes, config_splits, detector_factories, fit_and_score, per_family,
-                       run_metrics)
-from .pipeline import _json_default, _progress, dataset_summary
+from .evaluate import RUN_KEYS, adapted_outcomes, config_splits, fit_and_score, per_family, run_metrics
+from .pipeline import _json_default, _progress, dataset_summary, resolve_detectors
 
 DEFAULT_DETECTORS = ("comm-rules", "comm-ml", "fused", "rt-baseline")
 
@@ -77,17 +76,16 @@ def run_transfer(base_root: str, target_root: str, out: Path, docs: Path | None,
                  detectors: list[str] | None = None, rt_trees: int = 400, seed: int = 0,
                  cache_dir: Path | None = None, command: str = "trainsentry eval-transfer") -> dict:
     rule = AlertRule()   # Rahman & Tajdari's 3 of 5 at 0.75, as `trainsentry eval`
-    factories = detector_factories(rt_trees)
-    names = list(detectors or DEFAULT_DETECTORS)
-    unknown = set(names) - set(factories)
-    if unknown:
-        raise ValueError(f"unknown detectors {sorted(unknown)}; choose from {list(factories)}")
+    factories = resolve_detectors(detectors, rt_trees, DEFAULT_DETECTORS)
+    names = list(factories)
     t0 = time.time()
     base = load_dataset(base_root, cache_dir)
     target = load_dataset(target_root, cache_dir)
-    shared = {r.run_id for r in base} & {r.run_id for r in target}
+    # one recording is one run id at one start time: a run id alone repeats across datasets (each
+    # campaign names its runs workload-overrides-repeat), a copied run keeps both
+    shared = {(r.run_id, r.start) for r in base} & {(r.run_id, r.start) for r in target}
     if shared:
-        raise ValueError(f"{len(shared)} runs are in both datasets (e.g. {sorted(shared)[0]}): the target must be new")
+        raise ValueError(f"{len(shared)} runs are in both datasets (e.g. {sorted(shared)[0][0]}): the target must be new")
     if len({r.is_training for r in base}) < 2:
         raise ValueError("the base dataset needs training and non-training runs")
     # a test side needs a class with two configurations or more (config_splits keeps a lone one for fitting)
