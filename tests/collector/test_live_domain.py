@@ -63,7 +63,8 @@ def verdicts(tmp_path_factory) -> dict[str, list[dict]]:
     col = RealCollector(db, {"TRAINSENTRY_MODELS": str(MODELS)})
     try:
         live = col.get("/v1/live", token)
-        assert live["detector"] == "fused" and live["familiarity"] is True   # models/familiarity.joblib
+        # models/familiarity.joblib and models/single-device.joblib
+        assert live["detector"] == "fused" and live["evidence_checks"] == ["familiarity", "single-device"]
         agents = {n: Agent(col.http, n, k) for n, k in keys.items()}
         for i in range(max(map(len, streams.values()))):
             for n, bs in streams.items():
@@ -133,11 +134,12 @@ def test_every_judged_window_says_whether_its_workload_is_familiar(verdicts):
                if "familiar workload" in e)
 
 
-def test_a_missing_or_broken_familiarity_artifact_leaves_the_verdicts_alone(tmp_path, caplog):
-    from trainsentry.collector.live import load_live_familiarity
-    assert load_live_familiarity(tmp_path) is None                   # none there: no line, no error
-    (tmp_path / "familiarity.joblib").write_bytes(b"not a pickle")
-    assert load_live_familiarity(tmp_path) is None and "cannot use familiarity artifact" in caplog.text
+@pytest.mark.parametrize("name", ["familiarity", "single-device"])
+def test_a_missing_or_broken_check_artifact_leaves_the_verdicts_alone(tmp_path, caplog, name):
+    from trainsentry.collector.live import load_live_check
+    assert load_live_check(tmp_path, name) is None                   # none there: no line, no error
+    (tmp_path / f"{name}.joblib").write_bytes(b"not a pickle")
+    assert load_live_check(tmp_path, name) is None and f"cannot use {name} artifact" in caplog.text
 
 
 def test_familiarity_lines_follow_the_windows_that_have_features_and_a_failing_check_is_dropped(db, key):
@@ -150,16 +152,16 @@ def test_familiarity_lines_follow_the_windows_that_have_features_and_a_failing_c
     ends = [every[5]["t_end"], every[6]["t_end"], every[8]["t_end"]]    # the middle end has no row
     proc = LiveProcessor(db, config=LiveConfig(models_dir=MODELS))
     try:
-        assert proc.familiarity is not None
+        assert proc.checks.get("familiarity") is not None
         out = proc.judge_rows("node", "node-a", rows, ends, lambda e: True, [], [])
         has = [any(e.startswith(("familiar workload", "unfamiliar workload")) for e in v["evidence"]) for v in out]
         assert has == [True, False, True] and out[1]["p_training"] is None
 
         def broken(frame):
             raise ValueError("an artifact this sklearn cannot run")
-        proc.familiarity.lines = broken
+        proc.checks["familiarity"].lines = broken
         out = proc.judge_rows("node", "node-a", rows, ends, lambda e: True, [], [])
-        assert [v["p_training"] is not None for v in out] == [True, False, True] and proc.familiarity is None
+        assert [v["p_training"] is not None for v in out] == [True, False, True] and "familiarity" not in proc.checks
         assert not any("familiar" in e for v in out for e in v["evidence"])
     finally:
         proc.close()

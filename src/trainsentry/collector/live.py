@@ -105,17 +105,22 @@ class LiveConfig:
                    models_dir=Path(os.environ.get(MODELS_ENV, "models")))
 
 
-def load_live_familiarity(models_dir: Path):
-    """The familiarity check (detect.familiarity) when ``models/familiarity.joblib`` is usable, else None:
+# Evidence checks: each adds its own line to a window's evidence and changes no verdict. name ->
+# module of trainsentry.detect holding ``load(path)``; the artifact is models/<name>.joblib.
+EVIDENCE_CHECKS = {"familiarity": "familiarity", "single-device": "single_device"}
+
+
+def load_live_check(models_dir: Path, name: str):
+    """The evidence check ``name`` (EVIDENCE_CHECKS) when ``models/<name>.joblib`` is usable, else None:
     it only adds a line to the evidence, so a missing or bad one is logged and verdicts go on."""
-    path = Path(models_dir) / "familiarity.joblib"
+    path = Path(models_dir) / f"{name}.joblib"
     if not path.exists():
         return None
     try:
-        from ..detect.familiarity import load
-        return load(path)
+        import importlib
+        return importlib.import_module(f"..detect.{EVIDENCE_CHECKS[name]}", __package__).load(path)
     except Exception as e:  # evidence only: never worth stopping verdicts for
-        log.error("cannot use familiarity artifact %s: %s", path, e)
+        log.error("cannot use %s artifact %s: %s", name, path, e)
         return None
 
 
@@ -253,7 +258,7 @@ class LiveProcessor:
         # closed with it), else this processor's own per-thread ones
         self._reader, self._local, self._readers = reader, threading.local(), []
         self.detector, self.artifact, self.detector_note = load_live_detector(self.cfg.models_dir)
-        self.familiarity = load_live_familiarity(self.cfg.models_dir)
+        self.checks = {n: c for n in EVIDENCE_CHECKS if (c := load_live_check(self.cfg.models_dir, n)) is not None}
         # windows outside the artifact's domain (a sensor it always had is missing) get the rules
         self.fallback = CommRules()
         self.conn_path, self.synchronous = db_path, synchronous
@@ -298,7 +303,7 @@ class LiveProcessor:
 
     def stats(self) -> dict:
         return {"detector": self.detector.name, "artifact": self.artifact, "note": self.detector_note,
-                "familiarity": self.familiarity is not None,
+                "evidence_checks": sorted(self.checks),
                 "windows_judged": self.windows_judged, "nodes": len(self.nodes),
                 "window_s": self.cfg.window_s, "stride_s": self.cfg.stride_s,
                 "loopback_as_link": self.cfg.loopback_as_link,
@@ -426,7 +431,7 @@ class LiveProcessor:
             ps[~ood] = self.detector.predict_proba(frame[~ood])
         if ood.any():
             ps[ood] = self.fallback.predict_proba(frame[ood])
-        fam_lines = iter(self._familiarity_lines(frame) if have else [])
+        check_lines = [iter(lines) for lines in self._check_lines(frame)] if have else []
         ps, oods = iter(ps), iter(ood)
         out = []
         for e, row in zip(ends, matched):
@@ -439,8 +444,8 @@ class LiveProcessor:
                 evidence.append(f"this window lacks a sensor {self.detector.name} was always fitted with "
                                 f"({', '.join(getattr(self.detector, 'groups_seen_', []))}): judged by comm-rules with its "
                                 f"documented default thresholds instead")
-            if row is not None and (line := next(fam_lines, None)) is not None:
-                evidence.append(line)
+            if row is not None:
+                evidence += [line for lines in check_lines if (line := next(lines, None)) is not None]
             if row is not None:  # the detector's own lines, passed through (collector/evidence.py)
                 evidence += detector_lines(det.explain(row), table, e - cfg.window_s, e)
             lost = [g for g in gaps if g[0] < e and g[1] > e - cfg.window_s]
@@ -454,17 +459,17 @@ class LiveProcessor:
             self.windows_judged += 1
         return out
 
-    def _familiarity_lines(self, frame: pd.DataFrame) -> list[str]:
-        """The familiarity line of each row, or none: a check that fails (an artifact this sklearn
-        cannot run, odd input) is logged and dropped, never a reason to stop verdicts."""
-        if self.familiarity is None:
-            return []
-        try:
-            return self.familiarity.lines(frame)
-        except Exception as e:
-            log.error("familiarity check failed, dropped from the evidence from now on: %s", e)
-            self.familiarity = None
-            return []
+    def _check_lines(self, frame: pd.DataFrame) -> list[list[str | None]]:
+        """Per evidence check, its entry for each row (a line, or None): a check that fails (an artifact
+        this sklearn cannot run, odd input) is logged and dropped, never a reason to stop verdicts."""
+        out = []
+        for name, check in list(self.checks.items()):
+            try:
+                out.append(check.lines(frame))
+            except Exception as e:
+                log.error("%s check failed, dropped from the evidence from now on: %s", name, e)
+                del self.checks[name]
+        return out
 
     def judge_node(self, node: str, st: NodeState, ends: list[float]) -> list[dict]:
         cfg = self.cfg

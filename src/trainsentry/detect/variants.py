@@ -13,23 +13,23 @@ import numpy as np
 import pandas as pd
 
 from .base import Detector
-from .learned import LEARNED_MAX_FEATURES, LearnedDetector, comm_ml, fused
+from .learned import comm_ml, fused
 
 
 class SingleDevicePath(Detector):
     """``fused`` plus an ungated second path for training on one device: where the exchange gate
     is closed, P(training) = (1 − gate) × trees on the busiest GPU's activity (``act.*.max``),
     fitted on every window (multi-GPU training windows teach it what a training GPU's activity
-    looks like). Tried and not kept: batched forward passes at the power cap (embedding, prefill)
-    and a matmul burn look the same to 10 Hz activity counters (docs/detector.md)."""
+    looks like). Tried and not kept as a verdict: batched forward passes at the power cap (embedding,
+    prefill) look the same to 10 Hz activity counters (docs/detector.md, docs/one-gpu.md); the live
+    collector shows its trees as a lead in the evidence instead (detect.single_device)."""
 
     name = "fused+single-device"
 
     def __init__(self):
+        from .single_device import BusiestGpuActivity
         self.multi = fused()
-        self.single = LearnedDetector("single-device", ("act.",), gate=False, fit_on="all",
-                                      max_features=LEARNED_MAX_FEATURES)
-        self.single.uses = lambda c: c.startswith("act.") and c.endswith(".max") and "n_gpus" not in c
+        self.single = BusiestGpuActivity()   # the live single-device check's trees (detect.single_device)
 
     def uses(self, column: str) -> bool:
         return self.multi.uses(column)

@@ -1,0 +1,99 @@
+"""A lead for training on one device, where the exchange gate has nothing to see.
+
+``fused`` multiplies its trees by the exchange gate (``rules.exchange_gate``): training spread over
+several devices must exchange gradients, so a window without that exchange is not training. A
+model trained on one GPU exchanges nothing, and the gate calls it not training at P = 0.00: the
+committed model missed all 14 single-device training runs of ``data/h200x1``, ten of them
+configurations it had never seen (docs/prospective-h200x1.md).
+
+This check reads what is left: the busiest GPU's activity (every ``act.*.max`` window feature:
+power, SM, tensor-core, DRAM and memory activity of the most loaded GPU, so an idle second GPU
+changes nothing), judged by gradient-boosted trees fitted on every window of the fitting data,
+multi-device training included (a training GPU's activity looks the same whoever it exchanges
+with). Training keeps tensor cores and DRAM busy together (forward, backward and optimizer step);
+decode is DRAM-bound with little tensor-core work. Batched forward passes at the power cap
+(embedding, long-prompt prefill) can look like training to 10 Hz counters, which is why this is a
+lead in the evidence and not a verdict: it changes no P(training) and raises no alert. Its rates on
+unseen configurations are in docs/one-gpu.md (``fused+single-device``, the same trees behind the
+gate's complement, scored by ``trainsentry eval-transfer``).
+
+The check speaks only where the gate is closed and a GPU is busy; where the gate is open, the
+verdict's own detector judges the exchange.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .learned import LEARNED_MAX_FEATURES, LearnedDetector
+
+# a window whose busiest GPU is busier than this (NVML utilisation, %) has activity to judge
+BUSY_UTIL_PCT = 5.0
+THRESHOLD = 0.75   # the alert rule's per-window threshold, so "reads like training" means what it does there
+
+
+class BusiestGpuActivity(LearnedDetector):
+    """Trees on the busiest GPU's activity (``act.*.max``), no exchange gate, fitted on every window."""
+
+    def __init__(self, **kw):
+        super().__init__("single-device", ("act.",), gate=False, fit_on="all", max_features=LEARNED_MAX_FEATURES, **kw)
+
+    def uses(self, column: str) -> bool:
+        return column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column
+
+
+class SingleDeviceCheck:
+    name = "single-device"
+    feature_set = "trainsentry"
+
+    def __init__(self, threshold: float = THRESHOLD):
+        self.threshold = threshold
+        self.trees = BusiestGpuActivity()
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
+            classes: Sequence[str] | None = None) -> "SingleDeviceCheck":
+        self.trees.fit(X, y, groups, classes)
+        return self
+
+    def judged(self, X: pd.DataFrame) -> np.ndarray:
+        """Windows the check speaks on: gate closed, a GPU busy, every sensor the fit had present."""
+        from .rules import exchange_gate
+        util = pd.to_numeric(X.get("act.util_pct.mean.max", pd.Series(np.nan, index=X.index)), errors="coerce")
+        busy = util.fillna(0.0).to_numpy(dtype=np.float64) > BUSY_UTIL_PCT
+        return (exchange_gate(X)[0] < 0.5) & busy & ~self.trees.out_of_domain(X)
+
+    def lines(self, X: pd.DataFrame) -> list[str | None]:
+        """One entry per row of X: an evidence line, or None where the check has nothing to say."""
+        out: list[str | None] = [None] * len(X)
+        speak = self.judged(X)
+        if speak.any():
+            ps = self.trees.predict_proba(X[speak])
+            for i, p in zip(np.flatnonzero(speak), ps):
+                out[i] = self.line(float(p))
+        return out
+
+    def line(self, p: float) -> str:
+        head = (f"single-device check (no inter-device exchange, so the verdict's gate is closed): the busiest GPU's "
+                f"activity reads P(training) = {p:.2f}")
+        if p >= self.threshold:
+            return (head + ": like training. A lead, not a verdict: on one device, batched forward passes "
+                    "(embedding, long-prompt prefill) can read the same at 10 Hz (docs/one-gpu.md)")
+        return head + ": not like training"
+
+    def describe(self) -> dict:
+        """What ``base.save_detector`` writes beside the artifact."""
+        return {"name": self.name, "feature_set": self.feature_set, "threshold": self.threshold,
+                "busy_util_pct": BUSY_UTIL_PCT, "features": len(self.trees.cols_),
+                "sensors_always_seen": self.trees.groups_seen_}
+
+
+def load(path: Path) -> SingleDeviceCheck:
+    import joblib
+    check = joblib.load(path)
+    if not isinstance(check, SingleDeviceCheck) or check.trees.model is None and check.trees.constant_ is None:
+        raise ValueError(f"{path} is not a fitted single-device check")
+    return check

@@ -1,0 +1,69 @@
+"""The single-device check (detect.single_device) on recorded H200 runs: fitted on a few runs of the
+2-GPU node, it judges runs of the one-GPU node (data/h200x1: another machine, configurations the fit
+never had) where the exchange gate is closed and a GPU is busy, and says nothing elsewhere."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainsentry.detect.base import load_detector, save_detector
+from trainsentry.detect.dataset import load_run, stack
+from trainsentry.detect.single_device import SingleDeviceCheck, load
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+FIT = ["train.single.w1024-l16-base-r0", "train.single.w2048-l24-base-r0", "train.ddp.w1024-l16-base-r0",
+       "infer.generate.g7b_b16-base-r0", "infer.generate.l1b_b256-base-r0", "infer.generate.m350m_b128-base-r0",
+       "infer.serve.xl3b_r1_idle-base-r0", "other.idle.bare-base-r0", "other.memcpy.d2d_1g-base-r0"]
+
+
+def _in_run(run):
+    df = run.windows[SingleDeviceCheck.feature_set]
+    return df[df["in_run"]].reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def check():
+    runs = [load_run(DATA / "h200" / r, None) for r in FIT]
+    X, y, classes, ids = stack(runs, SingleDeviceCheck.feature_set)
+    return SingleDeviceCheck().fit(X, y, groups=ids, classes=classes)
+
+
+def _lines(check, dataset, run_id):
+    return check.lines(_in_run(load_run(DATA / dataset / run_id, None)))
+
+
+@pytest.mark.parametrize("run_id", ["train.single.w1024-l16-6816dd-r0",     # SGD: no optimizer state
+                                    "train.single.w2048-l24-707643-r0"])    # 2.7 B parameters
+def test_unseen_single_device_training_reads_like_training(check, run_id):
+    lines = _lines(check, "h200x1", run_id)
+    assert all(line is not None for line in lines)          # gate closed, GPU busy: every window spoken
+    like = [": like training" in line for line in lines]
+    assert np.mean(like) >= 0.8, lines
+
+
+def test_unseen_decode_does_not(check):
+    lines = _lines(check, "h200x1", "infer.generate.m350m_b128-ccf1ab-r0")   # a 5.6 B model, batch 64
+    assert all(line is not None and line.endswith(": not like training") for line in lines), lines
+
+
+@pytest.mark.parametrize("dataset,run_id", [("h200x1", "other.idle.bare-base-r0"),          # nothing busy
+                                            ("h200", "train.ddp.w1024-l16-base-r1")])       # gate open
+def test_silent_where_nothing_is_busy_or_the_gate_judges_the_exchange(check, dataset, run_id):
+    assert _lines(check, dataset, run_id) == [None] * len(_in_run(load_run(DATA / dataset / run_id, None)))
+
+
+def test_silent_on_a_node_without_gpu_sensors(check):
+    df = _in_run(load_run(DATA / "h200x1" / "train.single.w1024-l16-base-r0", None))
+    no_act = df.drop(columns=[c for c in df.columns if c.startswith("act.")])
+    assert check.lines(no_act) == [None] * len(no_act)
+
+
+def test_saved_and_loaded_as_the_live_collector_does(check, tmp_path):
+    path = save_detector(check, tmp_path / "single-device.joblib", "test")
+    again = load(path)
+    df = _in_run(load_run(DATA / "h200x1" / "train.single.w1024-l16-base-r0", None))
+    assert again.lines(df) == check.lines(df)
+    with pytest.raises(ValueError, match="not a fitted single-device check"):
+        load(save_detector(load_detector(Path(__file__).resolve().parents[2] / "models" / "fused.joblib"),
+                           tmp_path / "fused.joblib", "test"))
