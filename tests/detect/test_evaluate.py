@@ -135,6 +135,20 @@ def test_eval_on_a_subset_of_the_h200_dataset(tmp_path):
             "interconnect_min_bytes_per_s_per_chip"] == fitted
 
 
+def test_eval_reads_several_roots_as_one_dataset_and_refuses_a_run_under_two(tiny_dataset, feature_cache, tmp_path):
+    """`--data A --data B`: the 2-GPU and one-GPU nodes' campaigns as one dataset (docs/one-gpu.md)."""
+    from detect.conftest import write_probe_dataset
+    other = write_probe_dataset(tmp_path / "other", (39.0, 45.0), prefix="x1-", t=1.9e9)
+    args = ["eval", "--data", str(tiny_dataset), "--data", str(other), "--splits", "2", "--no-lofo",
+            "--detector", "comm-rules", "--docs", "", "--cache", str(feature_cache), "--out", str(tmp_path / "r")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    ds = json.loads((tmp_path / "r" / "detector.json").read_text())["dataset"]
+    assert ds["runs"] == 18 + 12 and ds["root"] == f"{tiny_dataset} + {other}"
+    res = CliRunner().invoke(app, args[:3] + ["--data", str(tiny_dataset.parent)] + args[5:])
+    assert res.exit_code == 2 and "more than one of the roots" in res.output
+
+
 @pytest.mark.skipif(not any(H200.rglob("manifest.json")) if H200.exists() else True,
                     reason="the recorded H200 dataset is not in this checkout")
 def test_eval_as_if_nvlink_were_read_once_a_second(tmp_path):

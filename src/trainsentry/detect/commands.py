@@ -24,7 +24,9 @@ def _periods(items: list[str]) -> dict[str, float]:
 
 
 def eval_cmd(
-    data: Path = typer.Option(Path("data/h200"), "--data", help="Root holding run directories (manifest.json + samples.parquet)"),
+    data: list[Path] = typer.Option([Path("data/h200")], "--data",
+                                    help="Root holding run directories (manifest.json + samples.parquet); "
+                                         "repeatable: the runs of every root are one dataset"),
     splits: int = typer.Option(200, "--splits", help="Random 2/3–1/3 splits by configuration"),
     subset: int | None = typer.Option(None, "--subset", help="Use only N random configurations per class (CI)"),
     out: Path = typer.Option(Path("results"), "--out", help="Where detector.json and figures/ go"),
@@ -50,12 +52,13 @@ def eval_cmd(
     command = "trainsentry eval " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "eval" else \
         "trainsentry eval"
     cache_dir = cache or default_cache_dir()
+    roots = str(data[0]) if len(data) == 1 else [str(d) for d in data]
     try:
         if train_final:
-            path = fit_final(str(data), train_final, models, cache_dir, rt_trees, command)
+            path = fit_final(roots, train_final, models, cache_dir, rt_trees, command)
             console.print(f"saved {path} (and {path.with_suffix('.json').name} naming the command)")
             return
-        doc = run_eval(str(data), out, docs if docs and str(docs) not in ("", ".") else None, splits, subset, detector or None,
+        doc = run_eval(roots, out, docs if docs and str(docs) not in ("", ".") else None, splits, subset, detector or None,
                        rt_trees, seed, not no_lofo, cache_dir, command, counter_periods=_periods(counter_period))
     except (FileNotFoundError, ValueError) as e:
         console.print(f"[red]eval: {e}[/red]")

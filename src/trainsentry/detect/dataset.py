@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,12 +95,37 @@ def load_run(run_dir: Path, cache_dir: Path | None, counter_periods: dict[str, f
                float(m["start"]), float(m["end"]), windows)
 
 
-def load_dataset(root: str | Path, cache_dir: Path | None = None, subset: int | None = None,
+Roots = str | Path | Sequence[str | Path]
+
+
+def root_list(root: Roots) -> list[str]:
+    return [str(root)] if isinstance(root, (str, Path)) else [str(r) for r in root]
+
+
+def root_label(root: Roots) -> str:
+    """How results name the data: the root, or the roots joined by " + "."""
+    return " + ".join(root_list(root))
+
+
+def run_dirs(root: Roots) -> list[Path]:
+    """Every run directory below the root, or below each of several roots (one dataset of several
+    machines' campaigns: ``trainsentry eval --data data/h200 --data data/h200x1``)."""
+    per_root = {r: iter_runs(r) for r in root_list(root)}
+    for r, dirs in per_root.items():
+        if not dirs:
+            raise FileNotFoundError(f"no runs (manifest.json) under {r}")
+    dirs = [d for ds in per_root.values() for d in ds]
+    twice = len(dirs) - len({d.resolve() for d in dirs})
+    if twice:
+        raise ValueError(f"{twice} run directories lie under more than one of the roots {list(per_root)}")
+    return dirs
+
+
+def load_dataset(root: Roots, cache_dir: Path | None = None, subset: int | None = None,
                  seed: int = 0, progress=None, counter_periods: dict[str, float] | None = None) -> list[Run]:
-    """All runs below root (or a class-balanced random subset of ``subset`` configurations per class)."""
-    dirs = iter_runs(root)
-    if not dirs:
-        raise FileNotFoundError(f"no runs (manifest.json) under {root}")
+    """All runs below root (or roots), or a class-balanced random subset of ``subset`` configurations
+    per class."""
+    dirs = run_dirs(root)
     if subset is not None:
         dirs = _subset(dirs, subset, seed)
     runs = []

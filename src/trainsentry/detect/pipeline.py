@@ -12,7 +12,7 @@ import numpy as np
 
 from .alert import AlertRule
 from .base import save_detector
-from .dataset import Run, load_dataset, stack
+from .dataset import Roots, Run, load_dataset, root_label, run_dirs, stack
 from .evaluate import config_splits, detector_factories, either_alert, evaluate_detector
 
 RESULTS_FILE = "detector.json"
@@ -86,7 +86,7 @@ def resolve_detectors(names: list[str] | None, rt_trees: int = 400,
     return {n: factories[n] for n in names}
 
 
-def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subset: int | None = None,
+def run_eval(data: Roots, out: Path, docs: Path | None, n_splits: int = 200, subset: int | None = None,
              detectors: list[str] | None = None, rt_trees: int = 400, seed: int = 0, lofo: bool = True,
              cache_dir: Path | None = None, command: str = "trainsentry eval", console=None,
              counter_periods: dict[str, float] | None = None) -> dict:
@@ -94,8 +94,7 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
     factories = resolve_detectors(detectors, rt_trees)
     names = list(factories)
     t0 = time.time()
-    from ..traces.io import iter_runs
-    n_dirs = len(iter_runs(data))
+    n_dirs = len(run_dirs(data))
     with _progress() as prog:
         task = prog.add_task("features (cached per run)", total=n_dirs if subset is None else None)
         runs = load_dataset(data, cache_dir, subset, seed, progress=lambda: prog.advance(task),
@@ -114,7 +113,7 @@ def run_eval(data: str, out: Path, docs: Path | None, n_splits: int = 200, subse
     combinations = {f"{a} or {b}": {"rule": f"a run alerts when {a} or {b} alerts (each with its own windows "
                                              "and rule), at the earlier time", **either_alert(outcomes[a], outcomes[b])}
                     for a, b in EITHER if a in outcomes and b in outcomes}
-    doc = {"command": command, "results_file": str(out / RESULTS_FILE), "dataset": dataset_summary(data, runs),
+    doc = {"command": command, "results_file": str(out / RESULTS_FILE), "dataset": dataset_summary(root_label(data), runs),
            "protocol": {"splits": n_splits, "train_fraction_of_configs": 2 / 3, "grouping": "labels.config",
                         "seed": seed, "window_label": "in_run (>= 50 % of the window inside [start, end])",
                         "alert_rule": {"threshold": rule.threshold, "k": rule.k, "n": rule.n},
@@ -182,14 +181,14 @@ def simulator_visibility(runs: list[Run], factories: dict, names: list[str]) -> 
             "simulator_visibility_source": source}
 
 
-def train_final(data: str, name: str, models: Path, cache_dir: Path | None, rt_trees: int, command: str) -> Path:
+def train_final(data: Roots, name: str, models: Path, cache_dir: Path | None, rt_trees: int, command: str) -> Path:
     """Fit one detector on every run of the dataset and save it for the live path."""
     runs = load_dataset(data, cache_dir)
     det = detector_factories(rt_trees)[name]()
     X, y, classes, ids = stack(runs, det.feature_set)
     det.fit(X, y, groups=ids, classes=classes)
     return save_detector(det, models / f"{name}.joblib", command,
-                         {"data": str(data), "runs": len(runs), "windows": len(X), "fitted_at": time.time()})
+                         {"data": root_label(data), "runs": len(runs), "windows": len(X), "fitted_at": time.time()})
 
 
 def _json_default(o):
