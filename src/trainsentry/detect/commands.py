@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def eval_cmd(
 
     from .pipeline import default_cache_dir, run_eval, train_final as fit_final
     console = Console(stderr=True)
-    command = "trainsentry eval " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "eval" else \
+    command = "trainsentry eval " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "eval" else \
         "trainsentry eval"
     cache_dir = cache or default_cache_dir()
     roots = str(data[0]) if len(data) == 1 else [str(d) for d in data]
@@ -89,7 +90,7 @@ def eval_transfer(
     from .pipeline import default_cache_dir
     from .transfer import run_transfer
     console = Console(stderr=True)
-    command = "trainsentry " + " ".join(sys.argv[1:]) if len(sys.argv) > 1 and sys.argv[1] == "eval-transfer" else \
+    command = "trainsentry " + shlex.join(sys.argv[1:]) if len(sys.argv) > 1 and sys.argv[1] == "eval-transfer" else \
         "trainsentry eval-transfer"
     try:
         doc = run_transfer(str(base), str(target), out, docs if docs and str(docs) not in ("", ".") else None, splits,

@@ -84,6 +84,13 @@ LoRA 10 % (pipeline training 46 %). Of the red-team runs `fused` missed in round
 host-path synchronisations are unfamiliar in every window and the top-k-compressed DiLoCo in a
 quarter. It is a lead for an inspector where it fires, not a safety net.
 
+**One device.** The gate in front of `fused` sees no training on a single GPU: on a one-GPU node
+(`data/h200x1`, 34 runs) the model fitted here missed all 14 training runs at P = 0.00, without a
+false alert (`docs/prospective-h200x1.md`, `docs/one-gpu.md`). Where the gate is closed and a GPU is
+busy, the live collector adds a second lead (`trainsentry.detect.single_device`): trees on the
+busiest GPU's activity say whether the window looks like training. It changes no verdict, because
+batched embedding looks the same to them (the single-device path under "Tried and not kept").
+
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,
 locked to the compute cycle), and each step moves about 2(n−1)/n times the parameter bytes per GPU
@@ -268,8 +275,16 @@ Run accuracy / inference FPR / training detection / median time to alert (s), me
   `single-gpu` 25 %, `embed` 0 %). At 10 Hz a training step shorter than a bin on one GPU at the power
   cap reads like a batched forward pass at the power cap (power, SM, tensor and DRAM activity all
   flat); the backward pass and the optimizer leave no cycle to see, and memory held is no physical
-  discriminator (a large model's inference holds as much). Single-device training stays the gate's
-  documented blind spot;
+  discriminator (a large model's inference holds as much). Re-measured once the one-GPU node's 34 runs
+  existed (164 runs, `trainsentry eval --data data/h200 --data data/h200x1 --splits 100 --detector fused
+  --detector fused+single-device --out results/single-device --docs ''`, `results/single-device/detector.json`):
+  94.9 % / 7.5 % / 95.3 % / 9.0 against `fused`'s 86.0 % / 2.8 % / 71.4 % / 9.1 on the same splits. It
+  alerted on 94 % of the single-device training appearances (88 % with the family left out) and on 37 % of
+  the embedding ones (75 % with the family left out); fitted on the 2-GPU runs alone, it found 13 of the
+  one-GPU node's 14 training runs with no false alert (`docs/one-gpu.md`). Batched embedding, a common
+  service, is still read as training, so the verdict keeps the gate and single-device training stays its
+  documented blind spot; the path's trees run in the live collector as a lead in the evidence instead
+  (`detect.single_device`);
 * the alert rule: at 2 of 3 @ 0.75 (pooled over the same splits) today's `fused` scores 93.2 % run
   accuracy, 3.7 % inference FPR, 7.1 s to alert — within a few tenths of 3 of 5 @ 0.75 (above), the
   published rule, which is kept: it asks one window more of evidence and the time to alert is well

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def flops_eval_cmd(data: Path = typer.Option(Path("data/h200"), help="dataset ro
     from ..threads import one_native_thread
     one_native_thread()
     from .report import regenerate
-    command = "trainsentry flops-eval " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "flops-eval" \
+    command = "trainsentry flops-eval " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "flops-eval" \
         else f"trainsentry flops-eval --data {data} --splits {splits} --seed {seed}"
     try:
         res = regenerate(data, splits, seed, results, figures, docs, models, command.strip(),

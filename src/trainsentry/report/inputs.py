@@ -48,6 +48,11 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("familiarity", "familiarity.json", "results",
           "python scripts/familiarity.py --data data/h200 --adversarial data/redteam-r1 --save models/familiarity.joblib",
           "whether windows are like the detectors' fitting data"),
+    Input("one_gpu", "one_gpu.json", "results",
+          "trainsentry eval-transfer --base data/h200 --target data/h200x1 --splits 30 --detector comm-rules "
+          "--detector comm-ml --detector fused --detector rt-baseline --detector fused+single-device "
+          "--out results/one_gpu.json --docs docs/one-gpu.md",
+          "the detectors fitted on the 2-GPU node, judged on a one-GPU node's runs"),
     Input("traces", "h200", "data", "trainsentry lab run configs/campaigns/h200.yaml --data data",
           "recorded benign lab runs"),
     Input("redteam_traces", "redteam-r1", "data", "trainsentry lab run configs/campaigns/redteam-r1.yaml --data data",

@@ -8,7 +8,7 @@ from .s6_ranking import CHEAP
 from ..summary import detector_vs_targets, meets_detector_targets, primary_detector, sec
 
 TITLE = "Recommendations"
-INPUTS = ("gpu_check", "detector", "redteam", "simulator", "familiarity")
+INPUTS = ("gpu_check", "detector", "redteam", "simulator", "familiarity", "one_gpu")
 
 
 def render(ctx, figs) -> str:
@@ -83,6 +83,19 @@ def render(ctx, figs) -> str:
                      f"red-team runs the fused detector missed, "
                      f"{ctx.derived(len(flagged), 'int', [('familiarity', 'red_team')])} were unfamiliar in most "
                      f"windows: route unfamiliar workloads to human review rather than trusting either verdict.</li>")
+    if ctx.has("one_gpu") and {"fused", "fused+single-device"} <= set(ctx.value("one_gpu", "frozen")):
+        n = lambda path, fmt="pct": ctx.num("one_gpu", path, fmt)  # noqa: E731
+        items.append(f"<li><b>Treat training on one device as unverified by the exchange.</b> On a one-GPU node "
+                     f"({n('target/runs_by_class/training', 'int')} training and "
+                     f"{n('target/runs_by_class/inference', 'int')} inference runs, most of them settings the "
+                     f"detectors never saw), the fused detector fitted on the two-GPU node found "
+                     f"{n('frozen/fused/training_detection')} of the training: its gate waits for a gradient "
+                     f"exchange that one device never makes. The same trees on the busiest GPU's activity alone "
+                     f"found {n('frozen/fused+single-device/training_detection')} with "
+                     f"{n('frozen/fused+single-device/inference_fpr')} false alerts on that node's inference, but "
+                     f"they also take batched embedding for training on the two-GPU node, so the live collector "
+                     f"shows them as a lead beside the verdict. A regime that must see small fine-tuning jobs "
+                     f"needs a signal of the backward pass that these activity counters do not give.</li>")
     if ctx.has("simulator"):
         rows = ctx.value("simulator", "traffic_free")
         net_only = [i for i, r in enumerate(rows) if r["seen_by"] == ["network"]]
