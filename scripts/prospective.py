@@ -125,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     seen_configs = {r.config for r in before}
     if args.seen_data:
         # configurations only: reading manifests is enough (same key as load_dataset's Run.config)
-        for d in iter_runs(REPO / args.seen_data):
+        seen_dirs = iter_runs(REPO / args.seen_data)
+        if not seen_dirs:
+            raise SystemExit(f"--seen-data {args.seen_data}: no runs (manifest.json) there")
+        for d in seen_dirs:
             m = read_manifest(d)
             if m["record_start"] < fitted_at:
                 seen_configs.add(config_key(m))

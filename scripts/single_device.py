@@ -10,6 +10,7 @@ same trees as the variant `fused+single-device`.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -28,10 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", action="append", required=True, help="dataset root (repeatable)")
     ap.add_argument("--save", default="models/single-device.joblib")
     args = ap.parse_args(argv)
-    runs = [r for root in args.data for r in load_dataset(REPO / root, cache_dir=default_cache_dir())]
+    roots = [REPO / root for root in args.data]
+    runs = load_dataset(roots if len(roots) > 1 else roots[0], cache_dir=default_cache_dir())
     X, y, classes, ids = stack(runs, SingleDeviceCheck.feature_set)
     check = SingleDeviceCheck().fit(X, y, groups=ids, classes=classes)
-    command = "python scripts/single_device.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/single_device.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     by_class = {c: sum(r.cls == c for r in runs) for c in sorted({r.cls for r in runs})}
     path = save_detector(check, REPO / args.save, command, {"data": args.data, "runs": len(runs),
                                                             "runs_by_class": by_class, "fitted_at": time.time()})

@@ -165,3 +165,21 @@ def test_familiarity_lines_follow_the_windows_that_have_features_and_a_failing_c
         assert not any("familiar" in e for v in out for e in v["evidence"])
     finally:
         proc.close()
+
+
+def test_a_failing_single_device_check_is_dropped_alone(db, key):
+    """The other way round: the single-device check raises, familiarity goes on."""
+    from trainsentry.collector.live import LiveConfig, LiveProcessor
+    from trainsentry.detect.dataset import load_run
+    every = load_run(RUN, None).windows["trainsentry"].to_dict("records")
+    rows, ends = [every[5], every[8]], [every[5]["t_end"], every[8]["t_end"]]
+    proc = LiveProcessor(db, config=LiveConfig(models_dir=MODELS))
+    try:
+        def broken(frame):
+            raise ValueError("an artifact this sklearn cannot run")
+        proc.checks["single-device"].lines = broken
+        out = proc.judge_rows("node", "node-a", rows, ends, lambda e: True, [], [])
+        assert sorted(proc.checks) == ["familiarity"]
+        assert all(any(e.startswith(("familiar workload", "unfamiliar workload")) for e in v["evidence"]) for v in out)
+    finally:
+        proc.close()

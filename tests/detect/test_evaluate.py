@@ -138,13 +138,21 @@ def test_eval_on_a_subset_of_the_h200_dataset(tmp_path):
 def test_eval_reads_several_roots_as_one_dataset_and_refuses_a_run_under_two(tiny_dataset, feature_cache, tmp_path):
     """`--data A --data B`: the 2-GPU and one-GPU nodes' campaigns as one dataset (docs/one-gpu.md)."""
     from detect.conftest import write_probe_dataset
-    other = write_probe_dataset(tmp_path / "other", (39.0, 45.0), prefix="x1-", t=1.9e9)
+    # the same run ids as the first root's (each campaign names its runs alike): distinct runs all the same
+    other = write_probe_dataset(tmp_path / "other", (36.0, 48.0, 60.0), t=1.9e9)
     args = ["eval", "--data", str(tiny_dataset), "--data", str(other), "--splits", "2", "--no-lofo",
             "--detector", "comm-rules", "--docs", "", "--cache", str(feature_cache), "--out", str(tmp_path / "r")]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     ds = json.loads((tmp_path / "r" / "detector.json").read_text())["dataset"]
-    assert ds["runs"] == 18 + 12 and ds["root"] == f"{tiny_dataset} + {other}"
+    doc = json.loads((tmp_path / "r" / "detector.json").read_text())
+    assert ds["runs"] == 18 + 18 and ds["root"] == f"{tiny_dataset} + {other}"
+    per_run = doc["detectors"]["comm-rules"]["per_run"]
+    assert per_run and all(k.startswith((f"{tiny_dataset}/", f"{other}/")) for k in per_run), sorted(per_run)[:3]
+    from trainsentry.detect.dataset import load_dataset
+    runs = load_dataset([tiny_dataset, other], feature_cache)
+    ids = [r.run_id for r in runs]
+    assert len(set(ids)) == 36 and f"{tiny_dataset}/ddp-36-r0" in ids and f"{other}/ddp-36-r0" in ids
     res = CliRunner().invoke(app, args[:3] + ["--data", str(tiny_dataset.parent)] + args[5:])
     assert res.exit_code == 2 and "more than one of the roots" in res.output
 

@@ -53,10 +53,15 @@ def test_silent_where_nothing_is_busy_or_the_gate_judges_the_exchange(check, dat
     assert _lines(check, dataset, run_id) == [None] * len(_in_run(load_run(DATA / dataset / run_id, None)))
 
 
-def test_silent_on_a_node_without_gpu_sensors(check):
-    df = _in_run(load_run(DATA / "h200x1" / "train.single.w1024-l16-base-r0", None))
-    no_act = df.drop(columns=[c for c in df.columns if c.startswith("act.")])
-    assert check.lines(no_act) == [None] * len(no_act)
+@pytest.mark.parametrize("run_id", ["train.single.w1024-l16-base-r0", "infer.generate.m350m_b128-ccf1ab-r0"])
+def test_silent_on_a_gpu_without_gpm_counters(check, run_id):
+    """Busy by NVML utilisation, but no tensor-core or DRAM activity (a GPU or agent without GPM): the
+    trees would read power and utilisation alone, and called most inference training that way."""
+    df = _in_run(load_run(DATA / "h200x1" / run_id, None))
+    no_gpm = df.drop(columns=[c for c in df.columns if "gpm_" in c or c.startswith("act.tensor_per_")])
+    assert (no_gpm["act.util_pct.mean.max"] > 5).all()
+    assert check.lines(no_gpm) == [None] * len(no_gpm)
+    assert all(line is not None for line in check.lines(df))     # the same windows, GPM there: judged
 
 
 def test_saved_and_loaded_as_the_live_collector_does(check, tmp_path):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -107,31 +107,42 @@ def root_label(root: Roots) -> str:
     return " + ".join(root_list(root))
 
 
+def _dirs_by_root(root: Roots) -> list[tuple[str, Path]]:
+    pairs, roots = [], root_list(root)
+    for r in roots:
+        found = iter_runs(r)
+        if not found:
+            raise FileNotFoundError(f"no runs (manifest.json) under {r}")
+        pairs += [(r, d) for d in found]
+    twice = len(pairs) - len({d.resolve() for _, d in pairs})
+    if twice:
+        raise ValueError(f"{twice} run directories lie under more than one of the roots {roots}")
+    return pairs
+
+
 def run_dirs(root: Roots) -> list[Path]:
     """Every run directory below the root, or below each of several roots (one dataset of several
     machines' campaigns: ``trainsentry eval --data data/h200 --data data/h200x1``)."""
-    per_root = {r: iter_runs(r) for r in root_list(root)}
-    for r, dirs in per_root.items():
-        if not dirs:
-            raise FileNotFoundError(f"no runs (manifest.json) under {r}")
-    dirs = [d for ds in per_root.values() for d in ds]
-    twice = len(dirs) - len({d.resolve() for d in dirs})
-    if twice:
-        raise ValueError(f"{twice} run directories lie under more than one of the roots {list(per_root)}")
-    return dirs
+    return [d for _, d in _dirs_by_root(root)]
 
 
 def load_dataset(root: Roots, cache_dir: Path | None = None, subset: int | None = None,
                  seed: int = 0, progress=None, counter_periods: dict[str, float] | None = None) -> list[Run]:
     """All runs below root (or roots), or a class-balanced random subset of ``subset`` configurations
-    per class."""
-    dirs = run_dirs(root)
+    per class. With several roots a run's id is prefixed by its root (``data/h200x1/...``):
+    each campaign names its runs workload-overrides-repeat, so ids repeat across machines, and results
+    key runs by id."""
+    pairs = _dirs_by_root(root)
+    several = len(root_list(root)) > 1
+    prefix = {d: f"{r.rstrip('/')}/" if several else "" for r, d in pairs}
+    dirs = [d for _, d in pairs]
     if subset is not None:
         dirs = _subset(dirs, subset, seed)
     runs = []
     for d in dirs:
         try:
-            runs.append(load_run(d, cache_dir, counter_periods))
+            run = load_run(d, cache_dir, counter_periods)
+            runs.append(replace(run, run_id=prefix[d] + run.run_id) if prefix[d] else run)
         except (ValueError, KeyError, OSError) as e:
             raise ValueError(f"{d}: {e}") from e
         if progress is not None:

@@ -183,8 +183,8 @@ def simulator_visibility(runs: list[Run], factories: dict, names: list[str]) -> 
 
 def train_final(data: Roots, name: str, models: Path, cache_dir: Path | None, rt_trees: int, command: str) -> Path:
     """Fit one detector on every run of the dataset and save it for the live path."""
+    det = resolve_detectors([name], rt_trees)[name]()     # an unknown name: ValueError before any run is read
     runs = load_dataset(data, cache_dir)
-    det = detector_factories(rt_trees)[name]()
     X, y, classes, ids = stack(runs, det.feature_set)
     det.fit(X, y, groups=ids, classes=classes)
     return save_detector(det, models / f"{name}.joblib", command,

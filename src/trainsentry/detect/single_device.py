@@ -6,9 +6,10 @@ model trained on one GPU exchanges nothing, and the gate calls it not training a
 committed model missed all 14 single-device training runs of ``data/h200x1``, ten of them
 configurations it had never seen (docs/prospective-h200x1.md).
 
-This check reads what is left: the busiest GPU's activity (every ``act.*.max`` window feature:
-power, SM, tensor-core, DRAM and memory activity of the most loaded GPU, so an idle second GPU
-changes nothing), judged by gradient-boosted trees fitted on every window of the fitting data,
+This check reads what is left: the highest value over the node's GPUs of every GPU activity
+statistic (the ``act.*.max`` window features: power, SM, tensor-core, DRAM and memory activity, so
+mostly the busiest GPU's; an idle second GPU still shows in the dispersion statistics such as
+``idle_frac``), judged by gradient-boosted trees fitted on every window of the fitting data,
 multi-device training included (a training GPU's activity looks the same whoever it exchanges
 with). Training keeps tensor cores and DRAM busy together (forward, backward and optimizer step);
 decode is DRAM-bound with little tensor-core work. Batched forward passes at the power cap
@@ -17,8 +18,11 @@ lead in the evidence and not a verdict: it changes no P(training) and raises no 
 unseen configurations are in docs/one-gpu.md (``fused+single-device``, the same trees behind the
 gate's complement, scored by ``trainsentry eval-transfer``).
 
-The check speaks only where the gate is closed and a GPU is busy; where the gate is open, the
-verdict's own detector judges the exchange.
+The check speaks only where no exchange is seen (the gate is closed), a GPU is busy, and the window
+has every activity feature that nearly all busy fitting windows had: a GPU without GPM counters
+(tensor-core and DRAM activity) is not judged, since the trees would read what is left (power and
+utilisation) as training in most inference windows. Where the gate is open, the verdict's own
+detector judges the exchange.
 """
 
 from __future__ import annotations
@@ -29,11 +33,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .base import numeric_matrix
 from .learned import LEARNED_MAX_FEATURES, LearnedDetector
 
 # a window whose busiest GPU is busier than this (NVML utilisation, %) has activity to judge
 BUSY_UTIL_PCT = 5.0
 THRESHOLD = 0.75   # the alert rule's per-window threshold, so "reads like training" means what it does there
+REQUIRED_FRACTION = 0.99   # a feature finite in this share of busy fitting windows must be there to judge
 
 
 class BusiestGpuActivity(LearnedDetector):
@@ -46,6 +52,11 @@ class BusiestGpuActivity(LearnedDetector):
         return column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column
 
 
+def _busy(X: pd.DataFrame) -> np.ndarray:
+    util = numeric_matrix(X, ["act.util_pct.mean.max"])[:, 0]
+    return np.nan_to_num(util, nan=0.0) > BUSY_UTIL_PCT
+
+
 class SingleDeviceCheck:
     name = "single-device"
     feature_set = "trainsentry"
@@ -53,18 +64,21 @@ class SingleDeviceCheck:
     def __init__(self, threshold: float = THRESHOLD):
         self.threshold = threshold
         self.trees = BusiestGpuActivity()
+        self.required_: list[str] = []
 
     def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
             classes: Sequence[str] | None = None) -> "SingleDeviceCheck":
         self.trees.fit(X, y, groups, classes)
+        busy = X[_busy(X)]
+        self.required_ = [c for c in self.trees.cols_ if len(busy) and
+                          np.isfinite(numeric_matrix(busy, [c])[:, 0]).mean() >= REQUIRED_FRACTION]
         return self
 
     def judged(self, X: pd.DataFrame) -> np.ndarray:
-        """Windows the check speaks on: gate closed, a GPU busy, every sensor the fit had present."""
+        """Windows the check speaks on: gate closed, a GPU busy, every feature it requires present."""
         from .rules import exchange_gate
-        util = pd.to_numeric(X.get("act.util_pct.mean.max", pd.Series(np.nan, index=X.index)), errors="coerce")
-        busy = util.fillna(0.0).to_numpy(dtype=np.float64) > BUSY_UTIL_PCT
-        return (exchange_gate(X)[0] < 0.5) & busy & ~self.trees.out_of_domain(X)
+        have = np.isfinite(numeric_matrix(X, self.required_)).all(axis=1) if self.required_ else np.ones(len(X), bool)
+        return (exchange_gate(X)[0] < 0.5) & _busy(X) & have & ~self.trees.out_of_domain(X)
 
     def lines(self, X: pd.DataFrame) -> list[str | None]:
         """One entry per row of X: an evidence line, or None where the check has nothing to say."""
@@ -77,8 +91,8 @@ class SingleDeviceCheck:
         return out
 
     def line(self, p: float) -> str:
-        head = (f"single-device check (no inter-device exchange, so the verdict's gate is closed): the busiest GPU's "
-                f"activity reads P(training) = {p:.2f}")
+        head = (f"single-device check (no inter-device exchange seen): the GPUs' activity reads "
+                f"P(training) = {p:.2f}")
         if p >= self.threshold:
             return (head + ": like training. A lead, not a verdict: on one device, batched forward passes "
                     "(embedding, long-prompt prefill) can read the same at 10 Hz (docs/one-gpu.md)")
@@ -88,6 +102,7 @@ class SingleDeviceCheck:
         """What ``base.save_detector`` writes beside the artifact."""
         return {"name": self.name, "feature_set": self.feature_set, "threshold": self.threshold,
                 "busy_util_pct": BUSY_UTIL_PCT, "features": len(self.trees.cols_),
+                "features_required": len(self.required_),
                 "sensors_always_seen": self.trees.groups_seen_}
 
 
