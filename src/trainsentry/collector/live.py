@@ -444,9 +444,8 @@ class LiveProcessor:
                 evidence.append(f"this window lacks a sensor {self.detector.name} was always fitted with "
                                 f"({', '.join(getattr(self.detector, 'groups_seen_', []))}): judged by comm-rules with its "
                                 f"documented default thresholds instead")
-            if row is not None:
+            if row is not None:  # the checks' lines, then the detector's own, passed through (collector/evidence.py)
                 evidence += [line for lines in check_lines if (line := next(lines, None)) is not None]
-            if row is not None:  # the detector's own lines, passed through (collector/evidence.py)
                 evidence += detector_lines(det.explain(row), table, e - cfg.window_s, e)
             lost = [g for g in gaps if g[0] < e and g[1] > e - cfg.window_s]
             if lost:

@@ -53,7 +53,7 @@ def eval_cmd(
     command = "trainsentry eval " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "eval" else \
         "trainsentry eval"
     cache_dir = cache or default_cache_dir()
-    roots = str(data[0]) if len(data) == 1 else [str(d) for d in data]
+    roots = [str(d) for d in data]
     try:
         if train_final:
             path = fit_final(roots, train_final, models, cache_dir, rt_trees, command)

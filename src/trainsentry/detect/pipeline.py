@@ -181,9 +181,12 @@ def simulator_visibility(runs: list[Run], factories: dict, names: list[str]) -> 
             "simulator_visibility_source": source}
 
 
-def train_final(data: Roots, name: str, models: Path, cache_dir: Path | None, rt_trees: int, command: str) -> Path:
-    """Fit one detector on every run of the dataset and save it for the live path."""
-    det = resolve_detectors([name], rt_trees)[name]()     # an unknown name: ValueError before any run is read
+def train_final(data: Roots, name: str, models: Path, cache_dir: Path | None, rt_trees: int, command: str,
+                factory=None) -> Path:
+    """Fit one detector (or what ``factory`` makes: the live evidence checks) on every run of the
+    dataset and save it for the live path as models/<name>.joblib."""
+    # an unknown name: ValueError before any run is read
+    det = factory() if factory is not None else resolve_detectors([name], rt_trees)[name]()
     runs = load_dataset(data, cache_dir)
     X, y, classes, ids = stack(runs, det.feature_set)
     det.fit(X, y, groups=ids, classes=classes)

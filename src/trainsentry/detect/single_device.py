@@ -20,8 +20,8 @@ gate's complement, scored by ``trainsentry eval-transfer``).
 
 The check speaks only where no exchange is seen (the gate is closed), a GPU is busy, and the window
 has every activity feature that nearly all busy fitting windows had: a GPU without GPM counters
-(tensor-core and DRAM activity) is not judged, since the trees would read what is left (power and
-utilisation) as training in most inference windows. Where the gate is open, the verdict's own
+(tensor-core and DRAM activity) is not judged: the trees would be left with power and utilisation,
+which the fitting data's GPUs never gave without the rest. Where the gate is open, the verdict's own
 detector judges the exchange.
 """
 
