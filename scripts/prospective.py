@@ -80,12 +80,19 @@ def render(result: dict, out: str) -> str:
                       f"{m['also']['runs']} runs): {r['runs']} runs, run accuracy {_pct(r['run_accuracy'])}, "
                       f"training detection {_pct(r['training_detection'])}, inference FPR {_pct(r['inference_fpr'])}, "
                       f"other FPR {_pct(r['other_fpr'])}; wrong: {', '.join(r['wrong']) or 'none'}."]
+    families: dict[tuple[str, str], list[bool]] = {}
+    for x in result["per_run"]:
+        families.setdefault((x["class"], x["family"]), []).append(x["correct"])
+    lines += ["", "Right by family: " + ", ".join(
+        f"{cls} {fam} {sum(ok)} of {len(ok)}" for (cls, fam), ok in sorted(families.items())) + "."]
+    wrong = [x for x in result["per_run"] if not x["correct"]]
+    if not wrong:
+        return "\n".join(lines + ["", "Runs judged wrong: none."]) + "\n"
     lines += ["", "Runs judged wrong:", "", "| run | class | family | alerted | median P(training) in run |",
               "|---|---|---|---|---|"]
-    for x in result["per_run"]:
-        if not x["correct"]:
-            p = "–" if x["p_in_run_median"] is None else f"{x['p_in_run_median']:.2f}"
-            lines.append(f"| `{x['run_id']}` | {x['class']} | {x['family']} | {'yes' if x['alerted'] else 'no'} | {p} |")
+    for x in wrong:
+        p = "–" if x["p_in_run_median"] is None else f"{x['p_in_run_median']:.2f}"
+        lines.append(f"| `{x['run_id']}` | {x['class']} | {x['family']} | {'yes' if x['alerted'] else 'no'} | {p} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,40 @@
+"""scripts/prospective.py's page: wrong runs listed, or said to be none, and every family's tally."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prospective.py"
+
+
+def _result(per_run: list[dict]) -> dict:
+    block = {"runs": len(per_run), "run_accuracy": sum(x["correct"] for x in per_run) / len(per_run),
+             "training_detection": None, "inference_fpr": 0.0, "other_fpr": 0.0, "median_time_to_alert_s": None}
+    return {"command": "python scripts/prospective.py --model-rev abc", "date": "2026-12-01T00:00:00Z",
+            "data": "data/h200", "rule": "3 of 5 @ 0.75", "runs_before": 4,
+            "model": {"name": "fused", "rev": "abc", "trained_by": "trainsentry eval", "runs": 4},
+            "all": block, "new_configs": block, "seen_configs": block, "per_run": per_run}
+
+
+def _run(run_id: str, cls: str, family: str, correct: bool, alerted: bool) -> dict:
+    return {"run_id": run_id, "class": cls, "family": family, "correct": correct, "alerted": alerted,
+            "p_in_run_median": 0.91 if alerted else 0.02}
+
+
+def test_no_wrong_run_says_none_and_tallies_families():
+    render = runpy.run_path(str(SCRIPT))["render"]
+    page = render(_result([_run("a", "inference", "ep", True, False), _run("b", "inference", "ep", True, False),
+                           _run("c", "other", "stencil", True, False)]), "results/p.json")
+    assert "Runs judged wrong: none." in page
+    assert "| run | class |" not in page
+    assert "Right by family: inference ep 2 of 2, other stencil 1 of 1." in page
+
+
+def test_wrong_runs_are_listed_with_their_median_p():
+    render = runpy.run_path(str(SCRIPT))["render"]
+    page = render(_result([_run("x", "inference", "cp", False, True), _run("y", "inference", "cp", True, False)]),
+                  "results/p.json")
+    assert "| `x` | inference | cp | yes | 0.91 |" in page
+    assert "`y`" not in page
+    assert "inference cp 1 of 2" in page
