@@ -79,3 +79,16 @@ def test_the_volume_threshold_rises_only_for_a_material_gain():
         "balanced_accuracy_on_fit"]
     high = CommRules().fit(pd.DataFrame(train + many), y)
     assert 2e8 < high.volume_Bps <= 5e9
+
+
+def test_keep_training_holds_the_threshold_below_the_training_it_would_cut():
+    # benign exchange at 1 GB/s beside training at 0.5-5 GB/s: the plain fit rises above the benign
+    # volume and drops the slower training with it; keep_training refuses a rise that costs training
+    train = [_nvlink(bps=5e9)] * 40 + [_nvlink(bps=5e8)] * 10
+    benign = [_nvlink(bps=1e9)] * 100 + [_nvlink(bps=0.0)] * 100
+    X, y = pd.DataFrame(train + benign), np.array([1] * 50 + [0] * 200)
+    plain = CommRules().fit(X, y)
+    assert 5e8 < plain.volume_Bps <= 5e9 and (plain.predict_proba(X)[40:50] < 0.5).all()
+    kept = CommRules(keep_training=0.01).fit(X, y)
+    assert kept.volume_Bps < 5e8
+    assert (kept.predict_proba(X)[:50] >= 0.5).all()

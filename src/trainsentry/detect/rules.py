@@ -216,8 +216,13 @@ class CommRules(Detector):
 
     def __init__(self, volume_Bps: float = 1e8, sym_min: float = 0.7, simult_min: float = 0.5,
                  duty_min: float = REG_DUTY_MIN, acf_min: float = REG_ACF_MIN, bytes_per_J_max: float = 1e9,
-                 steady_min: float = REG_STEADY_MIN, alternating_min: float = REG_ALTERNATING_MIN):
+                 steady_min: float = REG_STEADY_MIN, alternating_min: float = REG_ALTERNATING_MIN,
+                 keep_training: float | None = None):
         self.volume_Bps, self.sym_min, self.simult_min = volume_Bps, sym_min, simult_min
+        # fit(): with a value, the threshold may rise only while it keeps the fitting training windows
+        # the lowest threshold detects, less this share (volume is necessary for training, not a
+        # discriminator against benign exchanges that move as much)
+        self.keep_training = keep_training
         self.alternating_min = alternating_min
         self.duty_min, self.acf_min, self.steady_min = duty_min, acf_min, steady_min
         self.bytes_per_J_max = bytes_per_J_max
@@ -247,10 +252,14 @@ class CommRules(Detector):
         y = check_fit_input(X, y)
         if len(set(y)) < 2:
             return self
-        scores = []
+        scores, detected = [], []
         for thr in VOLUME_GRID_BPS:
             pred = self._score(X, float(thr))[0] >= 0.5
-            scores.append(0.5 * (pred[y == 1].mean() + (~pred[y == 0]).mean()))
+            detected.append(pred[y == 1].mean())
+            scores.append(0.5 * (detected[-1] + (~pred[y == 0]).mean()))
+        keep = getattr(self, "keep_training", None)
+        if keep is not None:
+            scores = [s if d >= detected[0] - keep else -1.0 for s, d in zip(scores, detected)]
         best = max(scores)
         i = next(k for k, b in enumerate(scores) if b >= best - VOLUME_FIT_TOLERANCE)
         self.volume_Bps = float(VOLUME_GRID_BPS[i])

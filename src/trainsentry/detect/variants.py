@@ -14,6 +14,7 @@ import pandas as pd
 
 from .base import Detector
 from .learned import comm_ml, fused
+from .rules import CommRules
 
 
 class SingleDevicePath(Detector):
@@ -121,4 +122,6 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
     "fused-geo-comm-rules": FusedWithRules,
     # fused without the absolute activity levels (shape, ratios and balance of activity kept)
     "fused-shape": _fused_shape,
+    # comm-rules whose fitted volume threshold may not cost more than 1 % of the training windows
+    "comm-rules-keep-training": _variant(CommRules, "comm-rules-keep-training", keep_training=0.01),
 }
