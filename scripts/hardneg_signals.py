@@ -1,7 +1,8 @@
-"""The activity signals that set context-parallel prefill apart from training (docs/detector.md,
+"""The activity signals that set the benign hard negatives apart from training (docs/detector.md,
 "Hard negatives, seen and unseen"): per run, the median over its in-run windows of the arithmetic
 intensity (act.tensor_per_dram.max) and the work balance (act.power_balance), for every
-context-parallel run, beside the highest intensity of any training window.
+context-parallel prefill (plain and zigzag), expert-parallel MoE and stencil run, beside the highest
+intensity of any training window and the lowest work balance of any multi-GPU training run.
 
     python scripts/hardneg_signals.py [--data data/h200] [--out results/hardneg-signals.json]
 """
@@ -23,17 +24,28 @@ def main() -> None:
     ap.add_argument("--data", default="data/h200")
     ap.add_argument("--out", type=Path, default=Path("results/hardneg-signals.json"))
     args = ap.parse_args()
-    X, y, _, ids = stack(load_dataset(args.data, cache_dir=default_cache_dir()), "trainsentry")
+    runs = load_dataset(args.data, cache_dir=default_cache_dir())
+    X, y, _, ids = stack(runs, "trainsentry")
     ids = np.asarray(ids)
     intensity, balance = X["act.tensor_per_dram.max"].to_numpy(), X["act.power_balance"].to_numpy()
     top = int(np.nanargmax(np.where(y == 1, intensity, np.nan)))
+    runs_of = {"context_parallel_runs": "infer.cp.", "expert_parallel_runs": "infer.ep.",
+               "stencil_runs": "other.stencil."}
+    # single-GPU training has one busy GPU: its balance says nothing about how work is shared
+    multi_gpu_training = {r.run_id for r in runs if r.is_training and len(
+        json.loads((Path(r.path) / "manifest.json").read_text())["labels"]["ranks"]) > 1}
+    multi = np.isin(ids, sorted(multi_gpu_training))
+    balance_by_run = {r: float(np.nanmedian(balance[ids == r])) for r in set(ids[multi])}
+    low = min(balance_by_run, key=balance_by_run.get)
     out = {"command": "python scripts/hardneg_signals.py --data " + args.data,
            "training_windows_max_tensor_per_dram": round(float(intensity[top]), 3),
            "training_window_of_that_max": str(ids[top]),
-           "context_parallel_runs": {
-               r: {"tensor_per_dram_median": round(float(np.nanmedian(intensity[ids == r])), 3),
-                   "power_balance_median": round(float(np.nanmedian(balance[ids == r])), 3)}
-               for r in sorted({i for i in ids if i.startswith("infer.cp.")})}}
+           "multi_gpu_training_runs_min_power_balance_median": round(balance_by_run[low], 3),
+           "training_run_of_that_min": low}
+    for key, prefix in runs_of.items():
+        out[key] = {r: {"tensor_per_dram_median": round(float(np.nanmedian(intensity[ids == r])), 3),
+                        "power_balance_median": round(float(np.nanmedian(balance[ids == r])), 3)}
+                    for r in sorted({i for i in ids if i.startswith(prefix)})}
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))
 

@@ -4,8 +4,10 @@ Why it is in the benign corpus: serving a mixture-of-experts model with its expe
 GPUs (as DeepSeek-V3 and Mixtral deployments do) exchanges tokens between every pair of GPUs twice
 per MoE layer of every forward pass: an all-to-all that dispatches each token to the GPUs holding
 its top-k experts and one that returns the experts' outputs. That traffic is symmetric (every GPU
-sends as much as it receives), simultaneous on every GPU, frequent and compute-bound — the physical
-signature a communication detector reads as a collective gradient exchange. It is inference, and a
+sends as much as it receives), simultaneous on every GPU and frequent — the physical signature a
+communication detector reads as a collective gradient exchange. Between the exchanges the GPUs do
+decode's memory-bound work (on the H200s GPM tensor per DRAM activity 0.15–0.51 per run, below
+training's: results/hardneg-signals.json). It is inference, and a
 monitor that calls it training fails a real customer: it is the most plausible false positive of
 the exchange signals, so the detectors must be judged on it (docs/detector.md, the gate).
 
