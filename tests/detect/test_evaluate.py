@@ -188,3 +188,14 @@ def test_variants_are_evaluated_only_when_named(tiny_dataset, feature_cache, tmp
     assert doc["detectors"]["fused-regular"]["detector"]["regular_gate"] is True
     bad = CliRunner().invoke(app, args + ["--detector", "fused-nonesuch"])
     assert bad.exit_code == 2 and "fused-previous" in bad.output
+
+
+def test_rt_baseline_without_memory_reads_every_other_signal():
+    from trainsentry.detect.rt_baseline import RT_FEATURE_NAMES
+    from trainsentry.detect.variants import VARIANTS
+    det = VARIANTS["rt-baseline-no-memory"]()
+    memory = {c for c in RT_FEATURE_NAMES if "mem_used" in c or c in ("rt.mem_change_30s", "rt.mem_plateau_s",
+                                                                      "rt.mem_slope")}
+    assert memory and not memory & (set(det.stage1.cols) | set(det.stage2.cols))
+    assert set(det.stage1.cols) == set(RT_FEATURE_NAMES) - memory
+    assert "rt.mem_util.mean" in det.stage1.cols   # the memory controller's utilisation is not memory held

@@ -304,6 +304,17 @@ Run accuracy / inference FPR / training detection / median time to alert (s), me
   91.0 % / 13.0 against `comm-rules`' 80.8 % / 17.3 % / 74.6 % / 13.0. The rise is what keeps
   expert-parallel decode, context-parallel prefill and the stencil out: on communication alone they
   exchange as training does, so the rules trade one for the other and stay the weakest of the four;
+* `rt-baseline` without its memory-used signal (`rt-baseline-no-memory`: levels, statistics,
+  autocorrelations and in-window dynamics of memory used dropped, 145 of 166 features left), to see
+  what keeps batched embedding out of the only detector that finds single-GPU training. On seed 1's
+  30 splits of the 148 runs (`trainsentry eval --data data/h200 --splits 30 --seed 1 --detector
+  rt-baseline --detector rt-baseline-no-memory --out results/selection-rt-memory --docs ''`): 84.0 % /
+  2.0 % / 63.3 % / 27.0 against 86.0 % / 0.0 % / 66.2 % / 27.0. Single-GPU training is alerted as
+  often without memory (82 % of its test appearances, 75 % with the family left out), but embedding
+  goes from 0 % to 19 % alerted. So memory used is what tells them apart here, and the dataset's
+  embedding models are small (`gpt50m` to `gpt1b`) beside single-GPU training that holds gradients
+  and optimizer state: a level a large embedding model or a memory-lean trainer would not respect.
+  Not kept as a detector; it says `fused or rt-baseline` (table above) would inherit that quirk;
 * the alert rule: at 2 of 3 @ 0.75 (pooled over the same splits) today's `fused` scores 93.2 % run
   accuracy, 3.7 % inference FPR, 7.1 s to alert — within a few tenths of 3 of 5 @ 0.75 (above), the
   published rule, which is kept: it asks one window more of evidence and the time to alert is well
