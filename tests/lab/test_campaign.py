@@ -166,3 +166,7 @@ def test_every_committed_campaign_loads_and_names_registered_workloads():
     families = {r["workload"].split(".")[1] for r in hard.expand()}
     assert families == {"ep", "cp", "stencil"}
     assert not {r["run_id"] for r in hard.expand()} & {r["run_id"] for r in base.expand()}
+    second = loaded["h200-hardneg2"]
+    assert (second.name, second.node, second.hz, second.nproc) == (base.name, base.node, base.hz, base.nproc)
+    ids = [{r["run_id"] for r in c.expand()} for c in (base, hard, second)]
+    assert not ids[2] & (ids[0] | ids[1])

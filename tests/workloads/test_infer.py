@@ -180,6 +180,12 @@ def test_every_workload_runs_at_toy_size(toy_run):
         if t["class"] == "inference":
             assert gt["tokens"] > 0 and gt["flops"] > 0, name
     assert truth(toy_run, "other.matmul.n8192_x2")["ground_truth"]["flops"] == 2 * STEPS * 2 * 2 * 64 ** 3
+    # an embedding service hands its vectors to the host (batch x d_model float32 per step); the older
+    # configurations keep them on the device
+    host = truth(toy_run, "infer.embed.s125m_b256_l512_host")
+    d_model = model_config(host["config"], causal=False).d_model
+    assert host["ground_truth"]["extra"]["0"]["bytes_to_host_per_step"] == host["config"]["batch"] * d_model * 4
+    assert truth(toy_run, "infer.embed.s125m_b256_l512")["ground_truth"]["extra"]["0"]["bytes_to_host_per_step"] == 0
 
 
 def _analytic_generate(cfg: dict, steps: int) -> float:

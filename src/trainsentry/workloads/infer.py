@@ -72,27 +72,37 @@ variants("infer.prefill", "inference", "prefill", run_generate,
 
 @inference_entry
 def run_embed(ctx: Context, cfg: dict) -> None:
-    """Encoder-only embedding: bidirectional attention over fixed-length texts, mean-pooled."""
+    """Encoder-only embedding: bidirectional attention over fixed-length texts, mean-pooled.
+
+    With ``to_host`` every batch's normalised vectors are copied to host memory, as a service that
+    returns them to its clients must (batch × d_model × 4 bytes per step over PCIe, device to host);
+    without it they stay on the GPU (the configurations recorded before 2026-12-01 had no copy)."""
     mcfg = model_config(cfg, causal=False)
     model = build_model(ctx, mcfg)
     batch, length = int(cfg["batch"]), int(cfg["text_len"])
     pause_s = float(cfg.get("pause_s", 0.0))
+    to_host = bool(cfg.get("to_host", False))
     src = prompt_source(ctx, salt=ctx.rank)
     texts = src.prompts(batch, length)
     ctx.ledger.flops_per_step = flopcount.measure(lambda: model.embed(texts))
-    ctx.ledger.extra.update(params=mcfg.params(), method="flop_counter")
+    ctx.ledger.extra.update(params=mcfg.params(), method="flop_counter",
+                            bytes_to_host_per_step=batch * mcfg.d_model * 4 if to_host else 0)
     sink = torch.zeros(mcfg.d_model, device=ctx.device, dtype=torch.float32)
+    host_sink = torch.zeros(mcfg.d_model, dtype=torch.float32)
     while ctx.keep_going():
         texts = src.prompts(batch, length)
         t0 = time.perf_counter()
         vecs = model.embed(texts)
-        # Normalised vectors leave the model as a real service would hand them on.
-        sink += torch.nn.functional.normalize(vecs.float(), dim=-1).sum(0)
+        unit = torch.nn.functional.normalize(vecs.float(), dim=-1)
+        if to_host:
+            host_sink += unit.to("cpu").sum(0)   # what the clients receive
+        else:
+            sink += unit.sum(0)
         ctx.sync()
         ctx.ledger.step(time.perf_counter() - t0, batch * length)
         if pause_s > 0:
             time.sleep(pause_s)
-    ctx.ledger.extra["embedding_checksum"] = float(sink.norm())
+    ctx.ledger.extra["embedding_checksum"] = float((sink.cpu() + host_sink).norm())
 
 
 variants("infer.embed", "inference", "embed", run_embed,
@@ -102,6 +112,10 @@ variants("infer.embed", "inference", "embed", run_embed,
              "s50m_b1024_l128": {"model": "gpt50m", "seq_len": 128, "batch": 1024, "text_len": 128},
              "m350m_b32_l2048": {"model": "gpt350m", "seq_len": 2048, "batch": 32, "text_len": 2048,
                                  "pause_s": 0.2},
+             # vectors handed to the host every batch, as a service returns them
+             "s125m_b256_l512_host": {"to_host": True},
+             # a 5.6 B embedding model: memory held near a single-GPU trainer's, vectors to the host
+             "g7b_b64_l512_host": {"model": "gpt7b", "batch": 64, "to_host": True},
          })
 variants("infer.embed", "inference", "embed", run_embed,
          base={"model": "gpt1b", "seq_len": 1024, "batch": 128, "text_len": 1024},
