@@ -381,15 +381,22 @@ def test_ranking_is_the_red_teams_own():
 
 
 def test_campaign_progress_counts_planned_and_recorded_runs(tmp_path):
+    """Runs are counted once per dataset: a slice file repeats runs of its campaign, a file of hard
+    negatives adds its own to the same dataset; a run directory no file plans is not counted."""
     from trainsentry.report.sections.s9_limitations import campaign_progress
-    (tmp_path / "configs" / "campaigns").mkdir(parents=True)
-    (tmp_path / "configs" / "campaigns" / "c.yaml").write_text(
-        "name: c\nruns:\n- {workload: a, repeats: 3}\n- {workload: b}\n")
-    (tmp_path / "configs" / "campaigns" / "c-slice.yaml").write_text("name: c\nruns:\n- {workload: a}\n")
-    (tmp_path / "data" / "c" / "a-base-r0").mkdir(parents=True)
-    (tmp_path / "data" / "c" / "a-base-r0" / "manifest.json").write_text("{}")
+    a, b, h = "other.idle.bare", "other.matmul.n8192_x2", "other.stencil.n1024_z512"
+    camp = tmp_path / "configs" / "campaigns"
+    camp.mkdir(parents=True)
+    (camp / "c.yaml").write_text(f"name: c\nruns:\n- {{workload: {a}, repeats: 3}}\n- {{workload: {b}}}\n")
+    (camp / "c-slice.yaml").write_text(f"name: c\nruns:\n- {{workload: {a}}}\n")
+    (camp / "c-hard.yaml").write_text(f"name: c\nruns:\n- {{workload: {h}, repeats: 2}}\n")
+    (camp / "notes.yaml").write_text("just: notes\n")
+    for run in (f"{a}-base-r0", f"{h}-base-r1", "unplanned-base-r0"):
+        (tmp_path / "data" / "c" / run).mkdir(parents=True)
+        (tmp_path / "data" / "c" / run / "manifest.json").write_text("{}")
     [c] = campaign_progress(tmp_path / "configs", tmp_path / "data")
-    assert (c["name"], c["file"].name, c["planned"], c["recorded"]) == ("c", "c.yaml", 4, 1)
+    assert (c["name"], [f.name for f in c["files"]], c["planned"], c["recorded"]) == (
+        "c", ["c-hard.yaml", "c-slice.yaml", "c.yaml"], 6, 2)
 
 
 def test_report_location_says_where_or_how(draft, tmp_path):

@@ -67,11 +67,11 @@ def detector_vs_targets(ctx, name: str) -> str:
 
 
 def campaign_items(ctx) -> list[str]:
-    from .sections.s9_limitations import campaign_progress
+    from .sections.s9_limitations import campaign_progress, campaign_sources
     out = []
     for c in campaign_progress(ctx.configs, ctx.data):
         recorded = ctx.derived(c["recorded"], "int", ["data:" + c["name"] + "/*/manifest.json#run_id"])
-        planned = ctx.derived(c["planned"], "int", [f"config:{c['file'].relative_to(ctx.configs)}#runs/*/repeats"])
+        planned = ctx.derived(c["planned"], "int", campaign_sources(ctx, c))
         out.append(f"{recorded} of {planned} planned runs of <code>{html.escape(c['name'])}</code>")
     return out
 

@@ -52,18 +52,32 @@ def _lengths(ctx) -> str:
 
 
 def campaign_progress(configs: Path, data: Path) -> list[dict]:
-    """Per campaign name: its largest campaign file, the runs that file plans (entries × repeats) and the
-    runs recorded under data/<name>."""
-    best: dict[str, dict] = {}
+    """Per campaign name (the folder under data/ its runs land in): the campaign files that plan its
+    runs, the distinct runs they plan together (a slice file repeats runs of a larger one; a file of
+    hard negatives adds runs to the same dataset) and how many of those are recorded under
+    data/<name>."""
+    from ...lab.campaign import Campaign
+    by_name: dict[str, dict] = {}
     for f in sorted(configs.glob("campaigns/*.yaml")) if configs.is_dir() else []:
-        raw = yaml.safe_load(f.read_text())
-        if not isinstance(raw, dict) or "name" not in raw or not isinstance(raw.get("runs"), list):
-            continue
-        planned = sum(int(r.get("repeats", 1)) for r in raw["runs"])
-        if planned > best.get(raw["name"], {}).get("planned", -1):
-            best[raw["name"]] = {"name": raw["name"], "file": f, "planned": planned,
-                                 "recorded": len(list((data / raw["name"]).glob("*/manifest.json")))}
-    return [best[k] for k in sorted(best)]
+        try:
+            camp = Campaign.load(f)
+            ids = {r["run_id"] for r in camp.expand()}
+        except (ValueError, TypeError, KeyError):
+            continue                        # not a campaign file this trainsentry can read
+        c = by_name.setdefault(camp.name, {"name": camp.name, "files": [], "ids": set()})
+        c["files"].append(f)
+        c["ids"] |= ids
+    out = []
+    for name in sorted(by_name):
+        c = by_name[name]
+        recorded = sum((data / name / run_id / "manifest.json").is_file() for run_id in c["ids"])
+        out.append({"name": name, "files": c["files"], "planned": len(c["ids"]), "recorded": recorded})
+    return out
+
+
+def campaign_sources(ctx, c: dict) -> list[str]:
+    """Where a campaign's planned count comes from: every file's entries × repeats."""
+    return [f"config:{f.relative_to(ctx.configs)}#runs/*/repeats" for f in c["files"]]
 
 
 def _campaigns(ctx) -> str:
@@ -73,8 +87,10 @@ def _campaigns(ctx) -> str:
     items = ""
     for c in rows:
         recorded = ctx.derived(c["recorded"], "int", ["data:" + c["name"] + "/*/manifest.json#run_id"])
-        planned = ctx.derived(c["planned"], "int", [f"config:{c['file'].relative_to(ctx.configs)}#runs/*/repeats"])
-        items += f"<li><code>{html.escape(str(c['file']))}</code>: {recorded} of {planned} planned runs recorded</li>"
+        planned = ctx.derived(c["planned"], "int", campaign_sources(ctx, c))
+        files = ", ".join(f"<code>{html.escape(str(f))}</code>" for f in c["files"])
+        items += (f"<li><code>{html.escape(c['name'])}</code> ({files}): {recorded} of {planned} planned runs "
+                  "recorded</li>")
     return (f"<li><b>Campaigns not finished.</b> Runs are recorded on the GPU machines the project is lent, in "
             f"device calls of limited length; these campaigns are not fully recorded yet, and the results above "
             f"rest on the runs that are:<ul>{items}</ul></li>")
