@@ -2,7 +2,8 @@
 "Hard negatives, seen and unseen"): per run, the median over its in-run windows of the arithmetic
 intensity (act.tensor_per_dram.max) and the work balance (act.power_balance), for every
 context-parallel prefill (plain and zigzag), expert-parallel MoE and stencil run, beside the highest
-intensity of any training window and the lowest work balance of any multi-GPU training run.
+intensity of any training window and the lowest work balance and per-run intensity of any multi-GPU
+training run.
 
     python scripts/hardneg_signals.py [--data data/h200] [--out results/hardneg-signals.json]
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -33,15 +35,25 @@ def main() -> None:
                "stencil_runs": "other.stencil."}
     # single-GPU training has one busy GPU: its balance says nothing about how work is shared
     multi_gpu_training = {r.run_id for r in runs if r.is_training and len(
-        json.loads((Path(r.path) / "manifest.json").read_text())["labels"]["ranks"]) > 1}
+        json.loads((Path(r.path) / "manifest.json").read_text())["labels"].get("ranks", [])) > 1}
     multi = np.isin(ids, sorted(multi_gpu_training))
-    balance_by_run = {r: float(np.nanmedian(balance[ids == r])) for r in set(ids[multi])}
+
+    def run_medians(values: np.ndarray) -> dict[str, float]:
+        """Per multi-GPU training run, the median over its windows (runs without a value left out)."""
+        med = {r: float(np.nanmedian(values[ids == r])) if np.isfinite(values[ids == r]).any() else math.nan
+               for r in sorted(set(ids[multi]))}
+        return {r: v for r, v in med.items() if math.isfinite(v)}
+
+    balance_by_run, intensity_by_run = run_medians(balance), run_medians(intensity)
     low = min(balance_by_run, key=balance_by_run.get)
+    least = min(intensity_by_run, key=intensity_by_run.get)
     out = {"command": "python scripts/hardneg_signals.py --data " + args.data,
            "training_windows_max_tensor_per_dram": round(float(intensity[top]), 3),
            "training_window_of_that_max": str(ids[top]),
            "multi_gpu_training_runs_min_power_balance_median": round(balance_by_run[low], 3),
-           "training_run_of_that_min": low}
+           "training_run_of_that_min": low,
+           "multi_gpu_training_runs_min_tensor_per_dram_median": round(intensity_by_run[least], 3),
+           "training_run_of_that_min_intensity": least}
     for key, prefix in runs_of.items():
         out[key] = {r: {"tensor_per_dram_median": round(float(np.nanmedian(intensity[ids == r])), 3),
                         "power_balance_median": round(float(np.nanmedian(balance[ids == r])), 3)}

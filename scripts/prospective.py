@@ -83,8 +83,9 @@ def render(result: dict, out: str) -> str:
     families: dict[tuple[str, str], list[bool]] = {}
     for x in result["per_run"]:
         families.setdefault((x["class"], x["family"]), []).append(x["correct"])
-    lines += ["", "Right by family: " + ", ".join(
-        f"{cls} {fam} {sum(ok)} of {len(ok)}" for (cls, fam), ok in sorted(families.items())) + "."]
+    if families:
+        lines += ["", "Right by family: " + ", ".join(
+            f"{cls} {fam} {sum(ok)} of {len(ok)}" for (cls, fam), ok in sorted(families.items())) + "."]
     wrong = [x for x in result["per_run"] if not x["correct"]]
     if not wrong:
         return "\n".join(lines + ["", "Runs judged wrong: none."]) + "\n"

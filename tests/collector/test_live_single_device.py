@@ -34,6 +34,12 @@ def committed_client(db, key, inspector_token, monkeypatch):
         yield c
 
 
+@pytest.fixture
+def node(committed_client, key) -> Agent:
+    """node-a's agent posting to the app that loaded the committed artifacts."""
+    return Agent(committed_client, "node-a", key)
+
+
 def replay(client: TestClient, agent: Agent, run: Path) -> tuple[float, float]:
     """Send the run's readings, moved to end a minute ago, in 1 s batches; returns (t0, t1)."""
     rs = sorted(read_trace_readings(run), key=lambda r: (r.t, r.device))
@@ -64,10 +70,10 @@ def single_device_lines(v: dict) -> list[str]:
     return [e for e in v["evidence"] if e.startswith("single-device check")]
 
 
-def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client, agent):
+def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client, node):
     live = committed_client.get("/v1/live").json()
-    assert "single-device" in live["evidence_checks"], live
-    t0, t1 = replay(committed_client, agent, TRAINING)
+    assert "single-device" in live["evidence_checks"], live   # the app judging is the one posted to
+    t0, t1 = replay(committed_client, node, TRAINING)
     vs = verdicts(committed_client, t0, t1)
     busy = [v for v in vs if single_device_lines(v)]
     # the run is 38 s of a 44 s trace: most of its 8 s windows are busy, and the check speaks on them
@@ -79,8 +85,8 @@ def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client,
     assert LIKE_TRAINING in single_device_lines(like[0])[0]
 
 
-def test_single_user_decode_is_not_called_training_by_the_lead(committed_client, agent):
-    t0, t1 = replay(committed_client, agent, DECODE)
+def test_single_user_decode_is_not_called_training_by_the_lead(committed_client, node):
+    t0, t1 = replay(committed_client, node, DECODE)
     vs = verdicts(committed_client, t0, t1)
     assert len(vs) >= 15
     lines = [line for v in vs for line in single_device_lines(v)]

@@ -199,3 +199,4 @@ def test_rt_baseline_without_memory_reads_every_other_signal():
     assert memory and not memory & (set(det.stage1.cols) | set(det.stage2.cols))
     assert set(det.stage1.cols) == set(RT_FEATURE_NAMES) - memory
     assert "rt.mem_util.mean" in det.stage1.cols   # the memory controller's utilisation is not memory held
+    assert det.describe()["n_features"] == len(RT_FEATURE_NAMES) - len(memory)

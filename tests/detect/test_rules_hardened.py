@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from trainsentry.detect.rules import CommRules
 
@@ -90,5 +91,8 @@ def test_keep_training_holds_the_threshold_below_the_training_it_would_cut():
     plain = CommRules().fit(X, y)
     assert 5e8 < plain.volume_Bps <= 5e9 and (plain.predict_proba(X)[40:50] < 0.5).all()
     kept = CommRules(keep_training=0.01).fit(X, y)
-    assert kept.volume_Bps < 5e8
+    assert kept.volume_Bps < 5e8 and kept.describe()["keep_training"] == 0.01
     assert (kept.predict_proba(X)[:50] >= 0.5).all()
+
+    with pytest.raises(ValueError, match="keep_training"):
+        CommRules(keep_training=-0.01)

@@ -96,5 +96,5 @@ class RTBaseline(Detector):
         return out
 
     def describe(self) -> dict:
-        return {**super().describe(), "n_trees": self.n_trees, "n_features": len(RT_FEATURE_NAMES),
-                "stage2_features": len(STAGE2_FEATURES), "reference": "Rahman & Tajdari, arXiv 2606.19262"}
+        return {**super().describe(), "n_trees": self.n_trees, "n_features": len(self.stage1.cols),
+                "stage2_features": len(self.stage2.cols), "reference": "Rahman & Tajdari, arXiv 2606.19262"}

@@ -219,9 +219,11 @@ class CommRules(Detector):
                  steady_min: float = REG_STEADY_MIN, alternating_min: float = REG_ALTERNATING_MIN,
                  keep_training: float | None = None):
         self.volume_Bps, self.sym_min, self.simult_min = volume_Bps, sym_min, simult_min
-        # fit(): with a value, the threshold may rise only while it keeps the fitting training windows
-        # the lowest threshold detects, less this share (volume is necessary for training, not a
-        # discriminator against benign exchanges that move as much)
+        # fit(): with a value, the threshold may rise only while the share of fitting training windows
+        # it detects stays within this many points (a fraction) of the lowest threshold's (volume is
+        # necessary for training, not a discriminator against benign exchanges that move as much)
+        if keep_training is not None and not 0.0 <= keep_training <= 1.0:
+            raise ValueError(f"keep_training is a share of training windows in [0, 1], not {keep_training}")
         self.keep_training = keep_training
         self.alternating_min = alternating_min
         self.duty_min, self.acf_min, self.steady_min = duty_min, acf_min, steady_min
@@ -302,5 +304,5 @@ class CommRules(Detector):
         return {**super().describe(), "volume_Bps": self.volume_Bps, "sym_min": self.sym_min,
                 "simult_min": self.simult_min, "duty_min": self.duty_min, "acf_min": self.acf_min,
                 "steady_min": self.steady_min, "alternating_min": self.alternating_min,
-                "bytes_per_J_max": self.bytes_per_J_max,
+                "bytes_per_J_max": self.bytes_per_J_max, "keep_training": getattr(self, "keep_training", None),
                 "calibration": self.calibration}

@@ -103,9 +103,9 @@ def _fused_shape() -> Detector:
 
 
 # rt-baseline's memory-used signal: its levels, statistics and its dynamics inside a window (change over
-# the first 30 s, time to plateau, slope). On the dataset's 38 s runs every 30 s window holds the run's
-# start, where training allocates gradients and optimizer state after its first step: a start-up
-# transient, not a property of a training job in its steady state.
+# the first 30 s, time to plateau, slope). Memory held is a level of the workload's size, not a physical
+# mark of training (a large model served holds as much), and on the dataset's 38 s runs every 30 s
+# window also holds the run's start-up. Dropping all of it shows what else keeps embedding out.
 RT_MEMORY = ("mem_used", "rt.mem_change_30s", "rt.mem_plateau_s", "rt.mem_slope")
 
 

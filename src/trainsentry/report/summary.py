@@ -70,7 +70,7 @@ def campaign_items(ctx) -> list[str]:
     from .sections.s9_limitations import campaign_progress, campaign_sources
     out = []
     for c in campaign_progress(ctx.configs, ctx.data):
-        recorded = ctx.derived(c["recorded"], "int", ["data:" + c["name"] + "/*/manifest.json#run_id"])
+        recorded = ctx.derived(c["recorded"], "int", ["data:" + c["name"] + "/*/manifest.json#run_id (planned runs)"])
         planned = ctx.derived(c["planned"], "int", campaign_sources(ctx, c))
         out.append(f"{recorded} of {planned} planned runs of <code>{html.escape(c['name'])}</code>")
     return out

@@ -103,6 +103,7 @@ def run_embed(ctx: Context, cfg: dict) -> None:
         if pause_s > 0:
             time.sleep(pause_s)
     ctx.ledger.extra["embedding_checksum"] = float((sink.cpu() + host_sink).norm())
+    ctx.ledger.extra["host_checksum"] = float(host_sink.norm())   # what reached host memory (0 without to_host)
 
 
 variants("infer.embed", "inference", "embed", run_embed,

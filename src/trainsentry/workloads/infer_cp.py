@@ -13,9 +13,10 @@ Each rank holds ``prompt_len / N`` consecutive tokens; its queries attend to its
 and to every earlier chunk in full (``causal_lower_right`` over the keys of chunks 0..rank), so the
 last rank's last position gives the same next token as one GPU prefilling the whole prompt (a test
 checks). The later ranks do more attention work than the first: plain all-gather CP, no load
-balancing; the H200 runs show it (power balance 0.59–0.94 between the GPUs, where multi-GPU
-training sits at 0.95 or more: results/hardneg-signals.json), a difference a detector could learn
-that a production server does not have. With ``balanced`` the prompt is cut into 2N chunks and rank
+balancing; the H200 runs show it in the two larger configurations (power balance 0.59–0.64 between
+the GPUs; the 16k-token one reads 0.86–0.94, where multi-GPU training sits at 0.95 or more:
+results/hardneg-signals.json), a difference a detector could learn that a production server does
+not have. With ``balanced`` the prompt is cut into 2N chunks and rank
 r holds chunks r and 2N−1−r (the "zigzag" split of ring-attention implementations): every rank then
 does the same attention work (balance 0.998–0.999 on the H200s), the exchange is the same all-gather. A step is one prefill of ``batch`` prompts; the rank holding
 the last position samples the first output token. Bytes are counted where this code hands a tensor

@@ -6,8 +6,9 @@ per MoE layer of every forward pass: an all-to-all that dispatches each token to
 its top-k experts and one that returns the experts' outputs. That traffic is symmetric (every GPU
 sends as much as it receives), simultaneous on every GPU and frequent — the physical signature a
 communication detector reads as a collective gradient exchange. Between the exchanges the GPUs do
-decode's memory-bound work (on the H200s GPM tensor per DRAM activity 0.15–0.51 per run, below
-training's: results/hardneg-signals.json). It is inference, and a
+decode's work, little tensor activity per DRAM byte (on the H200s 0.15–0.51 per run, where the
+narrowest DDP training reads 0.46: results/hardneg-signals.json), so intensity alone does not set it
+apart either. It is inference, and a
 monitor that calls it training fails a real customer: it is the most plausible false positive of
 the exchange signals, so the detectors must be judged on it (docs/detector.md, the gate).
 

@@ -61,9 +61,9 @@ def campaign_progress(configs: Path, data: Path) -> list[dict]:
     for f in sorted(configs.glob("campaigns/*.yaml")) if configs.is_dir() else []:
         try:
             camp = Campaign.load(f)
-            ids = {r["run_id"] for r in camp.expand()}
-        except (ValueError, TypeError, KeyError):
-            continue                        # not a campaign file this trainsentry can read
+        except (ValueError, TypeError):
+            continue                        # not a campaign (no name or runs, other keys)
+        ids = {r["run_id"] for r in camp.expand()}   # an unknown workload is an error, not a smaller plan
         c = by_name.setdefault(camp.name, {"name": camp.name, "files": [], "ids": set()})
         c["files"].append(f)
         c["ids"] |= ids
@@ -86,7 +86,7 @@ def _campaigns(ctx) -> str:
         return ""
     items = ""
     for c in rows:
-        recorded = ctx.derived(c["recorded"], "int", ["data:" + c["name"] + "/*/manifest.json#run_id"])
+        recorded = ctx.derived(c["recorded"], "int", ["data:" + c["name"] + "/*/manifest.json#run_id (planned runs)"])
         planned = ctx.derived(c["planned"], "int", campaign_sources(ctx, c))
         files = ", ".join(f"<code>{html.escape(str(f))}</code>" for f in c["files"])
         items += (f"<li><code>{html.escape(c['name'])}</code> ({files}): {recorded} of {planned} planned runs "
