@@ -139,8 +139,8 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
     "fused-geo-comm-rules": FusedWithRules,
     # fused without the absolute activity levels (shape, ratios and balance of activity kept)
     "fused-shape": _fused_shape,
-    # comm-rules whose fitted volume threshold may not cost more than 1 % of the training windows
+    # comm-rules whose fitted volume threshold may not cost more than 1 point of training-window detection
     "comm-rules-keep-training": _variant(CommRules, "comm-rules-keep-training", keep_training=0.01),
-    # rt-baseline without any memory-used feature (start-up transients on short runs)
+    # rt-baseline without any memory-used feature (memory held is a level of the workload's size)
     "rt-baseline-no-memory": _rt_without_memory,
 }

@@ -6,8 +6,6 @@ import html
 import statistics
 from pathlib import Path
 
-import yaml
-
 from ..context import missing_html
 from ..inputs import INPUTS as ALL_INPUTS, is_present
 
