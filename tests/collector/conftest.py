@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -47,6 +50,29 @@ def gpu_samples(t0: float, n: int = 10, dt: float = 0.1, dev: str = "gpu0", kib0
     return [{"dev": dev, "kind": "gpu", "t": round(t0 + i * dt, 6),
              "m": {"nvlink_tx_kib": kib0 + i * kib_step, "energy_mj": mj0 + i * mj_step, "power_mw": power_mw}}
             for i in range(n)]
+
+
+def per_second(readings: Iterable, t0: float) -> list[list[dict]]:
+    """Readings as wire samples in consecutive 1 s batches from ``t0`` (all devices together), as an
+    agent sealing a batch every second sends them."""
+    out: dict[int, list[dict]] = {}
+    for r in sorted(readings, key=lambda r: (r.t, r.device)):
+        out.setdefault(int((r.t - t0) // 1.0), []).append(r.to_wire())
+    return [out[k] for k in sorted(out)]
+
+
+def last_window_end(sent: list[list[dict]]) -> float:
+    """The end of the last window the batches complete (window ends fall on multiples of the 2 s stride)."""
+    return math.floor(max(s["t"] for s in sent[-1]) / 2.0 + 1e-9) * 2.0
+
+
+def wait_judged(verdict_of: Callable[[str], dict], want: dict[str, float], timeout_s: float = 120.0) -> None:
+    """Wait until the live processor (its own thread) has judged, for every node, the window ending at
+    ``want[node]``; ``verdict_of(node)`` is the node's ``/v1/nodes/{node}/verdict``."""
+    deadline = time.monotonic() + timeout_s
+    while any((verdict_of(n).get("window") or {}).get("end") != e for n, e in want.items()):
+        assert time.monotonic() < deadline, "the live processor did not catch up"
+        time.sleep(0.1)
 
 
 def counts(db: Path) -> dict:

@@ -14,14 +14,12 @@ retimed, 1 s signed batches) into ``python -m trainsentry.collector.server``:
 from __future__ import annotations
 
 import json
-import math
 import re
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import Agent, RealCollector
+from conftest import Agent, RealCollector, last_window_end, per_second, wait_judged
 
 from test_live import GIB, IDLE_MEM_BYTES, T0, readings, with_network
 from test_live_jobs import RUN, splice
@@ -45,17 +43,10 @@ def variants() -> dict[str, list]:
     return {"h200": rs, "no-pcie": no_pcie, "cpu": net_ddp}
 
 
-def per_second(readings) -> list[list[dict]]:
-    out: dict[int, list[dict]] = {}
-    for r in sorted(readings, key=lambda r: (r.t, r.device)):
-        out.setdefault(int((r.t - T0) // 1.0), []).append(r.to_wire())
-    return [out[k] for k in sorted(out)]
-
-
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory) -> dict[str, list[dict]]:
     db = tmp_path_factory.mktemp("domain") / "collector.db"
-    streams = {n: per_second(rs) for n, rs in variants().items()}
+    streams = {n: per_second(rs, T0) for n, rs in variants().items()}
     store = Store(db)
     keys = {n: store.enroll(n) for n in streams}
     store.close()
@@ -71,12 +62,8 @@ def verdicts(tmp_path_factory) -> dict[str, list[dict]]:
                 if i < len(bs):
                     r = agents[n].send(bs[i])
                     assert r.status_code == 200, r.text
-        want = {n: math.floor(max(s["t"] for s in bs[-1]) / 2.0 + 1e-9) * 2.0 for n, bs in streams.items()}
-        deadline = time.monotonic() + 180
-        while any((col.get(f"/v1/nodes/{n}/verdict", token).get("window") or {}).get("end") != e
-                  for n, e in want.items()):
-            assert time.monotonic() < deadline, "the live processor did not catch up"
-            time.sleep(0.2)
+        wait_judged(lambda n: col.get(f"/v1/nodes/{n}/verdict", token),
+                    {n: last_window_end(bs) for n, bs in streams.items()}, timeout_s=180)
         return {n: col.get(f"/v1/nodes/{n}/verdicts", token, start=T0 - 10, end=T0 + 1000)["verdicts"]
                 for n in streams}
     finally:

@@ -20,13 +20,11 @@ judged exactly as if they had been handed over.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
-from conftest import Agent, RealCollector
+from conftest import Agent, RealCollector, last_window_end, per_second, wait_judged
 from fastapi.testclient import TestClient
 
 from test_live import DDP, GIB, IDLE_MEM_BYTES, T0, enroll, no_models, send_all  # noqa: F401  (no_models: a fixture)
@@ -42,15 +40,7 @@ PAUSE = [(8.0, True)]
 
 @pytest.fixture(scope="module")
 def batches() -> list[list[dict]]:
-    readings = stream(read_trace_readings(RUN), PAUSE)
-    per_s: dict[int, list[dict]] = {}
-    for r in sorted(readings, key=lambda r: (r.t, r.device)):
-        per_s.setdefault(int((r.t - T0) // 1.0), []).append(r.to_wire())
-    return [per_s[k] for k in sorted(per_s)]
-
-
-def last_window_end(sent: list[list[dict]]) -> float:
-    return math.floor(max(s["t"] for s in sent[-1]) / 2.0 + 1e-9) * 2.0
+    return per_second(stream(read_trace_readings(RUN), PAUSE), T0)
 
 
 def post(agent: Agent, sent: list[list[dict]]) -> None:
@@ -62,10 +52,7 @@ def post(agent: Agent, sent: list[list[dict]]) -> None:
 def feed(col: RealCollector, agent: Agent, sent: list[list[dict]], token: str) -> None:
     """Post the batches, then wait until the live processor has judged the window they complete."""
     post(agent, sent)
-    want, deadline = last_window_end(sent), time.monotonic() + 120
-    while (col.get("/v1/nodes/node-a/verdict", token).get("window") or {}).get("end") != want:
-        assert time.monotonic() < deadline, "the live processor did not catch up"
-        time.sleep(0.1)
+    wait_judged(lambda n: col.get(f"/v1/nodes/{n}/verdict", token), {"node-a": last_window_end(sent)})
 
 
 def observe(col: RealCollector, token: str) -> dict:

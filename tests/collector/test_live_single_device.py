@@ -8,14 +8,14 @@ fitted on these recordings: this tests the live path, not the check's accuracy (
 
 from __future__ import annotations
 
-import math
-import time
 from pathlib import Path
 
 import pytest
-from conftest import Agent
+from conftest import Agent, last_window_end, per_second, wait_judged
 from fastapi.testclient import TestClient
 
+from test_live import T0
+from test_live_jobs import splice
 from trainsentry.collector.app import create_app
 from trainsentry.telemetry.replay import read_trace_readings
 
@@ -40,28 +40,17 @@ def node(committed_client, key) -> Agent:
     return Agent(committed_client, "node-a", key)
 
 
-def replay(client: TestClient, agent: Agent, run: Path) -> tuple[float, float]:
-    """Send the run's readings, moved to end a minute ago, in 1 s batches; returns (t0, t1)."""
-    rs = sorted(read_trace_readings(run), key=lambda r: (r.t, r.device))
-    shift = time.time() - 60.0 - rs[-1].t
-    t0 = rs[0].t + shift
-    per_batch: dict[int, list[dict]] = {}
-    for r in rs:
-        r.t += shift
-        per_batch.setdefault(int(r.t - t0), []).append(r.to_wire())
-    for k in sorted(per_batch):
-        resp = agent.send(per_batch[k])
+def replay(client: TestClient, agent: Agent, run: Path) -> None:
+    """Send the run's readings, retimed to start at T0, in 1 s batches; wait until it is judged."""
+    sent = per_second(splice([read_trace_readings(run)]), T0)
+    for batch in sent:
+        resp = agent.send(batch)
         assert resp.status_code == 200, resp.text
-    # the live processor judges on its own thread: wait for the window the last sample completes
-    want, deadline = math.floor(rs[-1].t / 2.0 + 1e-9) * 2.0, time.monotonic() + 120
-    while (client.get("/v1/nodes/node-a/verdict").json().get("window") or {}).get("end") != want:
-        assert time.monotonic() < deadline, "the live processor did not catch up"
-        time.sleep(0.1)
-    return t0, rs[-1].t
+    wait_judged(lambda n: client.get(f"/v1/nodes/{n}/verdict").json(), {"node-a": last_window_end(sent)})
 
 
-def verdicts(client: TestClient, t0: float, t1: float) -> list[dict]:
-    r = client.get("/v1/nodes/node-a/verdicts", params={"start": t0 - 10, "end": t1 + 10})
+def verdicts(client: TestClient) -> list[dict]:
+    r = client.get("/v1/nodes/node-a/verdicts", params={"start": T0 - 10, "end": T0 + 100})
     assert r.status_code == 200, r.text
     return r.json()["verdicts"]
 
@@ -73,8 +62,8 @@ def single_device_lines(v: dict) -> list[str]:
 def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client, node):
     live = committed_client.get("/v1/live").json()
     assert "single-device" in live["evidence_checks"], live   # the app judging is the one posted to
-    t0, t1 = replay(committed_client, node, TRAINING)
-    vs = verdicts(committed_client, t0, t1)
+    replay(committed_client, node, TRAINING)
+    vs = verdicts(committed_client)
     busy = [v for v in vs if single_device_lines(v)]
     # the run is 38 s of a 44 s trace: most of its 8 s windows are busy, and the check speaks on them
     assert len(vs) >= 15 and len(busy) >= len(vs) // 2, [(v["state"], v["evidence"]) for v in vs]
@@ -86,8 +75,8 @@ def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client,
 
 
 def test_single_user_decode_is_not_called_training_by_the_lead(committed_client, node):
-    t0, t1 = replay(committed_client, node, DECODE)
-    vs = verdicts(committed_client, t0, t1)
+    replay(committed_client, node, DECODE)
+    vs = verdicts(committed_client)
     assert len(vs) >= 15
     lines = [line for v in vs for line in single_device_lines(v)]
     assert len(lines) >= 5, [v["evidence"] for v in vs]   # it speaks on the busy windows ...
