@@ -19,6 +19,7 @@ import numpy as np
 
 from trainsentry.detect.dataset import load_dataset, stack
 from trainsentry.detect.pipeline import default_cache_dir
+from trainsentry.traces.io import read_manifest
 
 
 def main() -> None:
@@ -34,8 +35,8 @@ def main() -> None:
     runs_of = {"context_parallel_runs": "infer.cp.", "expert_parallel_runs": "infer.ep.",
                "stencil_runs": "other.stencil."}
     # single-GPU training has one busy GPU: its balance says nothing about how work is shared
-    multi_gpu_training = {r.run_id for r in runs if r.is_training and len(
-        json.loads((Path(r.path) / "manifest.json").read_text())["labels"].get("ranks", [])) > 1}
+    multi_gpu_training = {r.run_id for r in runs
+                          if r.is_training and len(read_manifest(r.path)["labels"].get("ranks", [])) > 1}
     multi = np.isin(ids, sorted(multi_gpu_training))
 
     def run_medians(values: np.ndarray) -> dict[str, float]:

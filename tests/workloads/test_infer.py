@@ -182,7 +182,7 @@ def test_every_workload_runs_at_toy_size(toy_run):
     assert truth(toy_run, "other.matmul.n8192_x2")["ground_truth"]["flops"] == 2 * STEPS * 2 * 2 * 64 ** 3
     # an embedding service hands its vectors to the host (batch x d_model float32 per step); the older
     # configurations keep them on the device
-    host = truth(toy_run, "infer.embed.s125m_b256_l512_host")
+    host = truth(toy_run, "infer.embed.g7b_b64_l512_host")
     d_model = model_config(host["config"], causal=False).d_model
     assert host["ground_truth"]["extra"]["0"]["bytes_to_host_per_step"] == host["config"]["batch"] * d_model * 4
     assert host["ground_truth"]["extra"]["0"]["host_checksum"] > 0   # the vectors reached the host

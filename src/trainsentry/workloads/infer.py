@@ -113,8 +113,6 @@ variants("infer.embed", "inference", "embed", run_embed,
              "s50m_b1024_l128": {"model": "gpt50m", "seq_len": 128, "batch": 1024, "text_len": 128},
              "m350m_b32_l2048": {"model": "gpt350m", "seq_len": 2048, "batch": 32, "text_len": 2048,
                                  "pause_s": 0.2},
-             # vectors handed to the host every batch, as a service returns them
-             "s125m_b256_l512_host": {"to_host": True},
              # a 5.6 B embedding model: memory held near a single-GPU trainer's, vectors to the host
              "g7b_b64_l512_host": {"model": "gpt7b", "batch": 64, "to_host": True},
          })
