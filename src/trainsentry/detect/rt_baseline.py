@@ -58,10 +58,13 @@ class RTBaseline(Detector):
     window_s = RT_WINDOW_S
     stride_s = RT_STRIDE_S
 
-    def __init__(self, n_trees: int = 400, seed: int = 0):
-        self.n_trees, self.seed = n_trees, seed
-        self.stage1 = _Stage(RT_FEATURE_NAMES, n_trees, seed)
-        self.stage2 = _Stage(STAGE2_FEATURES, n_trees, seed + 1)
+    def __init__(self, n_trees: int = 400, seed: int = 0, exclude: tuple[str, ...] = ()):
+        """``exclude``: features whose name contains any of these are not read (an ablation, not the
+        published method: detect.variants)."""
+        self.n_trees, self.seed, self.exclude = n_trees, seed, tuple(exclude)
+        keep = lambda cols: tuple(c for c in cols if not any(x in c for x in self.exclude))  # noqa: E731
+        self.stage1 = _Stage(keep(RT_FEATURE_NAMES), n_trees, seed)
+        self.stage2 = _Stage(keep(STAGE2_FEATURES), n_trees, seed + 1)
 
     def uses(self, column: str) -> bool:
         return column in RT_FEATURE_NAMES
@@ -96,5 +99,6 @@ class RTBaseline(Detector):
         return out
 
     def describe(self) -> dict:
-        return {**super().describe(), "n_trees": self.n_trees, "n_features": len(self.stage1.cols),
+        return {**super().describe(), "n_trees": self.n_trees, "exclude": list(getattr(self, "exclude", ())),
+                "n_features": len(self.stage1.cols),
                 "stage2_features": len(self.stage2.cols), "reference": "Rahman & Tajdari, arXiv 2606.19262"}

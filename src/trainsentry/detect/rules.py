@@ -259,9 +259,8 @@ class CommRules(Detector):
             pred = self._score(X, float(thr))[0] >= 0.5
             detected.append(pred[y == 1].mean())
             scores.append(0.5 * (detected[-1] + (~pred[y == 0]).mean()))
-        keep = getattr(self, "keep_training", None)
-        if keep is not None:
-            scores = [s if d >= detected[0] - keep else -1.0 for s, d in zip(scores, detected)]
+        if self.keep_training is not None:
+            scores = [s if d >= detected[0] - self.keep_training else -1.0 for s, d in zip(scores, detected)]
         best = max(scores)
         i = next(k for k, b in enumerate(scores) if b >= best - VOLUME_FIT_TOLERANCE)
         self.volume_Bps = float(VOLUME_GRID_BPS[i])

@@ -14,6 +14,7 @@ import pandas as pd
 
 from .base import Detector
 from .learned import comm_ml, fused
+from .rt_baseline import RTBaseline
 from .rules import CommRules
 
 
@@ -58,7 +59,6 @@ class FusedWithRules(Detector):
     name = "fused-geo-comm-rules"
 
     def __init__(self):
-        from .rules import CommRules
         self.trees, self.rules = fused(), CommRules()
 
     def uses(self, column: str) -> bool:
@@ -109,16 +109,6 @@ def _fused_shape() -> Detector:
 RT_MEMORY = ("mem_used", "rt.mem_change_30s", "rt.mem_plateau_s", "rt.mem_slope")
 
 
-def _rt_without_memory() -> Detector:
-    from .rt_baseline import RT_FEATURE_NAMES, STAGE2_FEATURES, RTBaseline, _Stage
-    det = RTBaseline()
-    det.name = "rt-baseline-no-memory"
-    keep = lambda cols: tuple(c for c in cols if not any(m in c for m in RT_MEMORY))  # noqa: E731
-    det.stage1 = _Stage(keep(RT_FEATURE_NAMES), det.n_trees, det.seed)
-    det.stage2 = _Stage(keep(STAGE2_FEATURES), det.n_trees, det.seed + 1)
-    return det
-
-
 VARIANTS: dict[str, Callable[[], Detector]] = {
     # fused with the decode veto (continuous, irregular exchange of memory-bound GPUs)
     "fused-decode-veto": _variant(fused, "fused-decode-veto", decode_veto="memory_bound"),
@@ -142,5 +132,5 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
     # comm-rules whose fitted volume threshold may not cost more than 1 point of training-window detection
     "comm-rules-keep-training": _variant(CommRules, "comm-rules-keep-training", keep_training=0.01),
     # rt-baseline without any memory-used feature (memory held is a level of the workload's size)
-    "rt-baseline-no-memory": _rt_without_memory,
+    "rt-baseline-no-memory": _variant(RTBaseline, "rt-baseline-no-memory", exclude=RT_MEMORY),
 }
