@@ -1,13 +1,22 @@
-"""Unmonitored intervals: silence between batches, declared loss, a node stuck on a hole, a silent node now."""
+"""Unmonitored intervals: silence between batches, declared loss, a node stuck on a hole, a silent node now,
+and batches stamped back into history already received (time regression)."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import time
+from pathlib import Path
 
-from conftest import Agent, gpu_samples
+import pytest
+from conftest import Agent, gpu_samples, per_second
 
 from trainsentry.collector import query
-from trainsentry.collector.store import Store
+from trainsentry.collector.store import TIME_REGRESSION_TOLERANCE_S, Store
+from trainsentry.telemetry import nvml
+from trainsentry.wire.batch import NODE_HEADER, SIGNATURE_HEADER
+
+SYSFS = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "node1"   # two NICs and two IB ports
 
 
 def _intervals(client, node="node-a", **params):
@@ -88,3 +97,139 @@ def test_enrolled_node_that_never_reported_is_silent_since_enrolment(db, key):
 def test_unknown_node_is_404(client):
     r = client.get("/v1/nodes/nobody/unmonitored")
     assert r.status_code == 404 and r.json()["error"] == "unknown_node"
+
+
+# -- time regression: a chain-valid batch stamped before samples already received -----------------
+
+def _closed(client, **params) -> list[tuple]:
+    return [(i["start"], i["end"], i["reason"], i["seq_from"], i["seq_to"]) for i in _intervals(client, **params)
+            if not i["open"]]
+
+
+def test_a_batch_stamped_back_in_time_is_accepted_stored_and_recorded_as_time_regression(agent, client, db):
+    agent.send(gpu_samples(1000.0))                 # 1000.0 .. 1000.9
+    agent.send(gpu_samples(1001.0))                 # .. 1001.9: the node's latest sample
+    back = gpu_samples(990.0, n=5, kib0=7)          # 990.0 .. 990.4: into history already received
+    r = agent.send(back)
+    assert r.status_code == 200, r.text             # accepted: an honest clock stepped back must not stall
+    assert r.json()["seq"] == 2 and r.json()["stored_seq"] == 2
+    assert r.json()["unmonitored"] == [{"start": 990.0, "end": 1001.9, "reason": "time_regression",
+                                        "seq_from": 2, "seq_to": 2}]
+    c = sqlite3.connect(db)
+    try:
+        stored = c.execute("SELECT t, nvlink_tx_kib FROM samples WHERE t < 991 ORDER BY t").fetchall()
+        assert stored == [(990.0, 7), (990.1, 107), (990.2, 207), (990.3, 307), (990.4, 407)]
+        assert c.execute("SELECT last_t FROM nodes").fetchone() == (1001.9,)  # the latest sample stays the latest
+        assert c.execute("SELECT t_first, t_last FROM batches WHERE seq = 2").fetchone() == (990.0, 990.4)
+    finally:
+        c.close()
+    # served with the other intervals: per node, and in the totals; no bogus silence beside it
+    assert _closed(client) == [(990.0, 1001.9, "time_regression", 2, 2)]
+    assert _closed(client, start=995.0, end=996.0) == [(990.0, 1001.9, "time_regression", 2, 2)]
+    assert client.get("/v1/stats").json()["total"]["unmonitored"] == {"time_regression": 1}
+    # the next batch continues after the latest sample (1001.9), not after the back-dated one: no silence
+    r = agent.send(gpu_samples(1002.0))
+    assert r.status_code == 200 and "unmonitored" not in r.json()
+    # silence is still measured from the latest sample
+    r = agent.send(gpu_samples(1010.0))
+    assert r.json()["unmonitored"] == [{"start": 1002.9, "end": 1010.0, "reason": "silence",
+                                        "seq_from": None, "seq_to": None}]
+    assert _closed(client) == [(990.0, 1001.9, "time_regression", 2, 2), (1002.9, 1010.0, "silence", None, None)]
+
+
+def test_a_declared_loss_stamped_back_in_time_is_both_and_neither_interval_runs_backwards(agent, client):
+    agent.send(gpu_samples(1000.0))                 # latest sample 1000.9
+    r = agent.send(gpu_samples(980.0), seq=3, gap_from=1)
+    assert r.status_code == 200, r.text
+    # where the lost batches lay in time is unknown: the loss is pinned at the batch's first sample
+    assert _closed(client) == [(980.0, 980.0, "declared_loss", 1, 2), (980.0, 1000.9, "time_regression", 3, 3)]
+
+
+def test_a_batch_slightly_behind_the_latest_sample_is_not_a_time_regression(agent, client):
+    tol = TIME_REGRESSION_TOLERANCE_S
+    agent.send(gpu_samples(1000.0))                                    # latest sample 1000.9
+    for t0 in (1000.9, 1000.9 - 0.04, 1000.9 - tol + 0.01):            # level, NVML-size jitter, just within
+        r = agent.send(gpu_samples(t0, n=1))
+        assert r.status_code == 200 and "unmonitored" not in r.json(), (t0, r.json())
+    assert _closed(client) == []
+    r = agent.send(gpu_samples(1000.9 - tol - 0.01, n=1))              # just beyond: recorded
+    (gap,) = r.json()["unmonitored"]
+    assert gap["reason"] == "time_regression" and gap["end"] == 1000.9 and gap["seq_from"] == gap["seq_to"] == 4
+    assert abs(gap["start"] - (1000.9 - tol - 0.01)) < 1e-6
+
+
+def test_the_tolerance_covers_every_nvml_stamp_the_agent_accepts():
+    # the agent uses NVML's own stamp only within this of the host clock (telemetry/nvml.py): a node
+    # whose driver stamps that far off must not look like it rewrites history
+    assert TIME_REGRESSION_TOLERANCE_S >= nvml.TIMESTAMP_TOLERANCE_S
+
+
+def test_a_recorded_trace_in_agent_batches_has_no_time_regression(agent, client):
+    from test_live_jobs import RUN
+    from trainsentry.telemetry.replay import read_trace_readings
+    readings = read_trace_readings(RUN)
+    t0 = float(int(time.time()) - 3600)
+    shift = t0 - readings[0].t
+    for r in readings:
+        r.t += shift
+    sent = per_second(readings, t0)
+    assert len(sent) > 90
+    for b in sent:
+        r = agent.send(b)
+        assert r.status_code == 200 and "unmonitored" not in r.json(), r.text
+    assert _closed(client, start=0, end=2e9) == []
+
+
+@pytest.mark.parametrize("sources", ["replay", "nvml+net", "nvml+net, stamps 4.5 s behind",
+                                     "nvml+net, stamps 4.5 s ahead"])
+def test_the_real_agents_batches_never_trip_the_time_regression(tmp_path, client, key, sources):
+    """The shipped sampler and spool cut and sign the batches; the collector gets their exact bytes.
+    A driver whose NVML stamps are off (as far as the agent accepts) puts GPU readings seconds before
+    or after the host-stamped network readings beside them: still within the tolerance."""
+    from fakes.fake_pynvml import FakeNvml
+    from trainsentry.agent.node import Agent as NodeAgent, AgentConfig
+    from trainsentry.agent.spool import Spool
+    from trainsentry.telemetry.net import NetSource
+    from trainsentry.telemetry.nvml import NvmlSource
+    from trainsentry.telemetry.replay import ReplaySource
+    if sources == "replay":
+        from test_live_jobs import RUN
+        # the recording (95 s) in ~2.4 s, in batches of 4 s of it (the test app takes 64 KiB at most)
+        srcs, duration, batch_s = [ReplaySource(RUN, speed=40.0)], None, 0.1
+    else:
+        offset = {"nvml+net": 0.0, "nvml+net, stamps 4.5 s behind": -4.5,
+                  "nvml+net, stamps 4.5 s ahead": 4.5}[sources]
+        srcs = [NvmlSource(nvml=FakeNvml(gpu_count=2, timestamp_offset_s=offset)), NetSource(SYSFS)]
+        duration, batch_s = 2.0, 0.25
+    cfg = AgentConfig(collector_url="http://127.0.0.1:9", node="node-a", key=key, spool_path=tmp_path / "spool.db",
+                      hz=20, batch_s=batch_s, duration_s=duration, drain_s=0)
+    node = NodeAgent(cfg, srcs)
+    node.sender.start = lambda: None                 # not sent by the agent: posted below, byte for byte
+    node.sender.join = lambda timeout=None: None
+    node.run()
+    spool = Spool(cfg.spool_path, "node-a", key)
+    try:
+        bodies, seq = [], -1
+        while (b := spool.oldest(seq)) is not None:
+            bodies.append(b)
+            seq = b.seq
+    finally:
+        spool.close()
+    assert len(bodies) >= 6
+    spans = []
+    for b in bodies:
+        r = client.post("/v1/batches", content=b.body, headers={NODE_HEADER: "node-a", SIGNATURE_HEADER: b.signature})
+        assert r.status_code == 200, r.text
+        assert "unmonitored" not in r.json(), (sources, r.json())
+        ts = [s["t"] for s in json.loads(b.body)["samples"]]
+        spans.append((min(ts), max(ts)))
+    assert _closed(client, start=0, end=2e9) == []
+    # how far a batch began before the latest sample so far: what the tolerance has to cover
+    latest, back = spans[0][1], 0.0
+    for lo, hi in spans[1:]:
+        back = max(back, latest - lo)
+        latest = max(latest, hi)
+    if "4.5 s" in sources:
+        assert 4.0 < back < TIME_REGRESSION_TOLERANCE_S, back    # the case the tolerance is there for
+    else:
+        assert back <= 0.0, back                                  # on one clock: never back at all

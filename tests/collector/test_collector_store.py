@@ -32,6 +32,33 @@ def test_migrations_create_every_table_on_an_empty_file_and_reopen_keeps_data(tm
     again.close()
 
 
+def test_migration_8_lets_unmonitored_hold_time_regressions_and_keeps_every_row(tmp_path, monkeypatch):
+    path = tmp_path / "c.db"
+    with monkeypatch.context() as m:      # a database as version 7 left it
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:7])
+        m.setattr(schema, "SCHEMA_VERSION", 7)
+        old = schema.open_db(path)
+        old.execute("INSERT INTO nodes (name, key, enrolled_at) VALUES ('n', '00', 1)")
+        rows = [(5, 1, 10.0, 20.0, "silence", None, None, 21.0), (9, 1, 30.0, 31.0, "declared_loss", 3, 4, 32.0)]
+        old.executemany("INSERT INTO unmonitored (rowid, node_id, start_t, end_t, reason, seq_from, seq_to, "
+                        "recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            old.execute("INSERT INTO unmonitored VALUES (1, 5.0, 6.0, 'time_regression', 7, 7, 8.0)")
+        old.close()
+    conn = schema.open_db(path)
+    assert schema.current_version(conn) == 8
+    # rowids kept: the live processor reads a batch's intervals back in rowid order
+    assert conn.execute("SELECT rowid, * FROM unmonitored ORDER BY rowid").fetchall() == rows
+    assert conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'unmonitored'"
+                        ).fetchall() == [("unmonitored_by_node",)]
+    conn.execute("INSERT INTO unmonitored VALUES (1, 5.0, 6.0, 'time_regression', 7, 7, 8.0)")
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute("INSERT INTO unmonitored VALUES (1, 5.0, 6.0, 'whatever', 7, 7, 8.0)")
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        conn.execute("INSERT INTO unmonitored VALUES (99, 5.0, 6.0, 'silence', NULL, NULL, 8.0)")
+    conn.close()
+
+
 def test_a_database_from_a_newer_version_is_refused(tmp_path):
     path = tmp_path / "c.db"
     schema.open_db(path).close()

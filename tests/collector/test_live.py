@@ -174,6 +174,44 @@ def test_a_silence_is_unmonitored_in_the_verdict_api_and_in_the_evidence_of_the_
         [("silence", max(s["t"] for s in stream[-1]), None)]
 
 
+def test_a_batch_stamped_back_in_time_is_a_time_regression_in_the_verdict_and_job_apis_and_the_evidence(client, agent):
+    stream = batches(DDP)
+    for b in stream[:20]:
+        assert agent.send(b).status_code == 200
+    assert client.app.state.bus.drain(30.0)
+    judged = [v["t_end"] for v in timeline(client, "node-a")]
+    latest = max(s["t"] for s in stream[19])
+    # chain-valid, but its samples are stamped ~10 s back: second 10 of the stream again, a little later
+    back = [{**s, "t": round(s["t"] + 0.05, 6)} for s in stream[10]]
+    r = agent.send(back)
+    assert r.status_code == 200, r.text
+    start = min(s["t"] for s in back)
+    assert r.json()["unmonitored"] == [{"start": start, "end": latest, "reason": "time_regression",
+                                        "seq_from": 20, "seq_to": 20}]
+    for b in stream[20:]:
+        assert agent.send(b).status_code == 200
+    assert client.app.state.bus.drain(30.0)
+    body = get(client, "/v1/nodes/node-a/verdicts", start=T0 - 10, end=T0 + 100)
+    want = [("time_regression", start, latest, 20, 20)]
+    assert [(g["reason"], g["start"], g["end"], g["seq_from"], g["seq_to"]) for g in body["unmonitored"]
+            if not g["open"]] == want
+    (job,) = get(client, "/v1/jobs")["jobs"]
+    per_node = get(client, f"/v1/jobs/{job['job']}")["unmonitored"]["node-a"]
+    assert [(g["reason"], g["start"], g["end"], g["seq_from"], g["seq_to"]) for g in per_node if not g["open"]] == want
+    line = (f"window overlaps an unmonitored interval, time regression: {start:.1f}-{latest:.1f} (samples stamped "
+            "before ones already received: history rewritten or clock stepped back; windows judged before they "
+            "came did not see them)")
+    # the windows judged before the batch came keep their verdicts; those judged after it that overlap
+    # the span say so (a window is not judged twice)
+    tl = body["verdicts"]
+    assert [v["t_end"] for v in tl[:len(judged)]] == judged
+    for v in tl:
+        after = v["t_end"] > judged[-1]
+        assert (line in v["evidence"]) == (after and v["t_start"] < latest), (v["t_start"], v["t_end"], v["evidence"])
+    assert any(line in v["evidence"] for v in tl)
+    assert not any("window overlaps an unmonitored interval:" in e for v in tl for e in v["evidence"])
+
+
 def test_one_way_send_goes_idle_to_inference_without_alert(client, agent):
     send_all(client, {"node-a": agent}, {"node-a": SEND})
     tl = timeline(client, "node-a")

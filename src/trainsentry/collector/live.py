@@ -82,6 +82,7 @@ TENSOR_SHARE_GEMM_ONLY = 0.9    # at or above: tensor-core GEMMs and little else
 SM_ACTIVE_MIN = 1.0             # % SM activity below which a share is not read ...
 TENSOR_ANY = 0.001              # ... only whether tensor cores worked at all (% activity; exactly 0 when idle)
 TENSOR_KEY, SM_KEY = "act.gpm_tensor_util_pct.mean.max", "act.gpm_sm_util_pct.mean.max"
+TIME_REGRESSION = "time_regression"  # the unmonitored reason of a batch stamped back into history (store.py)
 READ_RETRIES = 3        # attempts at reading a node's missing batches back before they are marked unjudged
 
 
@@ -416,7 +417,7 @@ class LiveProcessor:
 
     # ---- judging ---------------------------------------------------------------------------------
     def judge_rows(self, scope: str, subject: str, rows: list[dict], ends: list[float],
-                   active_at, gaps: list[tuple[float, float]], extra: list[str], job_of=None,
+                   active_at, gaps: list[tuple[float, float, str]], extra: list[str], job_of=None,
                    table: pa.Table | None = None) -> list[dict]:
         """Verdicts for windows ending at ``ends`` from feature ``rows`` (matched by end time);
         ``table`` (the samples judged) says why a quantity the detector could not measure is missing."""
@@ -447,10 +448,16 @@ class LiveProcessor:
             if row is not None:  # the checks' lines, then the detector's own, passed through (collector/evidence.py)
                 evidence += [line for lines in check_lines if (line := next(lines, None)) is not None]
                 evidence += detector_lines(det.explain(row), table, e - cfg.window_s, e)
-            lost = [g for g in gaps if g[0] < e and g[1] > e - cfg.window_s]
+            touched = [g for g in gaps if g[0] < e and g[1] > e - cfg.window_s]
+            lost = [g for g in touched if g[2] != TIME_REGRESSION]
+            back = [g for g in touched if g[2] == TIME_REGRESSION]
             if lost:
                 evidence.append("window overlaps an unmonitored interval: " + ", ".join(
                     f"{g[0]:.1f}-{g[1]:.1f}" for g in lost) + " (the verdict rests on the samples that arrived)")
+            if back:
+                evidence.append("window overlaps an unmonitored interval, time regression: " + ", ".join(
+                    f"{g[0]:.1f}-{g[1]:.1f}" for g in back) + " (samples stamped before ones already received: "
+                    "history rewritten or clock stepped back; windows judged before they came did not see them)")
             out.append({"scope": scope, "subject": subject, "t_start": e - cfg.window_s, "t_end": e,
                         "state": state, "p_training": p, "detector": det.name,
                         "artifact": self.artifact if det is self.detector else None, "evidence": evidence,
@@ -601,7 +608,7 @@ class LiveProcessor:
     def _feed(self, node: str, st: NodeState, samples: list[dict], gaps: list[dict]) -> None:
         cfg = self.cfg
         st.add(samples, cfg.buffer_s)
-        st.gaps.extend((g["start"], g["end"]) for g in gaps)
+        st.gaps.extend((g["start"], g["end"], g["reason"]) for g in gaps)
         st.gaps = [g for g in st.gaps if g[1] >= st.t_latest - cfg.buffer_s]
         ends, skipped = st.pending_ends(cfg)
         if not ends:

@@ -141,7 +141,7 @@ class NodeState:
     active_since: float | None = None  # the job's start while a segment is active, else None
     last_end: float | None = None
     job: str | None = None
-    gaps: list = field(default_factory=list)
+    gaps: list = field(default_factory=list)   # (start, end, reason) of unmonitored intervals in the buffer
     table: pa.Table | None = None
     track: NodeJob = field(default_factory=NodeJob)
     mem_floor: dict = field(default_factory=dict)   # lowest memory each GPU reported (the idle floor)

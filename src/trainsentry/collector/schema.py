@@ -112,6 +112,26 @@ CREATE INDEX rejections_by_code ON rejections(code);
 # Refusals past the per-minute row limit are one row that counts them (store.record_rejection).
 _V5 = "ALTER TABLE rejections ADD COLUMN n INTEGER NOT NULL DEFAULT 1;  -- refusals this row stands for\n"
 
+# unmonitored.reason may also be 'time_regression' (a batch stamped back into history already
+# received: store.py). SQLite cannot change a CHECK in place, so the table is rebuilt with every row
+# (rowids kept: the live processor reads a batch's intervals back in rowid order) and its index.
+_V8 = """
+CREATE TABLE unmonitored_v8 (
+  node_id INTEGER NOT NULL REFERENCES nodes(node_id),
+  start_t REAL NOT NULL,
+  end_t REAL NOT NULL,
+  reason TEXT NOT NULL CHECK (reason IN ('silence', 'seq_hole', 'declared_loss', 'time_regression')),
+  seq_from INTEGER,
+  seq_to INTEGER,
+  recorded_at REAL NOT NULL
+);
+INSERT INTO unmonitored_v8 (rowid, node_id, start_t, end_t, reason, seq_from, seq_to, recorded_at)
+  SELECT rowid, node_id, start_t, end_t, reason, seq_from, seq_to, recorded_at FROM unmonitored;
+DROP TABLE unmonitored;
+ALTER TABLE unmonitored_v8 RENAME TO unmonitored;
+CREATE INDEX unmonitored_by_node ON unmonitored(node_id, start_t);
+"""
+
 # (version, DDL). Append only: never edit a migration that has shipped.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -121,6 +141,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (5, _V5),  # rejections.n: one row may count the refusals past the per-minute row limit
     (6, _UNJUDGED_DDL),  # spans of stored samples the live processor did not judge, and why (collector/live.py)
     (7, _ABSTAIN_DDL),  # verdicts.abstain: a paused job's idle window neither votes nor clears an alert
+    (8, _V8),  # unmonitored.reason 'time_regression': samples stamped before ones already received
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

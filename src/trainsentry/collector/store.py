@@ -24,6 +24,17 @@ Chain rules (``E`` = last accepted seq + 1, or 0 for a node's first batch):
 
 Silence: when a batch's first sample is more than 3 × ``interval_s`` after the node's latest
 sample, the span between them is recorded as unmonitored (``silence``).
+
+Time regression: the chain orders batches, not their samples' times. A batch that continues the
+chain but whose first sample is stamped more than ``TIME_REGRESSION_TOLERANCE_S`` before the node's
+latest stored sample writes into history already received, and possibly judged: a party in control
+of the node could thereby add samples to a window after its verdict was given. It is accepted, not
+refused (an honest agent whose clock stepped back would keep the refused batch spooled and stall
+for good), and the stretch it writes into, from its first sample to the node's latest sample before
+it, is recorded as unmonitored (``time_regression``, ``seq_from`` = ``seq_to`` = the batch's seq) in
+the batch's own transaction. Such a batch is never also a silence (its first sample is not after
+the latest one), and the node's latest sample time stays where it was, so silence after it is still
+measured from the latest sample.
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ from itertools import compress, repeat
 from operator import itemgetter
 from pathlib import Path
 
+from ..telemetry.nvml import TIMESTAMP_TOLERANCE_S
 from ..wire.batch import GENESIS_PREV, Batch, BatchError, new_key, parse_batch, verify
 from .checkpoint import Checkpointer
 from .schema import SAMPLE_COLUMNS, SAMPLE_KEY_COLUMNS, SAMPLE_METRICS, open_db
@@ -47,6 +59,18 @@ MAX_SILENCE_INTERVAL_S = 10.0
 # A sample stamped further ahead of the collector's clock than this is refused: one far-future
 # timestamp would otherwise move the node's "last sample" past every real one and hide silences.
 MAX_FUTURE_S = 300.0
+# A batch whose first sample is stamped more than this before the node's latest stored sample is a
+# time regression (module docstring). On a steady clock the real agent's batches never go back: it
+# reads its sources one after another each tick, closes a batch on a tick boundary and stamps each
+# reading while taking it (the host clock; for a GPU, NVML's stamp of the NVLink counters, taken
+# inside the call, 0.3-36 ms after the host time read before it in the 2 x H200 recording of
+# docs/telemetry.md, so before the next reading). The one stamp it does not take itself, NVML's, is
+# used only within TIMESTAMP_TOLERANCE_S of the host clock: a driver whose stamps are off by up to
+# that much, read between host-stamped readings (network, a GPU whose fields did not answer), can
+# start a batch up to that much before the previous one ended. Further back is a clock stepped back
+# or history rewritten; within it a node adds nothing it could not add by stamping made-up samples
+# "now".
+TIME_REGRESSION_TOLERANCE_S = TIMESTAMP_TOLERANCE_S
 MAX_DEVICES_PER_NODE = 256   # GPUs + interfaces + IB ports; a node cannot grow the device table at will
 # Audit rows of their own per (node, code) per minute; the rest of the minute's refusals of that
 # key are one row that counts them, so junk cannot grow the database without bound (see
@@ -364,8 +388,9 @@ class Store:
                                       expected_seq=expected)
                 end = t_first if t_first is not None else now
                 # Before a node's first sample the only time we have is enrolment (server clock); an
-                # agent clock behind it must not make the interval end before it starts.
-                start = last_t if last_t is not None else min(enrolled_at, end)
+                # agent clock behind it, or a batch stamped before the latest sample (a time
+                # regression, recorded below), must not make the interval end before it starts.
+                start = min(last_t if last_t is not None else enrolled_at, end)
                 gaps.append((node_id, start, end, "declared_loss", expected, batch.seq - 1, now))
             else:
                 want_prev = GENESIS_PREV if last_digest is None else last_digest
@@ -376,6 +401,9 @@ class Store:
             if not gaps and last_t is not None and t_first is not None \
                     and t_first - last_t > SILENCE_FACTOR * min(interval_s, MAX_SILENCE_INTERVAL_S):
                 gaps.append((node_id, last_t, t_first, "silence", None, None, now))
+            if last_t is not None and t_first is not None and last_t - t_first > TIME_REGRESSION_TOLERANCE_S:
+                # (never with a silence: that needs t_first after last_t)
+                gaps.append((node_id, t_first, last_t, "time_regression", batch.seq, batch.seq, now))
             first = last = None
             if n_rows:
                 # New rows get max(sample_id)+1, +2, ... : the batch's samples are one contiguous range.

@@ -167,8 +167,8 @@ def restore(conn: sqlite3.Connection, cfg, make_state, now: float | None = None
         st.add(samples, cfg.buffer_s)
         received, = conn.execute("SELECT received_at FROM batches WHERE node_id = ? AND seq = ?",
                                  (node_id, st.seq)).fetchone() or (math.inf,)
-        st.gaps = [(s, e) for s, e in conn.execute(
-            "SELECT start_t, end_t FROM unmonitored WHERE node_id = ? AND end_t >= ? AND recorded_at <= ? ORDER BY rowid",
+        st.gaps = [(s, e, r) for s, e, r in conn.execute(
+            "SELECT start_t, end_t, reason FROM unmonitored WHERE node_id = ? AND end_t >= ? AND recorded_at <= ? ORDER BY rowid",
             (node_id, since, received))]
         st.table = st.build_table(name, cfg.loopback_as_link)  # a peer's view for jobs across nodes
         n += len(samples)
