@@ -34,8 +34,18 @@ from trainsentry.detect.base import load_detector  # noqa: E402
 from trainsentry.detect.dataset import load_dataset  # noqa: E402
 from trainsentry.detect.evaluate import RUN_KEYS, RunOutcome, run_metrics  # noqa: E402
 from trainsentry.detect.pipeline import default_cache_dir  # noqa: E402
+from trainsentry.detect.single_device import load as load_single_device  # noqa: E402
 from trainsentry.lab.summary import config_key  # noqa: E402
 from trainsentry.traces.io import iter_runs, read_manifest  # noqa: E402
+
+
+def load_model(path: Path):
+    """A saved detector, or the live collector's single-device check (``--also single-device``): its
+    ``predict_proba`` is the lead's P(training) where it speaks and 0 elsewhere."""
+    try:
+        return load_detector(path)
+    except ValueError:
+        return load_single_device(path)
 
 
 def model_from_rev(rev: str, name: str, tmp: Path) -> tuple[Path, dict]:
@@ -115,10 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     rule = AlertRule(0.75, 3, 5)
     with tempfile.TemporaryDirectory() as tmp:
         path, meta = model_from_rev(args.model_rev, args.name, Path(tmp))
-        det = load_detector(path)
+        det = load_model(path)
         if args.also:
             also_path, also_meta = model_from_rev(args.model_rev, args.also, Path(tmp))
-            also = load_detector(also_path)
+            also = load_model(also_path)
     fitted_at = float(meta["fitted_at"])
     if args.also:
         fitted_at = max(fitted_at, float(also_meta["fitted_at"]))

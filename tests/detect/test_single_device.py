@@ -5,6 +5,7 @@ never had) where the exchange gate is closed and a GPU is busy, and says nothing
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from trainsentry.detect.base import load_detector, save_detector
@@ -62,6 +63,19 @@ def test_silent_on_a_gpu_without_gpm_counters(check, run_id):
     assert (no_gpm["act.util_pct.mean.max"] > 5).all()
     assert check.lines(no_gpm) == [None] * len(no_gpm)
     assert all(line is not None for line in check.lines(df))     # the same windows, GPM there: judged
+
+
+def test_predict_proba_is_the_lead_where_it_speaks_and_zero_elsewhere(check):
+    df = pd.concat([_in_run(load_run(DATA / "h200x1" / r, None))
+                    for r in ("train.single.w2048-l24-707643-r0", "other.idle.bare-base-r0")], ignore_index=True)
+    p, lines = check.predict_proba(df), check.lines(df)
+    assert len(p) == len(df)
+    silent = np.array([line is None for line in lines])
+    assert silent.any() and (~silent).any()
+    assert (p[silent] == 0).all()
+    spoken = [float(line.split("P(training) = ")[1][:4]) for line in lines if line is not None]
+    assert np.allclose(p[~silent], spoken, atol=0.005)
+    assert ((p[~silent] >= check.threshold) == [": like training" in line for line in lines if line]).all()
 
 
 def test_saved_and_loaded_as_the_live_collector_does(check, tmp_path):

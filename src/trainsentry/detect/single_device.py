@@ -80,13 +80,22 @@ class SingleDeviceCheck:
         have = np.isfinite(numeric_matrix(X, self.required_)).all(axis=1) if self.required_ else np.ones(len(X), bool)
         return (exchange_gate(X)[0] < 0.5) & _busy(X) & have & ~self.trees.out_of_domain(X)
 
+    def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
+        """The lead as a number per row of X: the trees' P(training) where the check speaks
+        (``judged``), 0 where it has nothing to say, so the alert rule reads it as it reads a detector
+        (scripts/prospective.py scores the committed check this way)."""
+        p = np.zeros(len(X))
+        speak = self.judged(X)
+        if speak.any():
+            p[speak] = self.trees.predict_proba(X[speak])
+        return p
+
     def lines(self, X: pd.DataFrame) -> list[str | None]:
         """One entry per row of X: an evidence line, or None where the check has nothing to say."""
         out: list[str | None] = [None] * len(X)
         speak = self.judged(X)
         if speak.any():
-            ps = self.trees.predict_proba(X[speak])
-            for i, p in zip(np.flatnonzero(speak), ps):
+            for i, p in zip(np.flatnonzero(speak), self.trees.predict_proba(X[speak])):
                 out[i] = self.line(float(p))
         return out
 
