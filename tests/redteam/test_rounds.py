@@ -436,3 +436,14 @@ def test_earlier_delivery_is_named_and_its_results_are_committed(cli_doc):
         earlier = json.loads((root / e["results"]).read_text())
         assert [r["round"] for r in earlier["rounds"]] == e["rounds"] and e["code"] in earlier["code"]
         assert earlier["rounds"][0]["strategies"]   # scored, not an empty shell
+
+
+def test_a_variant_is_reachable_by_name_as_in_eval(data):
+    """`--detector fused+single-device` (a detect.variants entry) resolves as `trainsentry eval` resolves it:
+    the check that stops this call is the primary's, after the names were accepted, before anything is fitted."""
+    from trainsentry.redteam.rounds import InputError
+    with pytest.raises(InputError, match="primary detector 'fused' is not among those evaluated"):
+        run_rounds([data["benign"]], [data["adv"]], 1, n_splits=1, cache_dir=data["cache"],
+                   detectors=["fused+single-device"], primary="fused")
+    with pytest.raises(InputError, match="unknown detectors"):
+        run_rounds([data["benign"]], [data["adv"]], 1, n_splits=1, cache_dir=data["cache"], detectors=["nope"])

@@ -38,7 +38,7 @@ import numpy as np
 from ..detect.alert import AlertRule
 from ..detect.base import Detector
 from ..detect.dataset import Run, load_run, stack
-from ..detect.evaluate import (ALTERNATIVE_RULES, RunOutcome, adapted_outcomes, config_splits, detector_factories,
+from ..detect.evaluate import (ALTERNATIVE_RULES, RunOutcome, adapted_outcomes, config_splits,
                                fit_and_score, run_metrics)
 from ..features import FEATURE_VERSION
 from ..targets import DETECTOR as TARGET_DETECTOR, detector_targets
@@ -485,7 +485,12 @@ def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: 
     the FLOP evaluation's results (results/flops.json), whose best estimator is the FLOP headline."""
     if n_rounds < 1:
         raise InputError("--rounds must be at least 1")
-    factories = factories or detector_factories(rt_trees)
+    if factories is None:   # the four of `trainsentry eval`, or any named, variants included (as eval takes them)
+        from ..detect.pipeline import resolve_detectors
+        try:
+            factories = resolve_detectors(detectors, rt_trees)
+        except ValueError as e:
+            raise InputError(str(e)) from None
     names = detectors or list(factories)
     unknown = set(names) - set(factories)
     if unknown:
