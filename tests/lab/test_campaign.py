@@ -170,3 +170,21 @@ def test_every_committed_campaign_loads_and_names_registered_workloads():
     assert (second.name, second.node, second.hz, second.nproc) == (base.name, base.node, base.hz, base.nproc)
     ids = [{r["run_id"] for r in c.expand()} for c in (base, hard, second)]
     assert not ids[2] & (ids[0] | ids[1])
+
+
+@pytest.mark.parametrize("workload", ["train.ddp.w1024-l16", "train.lora.ddp-r16-w2048", "adv.flops.heads2",
+                                      "adv.accum.k8", "adv.pp.gpipe-mb2"])
+def test_a_one_rank_campaign_refuses_workloads_built_on_ddp_or_pipelining(tmp_path, workload):
+    """They fail on one rank (parallel.world_ok); the registry says so, so planning refuses them before any
+    GPU time is spent (a CPU dry run of redteam-x1.yaml found adv.flops.heads2 failing at launch)."""
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump({"name": "one", "nproc": 1, "runs": [{"workload": workload}]}))
+    with pytest.raises(ValueError, match=f"workload '{workload}' needs 2 ranks"):
+        Campaign.load(path).expand()
+
+
+def test_the_one_gpu_campaigns_plan_only_one_rank_workloads():
+    root = Path(__file__).resolve().parents[2] / "configs" / "campaigns"
+    for name in ("h200x1.yaml", "h200x1-hardneg.yaml", "redteam-x1.yaml"):
+        c = Campaign.load(root / name)
+        assert c.nproc == 1 and len(c.expand()) >= 10

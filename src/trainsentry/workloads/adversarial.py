@@ -28,8 +28,10 @@ W1024 = "train.ddp.w1024-l16"
 
 def _reg(strategy: str, fn, grid: dict[str, dict], toy: dict | None = None, base: dict | None = None,
          description: str = "") -> None:
+    # the strategies built on the benign DDP or pipeline machinery need two ranks (train.py's families)
+    min_ranks = 2 if fn in (run_ddp_variant, run_pp_variant) else 0
     variants(f"adv.{strategy}", CLS, strategy, fn, {**BASE, "strategy": strategy, **(base or {})}, {**TOY, **(toy or {})}, grid,
-             gpus=0, description=description)
+             gpus=0, description=description, min_ranks=min_ranks)
 
 
 def run_ddp_variant(ctx: Context, cfg: dict) -> None:

@@ -277,8 +277,10 @@ def _register() -> None:
            "train_single": train_single}
     for prefix, family, fn_name, gpus, base, grid in FAMILIES:
         fn = fns[fn_name]
+        # data, tensor and pipeline parallelism refuse a launch of one rank (parallel.world_ok); declared
+        # here, a campaign of one rank is refused when planned instead of failing each run on the GPU
         variants(prefix, CLS, family, fn, {**BASE, **base}, {**TOY, **TOY_EXTRA.get(family, {})}, grid,
-                 gpus=gpus, description=DESCRIPTIONS[family])
+                 gpus=gpus, description=DESCRIPTIONS[family], min_ranks=0 if fn_name == "train_single" else 2)
     for prefix, family, fn_name, gpus, min_ranks, base, toy, grid in FAMILIES_N:
         variants(prefix, CLS, family, fns[fn_name], {**BASE, **base}, {**TOY, **TOY_EXTRA.get(family, {}), **toy},
                  grid, gpus=gpus, description=f"{DESCRIPTIONS[family]} ({min_ranks}+ GPUs)", min_ranks=min_ranks)
