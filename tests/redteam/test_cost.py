@@ -72,6 +72,14 @@ def test_curves_that_do_not_overlap_give_no_penalty():
     assert penalty_at_common_point(np.array([]), np.array([]), np.array([1.0]), np.array([1.0])) == (None, None)
 
 
+def test_a_run_with_one_loss_point_gives_no_penalty():
+    """An online-learning run on one GPU logged one loss (step 1, 0 tokens trained): both curves start at
+    the untrained model, so a penalty of 0 there would read as an evasion that costs no loss."""
+    base = (np.array([0.0, 1e3, 2e3]), np.array([5.5, 4.0, 3.0]))
+    assert penalty_at_common_point(np.array([0.0]), np.array([5.5]), *base) == (None, None)
+    assert penalty_at_common_point(np.array([0.0, 500.0]), np.array([5.5, 5.0]), *base) == (pytest.approx(0.25), 500.0)
+
+
 def test_helpers():
     x = np.array([0.0, 1.0, 2.0])
     assert loss_at(x, np.array([3.0, 2.0, 1.0]), 1.5) == pytest.approx(1.5)

@@ -155,10 +155,13 @@ def x_to_reach(x: np.ndarray, loss: np.ndarray, target: float) -> float | None:
 def penalty_at_common_point(adv_x: np.ndarray, adv_loss: np.ndarray, base_x: np.ndarray,
                             base_loss: np.ndarray) -> tuple[float | None, float | None]:
     """(adversary's loss − baseline's, where) at the furthest x both curves reach; (None, None) when
-    the curves do not overlap."""
+    the curves do not overlap, or meet only at a curve's first point (a run that logged one loss, before
+    its first update: comparing there compares two untrained models and says nothing of the cost)."""
     if adv_x.size == 0 or base_x.size == 0:
         return None, None
     at = float(min(adv_x[-1], base_x[-1]))
+    if at <= max(adv_x[0], base_x[0]):
+        return None, None
     a, b = loss_at(adv_x, adv_loss, at), loss_at(base_x, base_loss, at)
     return (None, None) if a is None or b is None else (a - b, at)
 
