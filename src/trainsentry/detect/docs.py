@@ -100,11 +100,15 @@ the two host-path synchronisations are unfamiliar in every window and the top-k-
 in 14 %. It is a lead for an inspector where it fires, not a safety net.
 
 **One device.** The gate in front of `fused` sees no training on a single GPU: on a one-GPU node
-(`data/h200x1`, 34 runs) the model fitted here missed all 14 training runs at P = 0.00, without a
-false alert (`docs/prospective-h200x1.md`, `docs/one-gpu.md`). Where the gate is closed and a GPU is
+(`data/h200x1`) the committed model missed all 14 training runs of the first round at P = 0.00 and
+all 9 of the second, without a false alert (`docs/prospective-h200x1.md`,
+`docs/prospective-4b16cc0-h200x1.md`, `docs/one-gpu.md`). Where the gate is closed and a GPU is
 busy, the live collector adds a second lead (`trainsentry.detect.single_device`): trees on the
 busiest GPU's activity say whether the window looks like training. It changes no verdict, because
-batched embedding looks the same to them (the single-device path under "Tried and not kept").
+batched embedding looks the same to them (the single-device path under "Tried and not kept"); the
+committed lead found 7 of the second round's 9 training runs and called one of its 10 inference runs
+training (a 50 M embedding model at batch 1024), and 7 of the 10 single-GPU red-team runs
+(`docs/redteam-x1.md`: training steps inside a real inference server evade it).
 
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,
@@ -291,13 +295,14 @@ Run accuracy / inference FPR / training detection / median time to alert (s), me
   cap reads like a batched forward pass at the power cap (power, SM, tensor and DRAM activity all
   flat); the backward pass and the optimizer leave no cycle to see, and memory held is no physical
   discriminator (a large model's inference holds as much). Re-measured once the one-GPU node's 34 runs
-  existed, and again with the tenth session's runs (182 runs, `trainsentry eval --data data/h200 --data
+  existed, and again with the eleventh session's (204 runs, `trainsentry eval --data data/h200 --data
   data/h200x1 --splits 100 --detector fused --detector fused+single-device --out results/single-device
-  --docs ''`, `results/single-device/detector.json`): 94.8 % / 6.2 % / 94.3 % / 9.0 against `fused`'s
-  86.9 % / 1.9 % / 70.1 % / 9.1 on the same splits. It alerted on 94 % of the single-device training
-  appearances (94 % with the family left out) and on 44 % of the embedding ones (88 % with the family
-  left out); fitted on the 2-GPU runs alone, it found 13 of the
-  one-GPU node's 14 training runs with no false alert (`docs/one-gpu.md`). Batched embedding, a common
+  --docs ''`, `results/single-device/detector.json`): 94.5 % / 6.4 % / 93.7 % / 9.0 against `fused`'s
+  84.7 % / 1.9 % / 64.7 % / 9.1 on the same splits (182 runs before: 94.8 % / 6.2 % against 86.9 % /
+  1.9 %). It alerted on 89 % of the single-device training appearances (88 % with the family left out)
+  and on 33 % of the embedding ones (58 % with the family left out); fitted on the 2-GPU runs alone,
+  it found 19 of the one-GPU node's 23 training runs and called 1 of its 24 inference runs training
+  (`docs/one-gpu.md`). Batched embedding, a common
   service, is still read as training, so the verdict keeps the gate and single-device training stays its
   documented blind spot; the path's trees run in the live collector as a lead in the evidence instead
   (`detect.single_device`);
