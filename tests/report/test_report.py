@@ -548,3 +548,61 @@ def test_number_formats():
     assert fmt_value(0.9036, "x") == "0.90\u00d7" and fmt_value(18.99, "x") == "19\u00d7"
     assert fmt_value(-2.9e-5, "s3") == "0.000" and fmt_value(0.616, "s3") == "+0.616"
     assert fmt_value(-0.0153, "s3") == "\u22120.015"
+
+
+# ----- the red team on a one-GPU node (results/redteam-x1.json): an optional input
+
+def _one_gpu_redteam(res: Path, overhead: float = 3.25) -> dict:
+    """A small results/redteam-x1.json in the schema `trainsentry redteam rounds` writes (test inputs,
+    not findings): two settings, two rounds; the online one evades the single-device trees."""
+    def strat(name, setting, det, over, loss, at=0.01):
+        return {"name": name, "setting": setting, "window_detection": det, "run_detection": det,
+                "median_time_to_alert_s": 9.0 if det else None, "gpu_hour_overhead": over,
+                "loss_penalty_equal_tokens": loss, "loss_penalty_equal_gpu_hours": loss,
+                "equal_gpu_hours_at": None if loss is None else at,
+                "baseline_run_dir": "data/h200/train.ddp.w1536-l24-base-r0",
+                "run_ids": [f"adv.{name}.{setting}-base-r0"]}
+    doc = {"protocol": {"primary_detector": "fused+single-device"},
+           "data": {"strategy_settings": 2, "strategies": ["online", "throttle"]},
+           "rounds": [{"round": r, "strategies": [strat("online", "lora-k4", 0.0, overhead, None),
+                                                  strat("throttle", "pause50ms", 1.0, 0.19, -0.053)]}
+                      for r in (1, 2)]}
+    (res / "redteam-x1.json").write_text(json.dumps(doc))
+    return doc
+
+
+def test_one_gpu_red_team_told_from_its_results(tmp_path):
+    """Section 5's "On a one-GPU node" and section 8's sentence read results/redteam-x1.json: a changed
+    value shows changed, every number traces to the file, and the lead is said to raise no alert."""
+    res = _full_results(tmp_path)
+    _one_gpu_redteam(res, overhead=3.25)
+    b = build(res, DATA, tmp_path / "out", allow_missing=False, pdf=False, configs=CONFIGS)
+    secs = _sections(b.html_path.read_text())
+    sub = secs["s5_redteam"][secs["s5_redteam"].index("<h3>On a one-GPU node</h3>"):]
+    words = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", sub))
+    assert "missed 1 of them: online lora-k4 at 4.25× the GPU-hours per token of DDP" in words
+    assert "evidence, not the live verdict" in words and "none of these runs raises an alert" in words
+    assert 'title="redteam-x1.json#rounds/1/strategies/0/gpu_hour_overhead">4.25×<' in sub
+    assert "runs detected, round 1" in words and "runs detected, round 2" in words
+    assert "−0.053" in words                                  # the throttle's penalty, shown
+    assert re.search(r"4.25×</span></td><td>—</td>", sub)   # the online run logged one loss: no penalty to show
+    assert "still missed 1 of 2 strategy settings" in re.sub(r"<[^>]+>", "", secs["s8_recommendations"])
+    _check_numbers(b, res)
+    _one_gpu_redteam(res, overhead=6.5)  # the text follows the file, not a typed number
+    sub = _sections(build(res, DATA, tmp_path / "out2", allow_missing=False, pdf=False,
+                          configs=CONFIGS).html_path.read_text())["s5_redteam"]
+    assert ">7.50×<" in sub and ">4.25×<" not in sub
+
+
+def test_report_builds_without_the_one_gpu_red_team(tmp_path):
+    """results/redteam-x1.json is optional: without it the strict build succeeds, is no draft, and
+    shows neither the subsection nor section 8's sentence."""
+    assert INPUTS["redteam_x1"].optional
+    assert all("redteam_x1" not in s.INPUTS for s in SECTIONS)  # declared inputs are required
+    res = _full_results(tmp_path)
+    (res / "redteam-x1.json").unlink(missing_ok=True)
+    b = build(res, DATA, tmp_path / "out", allow_missing=False, pdf=False, configs=CONFIGS)
+    text = b.html_path.read_text()
+    assert not b.missing and "This is a draft" not in text and "redteam-x1.json" not in text
+    assert "<h3>On a one-GPU node</h3>" not in text and "Against the red team on one GPU" not in text
+    _check_numbers(b, res)

@@ -41,7 +41,7 @@ def required_inputs() -> list[str]:
 
 def check_inputs(results: Path, data: Path) -> list:
     return [(INPUTS[k], input_path(INPUTS[k], results, data)) for k in required_inputs()
-            if not is_present(INPUTS[k], results, data)]
+            if not INPUTS[k].optional and not is_present(INPUTS[k], results, data)]
 
 
 def render_html(results: Path, data: Path, allow_missing: bool,

@@ -2,6 +2,10 @@
 
 A section names the inputs it needs; the builder checks them all before rendering so that a
 missing file fails the build once, with every missing input and its command listed together.
+
+An *optional* input is never required: no section lists it in its ``INPUTS`` (the builder requires
+those), a section reads it only behind ``ctx.has`` and leaves its part out without it, and the
+Limitations section does not list it as missing.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ class Input:
     command: str    # what produces it
     what: str       # one line for the missing-input message
     entry: str = ""  # a slash path inside the file when the input is one entry of a shared file
+    optional: bool = False  # read only when present (``ctx.has``); its absence is no draft
 
 
 INPUTS: dict[str, Input] = {i.key: i for i in (
@@ -41,6 +46,12 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("redteam", "redteam.json", "results",
           "trainsentry redteam rounds --benign data/h200 --adversarial data/redteam-r1",
           "red-team rounds: detection and cost per strategy"),
+    Input("redteam_x1", "redteam-x1.json", "results",
+          "trainsentry redteam rounds --benign data/h200 --benign data/h200x1 --adversarial data/redteam-x1 "
+          "--detector fused+single-device --detector rt-baseline --primary fused+single-device "
+          "--harden fused+single-device --campaign configs/campaigns/redteam-x1.yaml --rounds 3 "
+          "--out results/redteam-x1.json --docs docs/redteam-x1.md --figures results/figures/redteam-x1",
+          "red-team rounds on a one-GPU node, scored by the single-device trees", optional=True),
     Input("simulator", "simulator.json", "results", "trainsentry simulate all",
           "the distributed-evasion simulator"),
     Input("state_rule", "state-rule.json", "results", "python scripts/state_rule.py --data data/h200",

@@ -1,5 +1,6 @@
 """5. Each red-team experiment: what it does, telemetry beside its benign counterpart, detection by
-round, cost to the adversary.
+round, cost to the adversary; and, when results/redteam-x1.json is there (an optional input), the
+red team on a one-GPU node.
 
 What was recorded comes from the red-team runs' manifests (data/redteam-r1); how the rounds were
 played, what they detected and what each strategy cost from results/redteam.json, including the
@@ -13,10 +14,13 @@ from pathlib import Path
 from .. import figures as F
 from ...redteam.rounds import _setting  # the setting name the red team's results use
 from ..inputs import INPUTS as ALL_INPUTS, input_path
+from ..ranking import last_round_rows
 from ..summary import sec, verdict
 
 TITLE = "Red-team experiments"
 INPUTS = ("redteam", "traces", "redteam_traces")
+ONE_GPU = "redteam_x1"   # optional (inputs.py): the subsection "On a one-GPU node" shows only when it is there
+SINGLE = "fused+single-device"  # the single-device trees: a lead beside the live verdict, never the verdict
 
 # What each strategy family changes, in words (docs/redteam-strategies.md has the full table, with the
 # settings). Its measured parameters are printed from the run manifests, never from here.
@@ -229,6 +233,22 @@ def _pair(ctx, runs: list[tuple[Path, dict]], entry: dict | None) -> tuple[Path,
     return None
 
 
+def _per_token(ctx, s: dict, p: str, key: str = "redteam") -> str:
+    """GPU-hours per token relative to DDP (one plus the overhead) of one strategy entry at ``p``."""
+    over = s.get("gpu_hour_overhead")
+    return ctx.derived(1 + over, "x", [(key, f"{p}/gpu_hour_overhead")]) if over is not None else "n/a"
+
+
+def _runs_detected(ctx, s: dict, p: str, key: str = "redteam") -> str:
+    """"1 of 1": runs detected of the strategy entry at ``p``, or its share when it names no runs."""
+    n = len(s.get("run_ids") or [])
+    det = s.get("run_detection")
+    if n and det is not None:
+        return (f"{ctx.derived(round(det * n), 'int', [(key, f'{p}/run_detection'), (key, f'{p}/run_ids')])}"
+                f" of {ctx.derived(n, 'int', [(key, f'{p}/run_ids')])}")
+    return ctx.num(key, f"{p}/run_detection", "pct")
+
+
 def _rows(ctx, rounds: list, name: str) -> tuple[str, dict | None]:
     rows, last, notes = "", None, []
     for i, rnd in enumerate(rounds):
@@ -237,19 +257,12 @@ def _rows(ctx, rounds: list, name: str) -> tuple[str, dict | None]:
                 continue
             p = f"rounds/{i}/strategies/{j}"
             last = s
-            over = s.get("gpu_hour_overhead")
-            cost = (ctx.derived(1 + over, "x", [("redteam", f"{p}/gpu_hour_overhead")]) if over is not None else "n/a")
-            n = len(s.get("run_ids") or [])
-            det = s.get("run_detection")
-            runs_cell = (f"{ctx.derived(round(det * n), 'int', [('redteam', f'{p}/run_detection'), ('redteam', f'{p}/run_ids')])}"
-                         f" of {ctx.derived(n, 'int', [('redteam', f'{p}/run_ids')])}"
-                         if n and det is not None else ctx.num('redteam', f'{p}/run_detection', 'pct'))
             rows += (f"<tr><td>{ctx.num('redteam', f'rounds/{i}/round', 'int')}</td>"
                      f"<td>{ctx.num('redteam', f'{p}/setting')}</td>"
                      f"<td>{ctx.num('redteam', f'{p}/window_detection', 'pct')}</td>"
-                     f"<td>{runs_cell}</td>"
+                     f"<td>{_runs_detected(ctx, s, p)}</td>"
                      f"<td>{ctx.num('redteam', f'{p}/median_time_to_alert_s', 'f0')}</td>"
-                     f"<td>{cost}</td>"
+                     f"<td>{_per_token(ctx, s, p)}</td>"
                      f"<td>{ctx.num('redteam', f'{p}/loss_penalty_equal_tokens', 's3')}</td>"
                      f"<td>{ctx.num('redteam', f'{p}/loss_penalty_equal_gpu_hours', 's3')}</td></tr>")
             if s.get("cost_note") and s["cost_note"] not in notes:
@@ -323,6 +336,73 @@ def _round1_by_detector(ctx, rounds: list) -> str:
             f"<table class='wide'><tr><th>strategy setting</th>{head}</tr>{rows}</table></div>")
 
 
+def one_gpu_missed(ctx) -> list[dict]:
+    """The strategy settings of results/redteam-x1.json that its primary detector missed in the last
+    round each was played (last-round entries, each with its ``_path``); empty without that file."""
+    if not ctx.has(ONE_GPU):
+        return []
+    return [r for r in last_round_rows(ctx.load(ONE_GPU))
+            if r.get("run_detection") is not None and r["run_detection"] < 1]
+
+
+def _one_gpu_node(ctx) -> str:
+    """The red team on a one-GPU node (results/redteam-x1.json): per strategy setting, runs detected by
+    the primary detector in round 1 and in the last round, and the cost; then what that detector is live."""
+    if not ctx.has(ONE_GPU):
+        return ""
+    doc = ctx.load(ONE_GPU)
+    rounds = doc.get("rounds") or []
+    if not rounds:
+        return ""
+    k, last = ONE_GPU, len(rounds) - 1
+    primary = (doc.get("protocol") or {}).get("primary_detector")
+    first = {(s["name"], s.get("setting")): j for j, s in enumerate(rounds[0]["strategies"])}
+    rows = ""
+    for r in last_round_rows(doc):
+        p = r["_path"]
+        j = first.get((r["name"], r.get("setting")))
+        r1 = _runs_detected(ctx, rounds[0]["strategies"][j], f"rounds/0/strategies/{j}", k) if j is not None else "—"
+        label = ctx.num(k, f"{p}/setting") if r.get("setting") else "—"
+        # none where the curves share no training (redteam.cost: a run that logged one loss)
+        loss = ctx.num(k, f"{p}/loss_penalty_equal_gpu_hours", "s3") \
+            if r.get("loss_penalty_equal_gpu_hours") is not None else "—"
+        rows += (f"<tr><td>{html.escape(r['name'])}</td><td>{label}</td><td>{r1}</td>"
+                 f"<td>{_runs_detected(ctx, r, p, k)}</td><td>{_per_token(ctx, r, p, k)}</td><td>{loss}</td></tr>")
+    round_no = lambda i: ctx.num(k, f"rounds/{i}/round", "int")  # noqa: E731
+    bases = sorted({r["baseline_run_dir"] for r in last_round_rows(doc) if r.get("baseline_run_dir")})
+    note = ("<p class='note'>Costs and loss penalties are set against "
+            + ", ".join(f"<code>{html.escape(b)}</code>" for b in bases)
+            + (", the DDP run" if len(bases) == 1 else ", the DDP runs") + " the results name, per GPU-hour "
+            "whatever its GPU count; — where the run logged too few losses to compare.</p>") if bases else ""
+    table = ("<table class='wide'><tr><th>strategy</th><th>setting</th>"
+             f"<th>runs detected, round {round_no(0)}</th><th>runs detected, round {round_no(last)}</th>"
+             "<th>GPU-hours per token (× DDP)</th><th>loss penalty, equal GPU-hours</th></tr>"
+             f"{rows}</table>{note}")
+    scored = f" scored by the {html.escape(primary)} detector" if primary else ""
+    text = (f"The red team also played {ctx.num(k, 'data/strategy_settings', 'int')} strategy settings of "
+            f"{ctx.derived(len(doc['data']['strategies']), 'int', [(k, 'data/strategies')])} strategies on a node "
+            f"with one GPU, where no gradient exchange crosses an interconnect "
+            f"(<code>{html.escape(str(ctx.results / 'redteam-x1.json'))}</code>), over "
+            f"{ctx.derived(len(rounds), 'int', [(k, 'rounds')])} {plural(len(rounds), 'round')}{scored}"
+            + (": the fused detector's trees on the busiest GPU's activity alone." if primary == SINGLE else ".")
+            + " ")
+    missed = one_gpu_missed(ctx)
+    if missed:
+        each = [f"{html.escape(r['name'])} {ctx.num(k, r['_path'] + '/setting')} at "
+                f"{_per_token(ctx, r, r['_path'], k)}" for r in missed]
+        text += (f"In the last round the detector missed {ctx.derived(len(missed), 'int', [(k, 'rounds')])} of them: "
+                 f"{', '.join(each[:-1]) + ' and ' + each[-1] if len(each) > 1 else each[0]} the GPU-hours per "
+                 f"token of DDP. ")
+    else:
+        text += "It detected every setting in the last round. "
+    if primary == SINGLE:
+        text += ("These trees run in the live collector only as a single-device lead beside the verdict: evidence, "
+                 "not the live verdict. On a one-GPU node the verdict is fused's, whose exchange gate stays closed "
+                 "without traffic between devices, so none of these runs raises an alert in the live state, "
+                 "whatever the lead says.")
+    return f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}</p></div>{table}"
+
+
 def render(ctx, figs) -> str:
     adv, base = recorded(ctx)
     intro = _intro(ctx, adv, base)
@@ -336,4 +416,4 @@ def render(ctx, figs) -> str:
                             "of its windows judged training, by the detector each round used (results/redteam.json).")
         intro += _round1_by_detector(ctx, rounds)
     body = [_strategy(ctx, figs, n, adv.get(n, []), rounds) for n in sorted(names)]
-    return intro + "\n".join(body)
+    return intro + "\n".join(body) + _one_gpu_node(ctx)

@@ -4,11 +4,31 @@ which measurement decides it rather than assuming an outcome."""
 import html
 
 from ..ranking import rank
+from .s5_redteam import ONE_GPU, SINGLE, one_gpu_missed
 from .s6_ranking import CHEAP
 from ..summary import detector_vs_targets, meets_detector_targets, primary_detector, sec
 
 TITLE = "Recommendations"
 INPUTS = ("gpu_check", "detector", "redteam", "simulator", "familiarity", "one_gpu")
+
+
+def _red_team_one_gpu(ctx) -> str:
+    """One sentence from results/redteam-x1.json (optional): what the single-device trees still missed
+    of the red team's one-GPU strategies in the last round, and at what cost to the adversary."""
+    if not ctx.has(ONE_GPU) or ctx.value(ONE_GPU, "protocol").get("primary_detector") != SINGLE:
+        return ""
+    missed = one_gpu_missed(ctx)
+    total = ctx.num(ONE_GPU, "data/strategy_settings", "int")
+    if not missed:
+        return (f" Against the red team on one GPU ({sec('s5_redteam')}) they caught all {total} "
+                f"strategy settings in the last round, though as a lead they raise no alert.")
+    costed = [r for r in missed if r.get("gpu_hour_overhead") is not None]
+    cost = (", at " + ctx.spread([1 + r["gpu_hour_overhead"] for r in costed], "x",
+                                 [(ONE_GPU, r["_path"] + "/gpu_hour_overhead") for r in costed])
+            + " the GPU-hours per token of DDP") if costed else ""
+    return (f" Against the red team on one GPU ({sec('s5_redteam')}) they still missed "
+            f"{ctx.derived(len(missed), 'int', [(ONE_GPU, 'rounds')])} of {total} strategy settings in the last "
+            f"round{cost}, and as a lead they raise no alert for any of its runs.")
 
 
 def render(ctx, figs) -> str:
@@ -94,7 +114,7 @@ def render(ctx, figs) -> str:
                      f"found {n('frozen/fused+single-device/training_detection')} with "
                      f"{n('frozen/fused+single-device/inference_fpr')} false alerts on that node's inference, but "
                      f"they also take batched embedding for training on the two-GPU node, so the live collector "
-                     f"shows them as a lead beside the verdict. A regime that must see small fine-tuning jobs "
+                     f"shows them as a lead beside the verdict.{_red_team_one_gpu(ctx)} A regime that must see small fine-tuning jobs "
                      f"needs a signal of the backward pass that these activity counters do not give.</li>")
     if ctx.has("simulator"):
         rows = ctx.value("simulator", "traffic_free")

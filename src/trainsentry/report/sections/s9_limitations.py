@@ -135,7 +135,7 @@ def _measured_limits(ctx) -> str:
 
 
 def render(ctx, figs) -> str:
-    missing = [i for i in ALL_INPUTS.values() if not is_present(i, ctx.results, ctx.data)]
+    missing = [i for i in ALL_INPUTS.values() if not i.optional and not is_present(i, ctx.results, ctx.data)]
     out = []
     if missing:
         items = "".join(f"<li>{missing_html(i, ctx.results, ctx.data)}</li>" for i in missing)
