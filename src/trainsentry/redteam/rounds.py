@@ -329,7 +329,7 @@ def costs(adv: list[AdvRun], baseline_dirs: list[Path]) -> dict[tuple[str, str],
             notes.append("the baseline run is shorter than the adversary's: loss penalties are taken at the "
                          "baseline's last tokens (GPU-hours), not at the adversary's end")
         if ok and (c["loss_penalty_equal_tokens"] is None or c["loss_penalty_equal_gpu_hours"] is None):
-            notes.append("a loss penalty is null: the two loss curves do not overlap")
+            notes.append("a loss penalty is null: the two loss curves share no training (no overlap beyond a first point)")
         c["cost_note"] = "; ".join(notes) or None
         c["baseline_run_dir"] = str(base_dir[c["baseline_runs"][0]]) if c["baseline_runs"] else None
         out[key] = c
