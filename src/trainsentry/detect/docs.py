@@ -106,9 +106,10 @@ all 9 of the second, without a false alert (`docs/prospective-h200x1.md`,
 busy, the live collector adds a second lead (`trainsentry.detect.single_device`): trees on the
 busiest GPU's activity say whether the window looks like training. It changes no verdict, because
 batched embedding looks the same to them (the single-device path under "Tried and not kept"); the
-committed lead found 7 of the second round's 9 training runs and called one of its 10 inference runs
-training (a 50 M embedding model at batch 1024), and 7 of the 10 single-GPU red-team runs
-(`docs/redteam-x1.md`: training steps inside a real inference server evade it).
+lead committed at 4b16cc0, before the second round, found 7 of its 9 training runs and called one of
+its 10 inference runs training (a 50 M embedding model at batch 1024), and 7 of the 10 single-GPU
+red-team runs (`docs/prospective-4b16cc0-redteam-x1.md`; the three it missed ran training steps inside
+a real inference server and took one to three optimizer steps each, `docs/redteam-x1.md`).
 
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,

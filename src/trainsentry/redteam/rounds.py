@@ -325,7 +325,8 @@ def costs(adv: list[AdvRun], baseline_dirs: list[Path]) -> dict[tuple[str, str],
              **{k: med(k) for k in ("gpu_hours", "tokens", "final_loss", "val_loss", "val_loss_tokens",
                                     "baseline_val_loss", "baseline_val_loss_tokens")},
              "baseline_runs": sorted({r["baseline_run"] for r in ok})}
-        if any(not r["compared_at_adversary_end"] for r in ok):
+        # (a penalty that could not be taken at all is the next note's, not a short baseline)
+        if any(not r["compared_at_adversary_end"] and r["equal_tokens_at"] is not None for r in ok):
             notes.append("the baseline run is shorter than the adversary's: loss penalties are taken at the "
                          "baseline's last tokens (GPU-hours), not at the adversary's end")
         if ok and (c["loss_penalty_equal_tokens"] is None or c["loss_penalty_equal_gpu_hours"] is None):

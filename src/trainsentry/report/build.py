@@ -40,8 +40,9 @@ def required_inputs() -> list[str]:
 
 
 def check_inputs(results: Path, data: Path) -> list:
+    assert not any(INPUTS[k].optional for k in required_inputs()), "a section lists an optional input"
     return [(INPUTS[k], input_path(INPUTS[k], results, data)) for k in required_inputs()
-            if not INPUTS[k].optional and not is_present(INPUTS[k], results, data)]
+            if not is_present(INPUTS[k], results, data)]
 
 
 def render_html(results: Path, data: Path, allow_missing: bool,

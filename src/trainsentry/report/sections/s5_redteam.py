@@ -384,7 +384,8 @@ def _one_gpu_node(ctx) -> str:
             f"with one GPU, where no gradient exchange crosses an interconnect "
             f"(<code>{html.escape(str(ctx.results / 'redteam-x1.json'))}</code>), over "
             f"{ctx.derived(len(rounds), 'int', [(k, 'rounds')])} {plural(len(rounds), 'round')}{scored}"
-            + (": the fused detector's trees on the busiest GPU's activity alone." if primary == SINGLE else ".")
+            + (": fused, and where its exchange gate is closed, trees on the busiest GPU's activity (from round 2 "
+               "also fitted on the other strategies' runs)." if primary == SINGLE else ".")
             + " ")
     missed = one_gpu_missed(ctx)
     if missed:
@@ -396,7 +397,8 @@ def _one_gpu_node(ctx) -> str:
     else:
         text += "It detected every setting in the last round. "
     if primary == SINGLE:
-        text += ("These trees run in the live collector only as a single-device lead beside the verdict: evidence, "
+        text += ("Those trees, fitted on the benign runs, run in the live collector only as a single-device lead "
+                 "beside the verdict: evidence, "
                  "not the live verdict. On a one-GPU node the verdict is fused's, whose exchange gate stays closed "
                  "without traffic between devices, so none of these runs raises an alert in the live state, "
                  "whatever the lead says.")
