@@ -384,8 +384,8 @@ def _one_gpu_node(ctx) -> str:
             f"with one GPU, where no gradient exchange crosses an interconnect "
             f"(<code>{html.escape(str(ctx.results / 'redteam-x1.json'))}</code>), over "
             f"{ctx.derived(len(rounds), 'int', [(k, 'rounds')])} {plural(len(rounds), 'round')}{scored}"
-            + (": fused, and where its exchange gate is closed, trees on the busiest GPU's activity (from round 2 "
-               "also fitted on the other strategies' runs)." if primary == SINGLE else ".")
+            + (": fused, and where its exchange gate is closed, trees on the busiest GPU's activity (after the "
+               "first round also fitted on the other strategies' runs)." if primary == SINGLE else ".")
             + " ")
     missed = one_gpu_missed(ctx)
     if missed:
