@@ -51,6 +51,9 @@ def test_migration_8_lets_unmonitored_hold_time_regressions_and_keeps_every_row(
     assert conn.execute("SELECT rowid, * FROM unmonitored ORDER BY rowid").fetchall() == rows
     assert conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'unmonitored'"
                         ).fetchall() == [("unmonitored_by_node",)]
+    # ... on the same columns, in the same order, as before (seqno, cid, name)
+    assert [(seqno, name) for seqno, _, name in conn.execute("PRAGMA index_info(unmonitored_by_node)")] == \
+        [(0, "node_id"), (1, "start_t")]
     conn.execute("INSERT INTO unmonitored VALUES (1, 5.0, 6.0, 'time_regression', 7, 7, 8.0)")
     with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
         conn.execute("INSERT INTO unmonitored VALUES (1, 5.0, 6.0, 'whatever', 7, 7, 8.0)")

@@ -424,3 +424,83 @@ def test_a_shutdown_judges_nothing_more_and_the_next_start_reads_the_rest_back(t
                 assert c.get("/v1/live").json()["caught_up"]["batches"] == len(sent)
                 out.append(verdicts(c))
     assert out[0] and out[1] == out[0]
+
+
+def _time_regression_run(tmp: Path, restart_after: str | None) -> tuple[dict, list[tuple]]:
+    """The DDP stream of test_live with, after its 20th batch, a chain-valid batch stamped ~10 s back
+    (second 10 again, a little later): a time_regression interval. A restart (a new app on the same
+    database, the agent carrying on) "after the regression": right after that batch, before any
+    window after it is judged, so the processor reads it back from the store with its interval;
+    "after a window": once the next batch has closed one window (the snapshot now covers the
+    regression batch), so the interval comes back only with the warmed buffer (warm.restore).
+    ({"line", "latest", "judged_before", "restarted_at", "caught_up"}, the node's timeline)."""
+    db, key, token = fresh_db(tmp)
+    stream = live_batches(DDP)
+    back = [{**s, "t": round(s["t"] + 0.05, 6)} for s in stream[10]]
+    start, latest = min(s["t"] for s in back), max(s["t"] for s in stream[19])
+    order = stream[:20] + [back] + stream[20:]
+    k = {None: len(order), "after the regression": 21, "after a window": 22}[restart_after]
+    out = {"line": f"window overlaps an unmonitored interval, time regression: {start:.1f}-{latest:.1f} (samples "
+                   "stamped before ones already received: history rewritten or clock stepped back; windows judged "
+                   "before they came did not see them)", "latest": latest}
+
+    def app():
+        return TestClient(create_app(db), headers={"Authorization": f"Bearer {token}"})
+
+    def judged_to(c) -> float:
+        return c.get("/v1/nodes/node-a/verdict").json()["window"]["end"]
+    c = app().__enter__()
+    try:
+        agent = Agent(c, "node-a", key)
+        for i, b in enumerate(order[:k]):
+            r = agent.send(b)
+            assert r.status_code == 200, r.text
+            if i == 19:
+                assert c.app.state.bus.drain(30.0)
+                out["judged_before"] = judged_to(c)
+            if i == 20:
+                assert r.json()["unmonitored"] == [{"start": start, "end": latest, "reason": "time_regression",
+                                                    "seq_from": 20, "seq_to": 20}]
+        assert c.app.state.bus.drain(30.0)
+        if k < len(order):
+            out["restarted_at"] = judged_to(c)
+            c.__exit__(None, None, None)
+            c = app().__enter__()
+            agent.client = c
+            assert c.app.state.bus.drain(30.0)
+            out["caught_up"] = c.get("/v1/live").json()["caught_up"]["batches"]
+            for b in order[k:]:
+                assert agent.send(b).status_code == 200
+            assert c.app.state.bus.drain(30.0)
+        tl = c.get("/v1/nodes/node-a/verdicts", params={"start": T0 - 10, "end": T0 + 100}).json()["verdicts"]
+        return out, [(v["t_start"], v["t_end"], v["state"], v["p_training"], v["job"], v["evidence"]) for v in tl]
+    finally:
+        c.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def time_regression_reference(tmp_path_factory, models) -> tuple[dict, list[tuple]]:
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("TRAINSENTRY_MODELS", str(models))
+        return _time_regression_run(tmp_path_factory.mktemp("regression-reference"), None)
+
+
+@pytest.mark.parametrize("restart_after", ["after the regression", "after a window"])
+def test_a_time_regression_is_in_the_evidence_of_the_windows_judged_after_a_restart(
+        tmp_path, monkeypatch, models, time_regression_reference, restart_after):
+    monkeypatch.setenv("TRAINSENTRY_MODELS", str(models))
+    _, ref = time_regression_reference
+    info, tl = _time_regression_run(tmp_path, restart_after)
+    line, latest, judged_before, restarted_at = info["line"], info["latest"], info["judged_before"], info["restarted_at"]
+    if restart_after == "after the regression":   # nothing judged since: the batch is read back from the store
+        assert restarted_at == judged_before and info["caught_up"] >= 1
+    else:                                          # a window judged since: nothing to read back, the buffer is warmed
+        assert restarted_at > judged_before and info["caught_up"] == 0
+    # the windows judged after the regression batch that overlap its span say so, those after the
+    # restart too (with its span); none before it, none past it
+    for t_start, t_end, *_, evidence in tl:
+        assert (line in evidence) == (t_end > judged_before and t_start < latest), (t_start, t_end, evidence)
+    assert [t_end for t_start, t_end, *_, evidence in tl if line in evidence and t_end > restarted_at]
+    assert not any("window overlaps an unmonitored interval:" in e for *_, evidence in tl for e in evidence)
+    # ... and every verdict is what a collector that never restarted says
+    assert tl == ref

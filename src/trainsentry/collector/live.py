@@ -59,6 +59,7 @@ from .evidence import detector_lines
 from .hooks import CommittedBatch
 from .nodestate import LOOPBACK_LINK, NodeState
 from .schema import connect
+from .store import TIME_REGRESSION
 
 log = logging.getLogger("trainsentry.collector.live")
 
@@ -82,7 +83,6 @@ TENSOR_SHARE_GEMM_ONLY = 0.9    # at or above: tensor-core GEMMs and little else
 SM_ACTIVE_MIN = 1.0             # % SM activity below which a share is not read ...
 TENSOR_ANY = 0.001              # ... only whether tensor cores worked at all (% activity; exactly 0 when idle)
 TENSOR_KEY, SM_KEY = "act.gpm_tensor_util_pct.mean.max", "act.gpm_sm_util_pct.mean.max"
-TIME_REGRESSION = "time_regression"  # the unmonitored reason of a batch stamped back into history (store.py)
 READ_RETRIES = 3        # attempts at reading a node's missing batches back before they are marked unjudged
 
 

@@ -68,9 +68,11 @@ MAX_FUTURE_S = 300.0
 # used only within TIMESTAMP_TOLERANCE_S of the host clock: a driver whose stamps are off by up to
 # that much, read between host-stamped readings (network, a GPU whose fields did not answer), can
 # start a batch up to that much before the previous one ended. Further back is a clock stepped back
-# or history rewritten; within it a node adds nothing it could not add by stamping made-up samples
-# "now".
+# or history rewritten. Within it nothing is recorded: a node can back-date samples by up to this
+# much, into a window already judged, and the stored samples may then disagree with the verdict
+# given. That is the price of not flagging honest NVML stamp offsets.
 TIME_REGRESSION_TOLERANCE_S = TIMESTAMP_TOLERANCE_S
+TIME_REGRESSION = "time_regression"   # the unmonitored reason such a batch is recorded with (live.py reads it)
 MAX_DEVICES_PER_NODE = 256   # GPUs + interfaces + IB ports; a node cannot grow the device table at will
 # Audit rows of their own per (node, code) per minute; the rest of the minute's refusals of that
 # key are one row that counts them, so junk cannot grow the database without bound (see
@@ -403,7 +405,7 @@ class Store:
                 gaps.append((node_id, last_t, t_first, "silence", None, None, now))
             if last_t is not None and t_first is not None and last_t - t_first > TIME_REGRESSION_TOLERANCE_S:
                 # (never with a silence: that needs t_first after last_t)
-                gaps.append((node_id, t_first, last_t, "time_regression", batch.seq, batch.seq, now))
+                gaps.append((node_id, t_first, last_t, TIME_REGRESSION, batch.seq, batch.seq, now))
             first = last = None
             if n_rows:
                 # New rows get max(sample_id)+1, +2, ... : the batch's samples are one contiguous range.
