@@ -566,7 +566,8 @@ def _one_gpu_redteam(res: Path, overhead: float = 3.25) -> dict:
            "data": {"strategy_settings": 2, "strategies": ["online", "throttle"]},
            "rounds": [{"round": r, "strategies": [strat("online", "lora-k4", 0.0, overhead, None),
                                                   strat("throttle", "pause50ms", 1.0, 0.19, -0.053)]}
-                      for r in (1, 2)]}
+                      for r in (1, 2)],
+           "unranked": [{"name": "online", "setting": "lora-k4", "why": "no loss penalty: the curves share no training"}]}
     (res / "redteam-x1.json").write_text(json.dumps(doc))
     return doc
 
@@ -582,6 +583,7 @@ def test_one_gpu_red_team_told_from_its_results(tmp_path):
     words = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", sub))
     assert "missed 1 of them: online lora-k4 at 4.25× the GPU-hours per token of DDP" in words
     assert "evidence, not the live verdict" in words and "none of these runs raises an alert" in words
+    assert "online lora-k4 is not ranked (no loss penalty: the curves share no training)" in words
     assert 'title="redteam-x1.json#rounds/1/strategies/0/gpu_hour_overhead">4.25×<' in sub
     assert "runs detected, round 1" in words and "runs detected, round 2" in words
     assert "−0.053" in words                                  # the throttle's penalty, shown

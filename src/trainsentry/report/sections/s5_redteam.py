@@ -394,6 +394,12 @@ def _one_gpu_node(ctx) -> str:
         text += (f"In the last round the detector missed {ctx.derived(len(missed), 'int', [(k, 'rounds')])} of them: "
                  f"{', '.join(each[:-1]) + ' and ' + each[-1] if len(each) > 1 else each[0]} the GPU-hours per "
                  f"token of DDP. ")
+        # a missed setting the red team could not rank (no loss penalty) is not shown to be an evasion that trains
+        why = {(u["name"], u.get("setting")): u.get("why") for u in doc.get("unranked") or []}
+        for r in missed:
+            if why.get((r["name"], r.get("setting"))):
+                text += (f"{html.escape(r['name'])} {ctx.num(k, r['_path'] + '/setting')} is not ranked "
+                         f"({html.escape(why[(r['name'], r.get('setting'))])}): undetected, not shown to train. ")
     else:
         text += "It detected every setting in the last round. "
     if primary == SINGLE:
