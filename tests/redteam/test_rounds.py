@@ -411,6 +411,9 @@ def test_a_setting_without_loss_data_is_not_ranked_and_says_why(cli_doc):
     assert (top["name"], top["setting"]) not in {(r["name"], r["setting"]) for r in ranked}
     why = next(u["why"] for u in unranked if (u["name"], u["setting"]) == (top["name"], top["setting"]))
     assert why.startswith("no loss penalty")
+    s["cost_note"] = "a loss penalty is null: the two loss curves share no training (no overlap beyond a first point)"
+    why = next(u["why"] for u in rank_strategies(changed)[1] if (u["name"], u["setting"]) == (top["name"], top["setting"]))
+    assert why == "no loss penalty: the two loss curves share no training (no overlap beyond a first point)"
     changed["ranking"], changed["unranked"] = ranked, unranked
     assert f"* {top['name']} {top['setting']}: no loss penalty" in render(changed)
 

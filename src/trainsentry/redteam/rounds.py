@@ -97,6 +97,9 @@ LIMITS = ["The evader does not adapt between rounds: every round re-scores the s
           "falls back to the proxy scorer and the run is flagged in its setting's notes."]
 
 
+NULL_PENALTY = "a loss penalty is null: "   # a cost note's prefix; an unranked setting's reason says it once
+
+
 class InputError(ValueError):
     """Input the command refuses with a message and exit code 2 (missing directories, no runs)."""
 
@@ -330,7 +333,7 @@ def costs(adv: list[AdvRun], baseline_dirs: list[Path]) -> dict[tuple[str, str],
             notes.append("the baseline run is shorter than the adversary's: loss penalties are taken at the "
                          "baseline's last tokens (GPU-hours), not at the adversary's end")
         if ok and (c["loss_penalty_equal_tokens"] is None or c["loss_penalty_equal_gpu_hours"] is None):
-            notes.append("a loss penalty is null: the two loss curves share no training (no overlap beyond a first point)")
+            notes.append(NULL_PENALTY + "the two loss curves share no training (no overlap beyond a first point)")
         c["cost_note"] = "; ".join(notes) or None
         c["baseline_run_dir"] = str(base_dir[c["baseline_runs"][0]]) if c["baseline_runs"] else None
         out[key] = c
@@ -367,7 +370,8 @@ def rank_strategies(doc: dict) -> tuple[list[dict], list[dict]]:
         if score is None or no_loss:
             why = (f"no GPU-hour overhead: {s.get('cost_note') or 'no cost'}" if s["gpu_hour_overhead"] is None
                    else "no run detection" if s["run_detection"] is None
-                   else f"no loss penalty: {s.get('cost_note') or 'the loss curves have no common point'}")
+                   else "no loss penalty: " + (s.get("cost_note") or "the loss curves have no common point")
+                   .replace(NULL_PENALTY, ""))
             unranked.append({**row, "score": None, "why": why})
         else:
             ranked.append(row)
