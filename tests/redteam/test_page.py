@@ -55,7 +55,10 @@ def test_page_command_rewrites_docs_and_figures_without_scoring(tmp_path):
     assert (tmp_path / "redteam.md").read_text() == render(doc)
     assert doc["figures"] and all(Path(p).is_file() for p in doc["figures"])
     before = _doc()
-    assert {k: v for k, v in doc.items() if k != "figures"} == {k: v for k, v in before.items() if k != "figures"}
+    assert doc["results_file"] == str(res)          # the page names the file it was written from
+    same = lambda d: {k: v for k, v in d.items() if k not in ("figures", "results_file")}  # noqa: E731
+    assert same(doc) == same(before)
+    assert f"from `{res}`" in (tmp_path / "redteam.md").read_text()
     missing = CliRunner().invoke(app, ["redteam", "page", "--results", str(tmp_path / "none.json")])
     assert missing.exit_code == 2
 
