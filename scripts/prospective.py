@@ -30,11 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from trainsentry.detect.alert import AlertRule  # noqa: E402
-from trainsentry.detect.base import load_detector  # noqa: E402
+from trainsentry.detect.base import Detector  # noqa: E402
 from trainsentry.detect.dataset import load_dataset  # noqa: E402
 from trainsentry.detect.evaluate import RUN_KEYS, RunOutcome, run_metrics  # noqa: E402
 from trainsentry.detect.pipeline import default_cache_dir  # noqa: E402
-from trainsentry.detect.single_device import SingleDeviceCheck, load as load_single_device  # noqa: E402
+from trainsentry.detect.single_device import fitted as fitted_single_device  # noqa: E402
 from trainsentry.lab.summary import config_key  # noqa: E402
 from trainsentry.traces.io import iter_runs, read_manifest  # noqa: E402
 
@@ -43,9 +43,8 @@ def load_model(path: Path):
     """A saved detector, or the live collector's single-device check (``--also single-device``): its
     ``predict_proba`` is the lead's P(training) where it speaks and 0 elsewhere."""
     import joblib
-    if isinstance(joblib.load(path), SingleDeviceCheck):
-        return load_single_device(path)
-    return load_detector(path)
+    model = joblib.load(path)
+    return model if isinstance(model, Detector) else fitted_single_device(model, path)
 
 
 def model_from_rev(rev: str, name: str, tmp: Path) -> tuple[Path, dict]:

@@ -117,7 +117,11 @@ class SingleDeviceCheck:
 
 def load(path: Path) -> SingleDeviceCheck:
     import joblib
-    check = joblib.load(path)
+    return fitted(joblib.load(path), path)
+
+
+def fitted(check, path: Path) -> SingleDeviceCheck:
+    """``check`` (read from ``path``) if it is a fitted single-device check, else a ValueError."""
     if not isinstance(check, SingleDeviceCheck) or check.trees.model is None and check.trees.constant_ is None:
         raise ValueError(f"{path} is not a fitted single-device check")
     return check
