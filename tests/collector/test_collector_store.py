@@ -46,7 +46,7 @@ def test_migration_8_lets_unmonitored_hold_time_regressions_and_keeps_every_row(
             old.execute("INSERT INTO unmonitored VALUES (1, 5.0, 6.0, 'time_regression', 7, 7, 8.0)")
         old.close()
     conn = schema.open_db(path)
-    assert schema.current_version(conn) == 8
+    assert schema.current_version(conn) == schema.SCHEMA_VERSION
     # rowids kept: the live processor reads a batch's intervals back in rowid order
     assert conn.execute("SELECT rowid, * FROM unmonitored ORDER BY rowid").fetchall() == rows
     assert conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'unmonitored'"
@@ -60,6 +60,29 @@ def test_migration_8_lets_unmonitored_hold_time_regressions_and_keeps_every_row(
     with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
         conn.execute("INSERT INTO unmonitored VALUES (99, 5.0, 6.0, 'silence', NULL, NULL, 8.0)")
     conn.close()
+
+
+def test_migration_9_adds_the_pipe_columns_and_keeps_the_samples(tmp_path, monkeypatch):
+    path = tmp_path / "c.db"
+    late = ["gpm_fp32_util_pct", "gpm_fp16_util_pct", "gpm_integer_util_pct"]
+    with monkeypatch.context() as m:      # a database as version 8 left it
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:8])
+        m.setattr(schema, "SCHEMA_VERSION", 8)
+        old = schema.open_db(path)
+        cols = [r[1] for r in old.execute("PRAGMA table_info(samples)")]
+        assert not set(late) & set(cols)
+        old.execute("INSERT INTO nodes (name, key, enrolled_at) VALUES ('n', '00', 1)")
+        old.execute("INSERT INTO samples (sample_id, node_id, device, kind, t, power_mw) VALUES (7, 1, 'gpu0', 'gpu', 5.0, 300000)")
+        old.close()
+    conn = schema.open_db(path)
+    assert schema.current_version(conn) == schema.SCHEMA_VERSION
+    assert sorted(r[1] for r in conn.execute("PRAGMA table_info(samples)")) == sorted(["sample_id", *schema.SAMPLE_COLUMNS])
+    assert conn.execute(f"SELECT sample_id, power_mw, {', '.join(late)} FROM samples").fetchall() == \
+        [(7, 300000, None, None, None)]
+    conn.close()
+    fresh = schema.open_db(tmp_path / "fresh.db")   # a new database reaches the same columns
+    assert sorted(r[1] for r in fresh.execute("PRAGMA table_info(samples)")) == sorted(["sample_id", *schema.SAMPLE_COLUMNS])
+    fresh.close()
 
 
 def test_a_database_from_a_newer_version_is_refused(tmp_path):

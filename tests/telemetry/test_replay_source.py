@@ -116,3 +116,29 @@ def test_open_sources(trace, tmp_path):
     with pytest.raises(SourceError):  # the second source fails: the first is closed again
         open_sources(["nvml", "replay:/nonexistent"], nvml_module=fake2)
     assert fake2.initialized == 0
+
+
+def test_a_trace_from_before_the_pipe_metrics_reads_them_as_not_reported(trace, tmp_path):
+    """The committed datasets were recorded before the GPM pipe metrics (schema ``late``): their
+    samples lack those columns, which read back as nulls; any other missing column is an error."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from trainsentry.traces.io import SAMPLES_FILE, read_samples
+    from trainsentry.traces.schema import METRICS
+
+    late = [m.name for m in METRICS if m.late]
+    assert late == ["gpm_fp32_util_pct", "gpm_fp16_util_pct", "gpm_integer_util_pct"]
+    run, readings = trace
+    old = tmp_path / "old"
+    shutil.copytree(run, old)
+    full = pq.read_table(old / SAMPLES_FILE)
+    pq.write_table(full.drop_columns(late), old / SAMPLES_FILE)
+    back = read_samples(old)
+    assert back.schema == full.schema and back.drop_columns(late).equals(full.drop_columns(late))
+    assert all(back.column(n).null_count == len(back) for n in late)
+    assert read_trace_readings(old) == read_trace_readings(run)
+    pq.write_table(full.drop_columns(["power_mw"]), old / SAMPLES_FILE)
+    with pytest.raises(ValueError, match="power_mw"):
+        read_samples(old)

@@ -35,12 +35,17 @@ SAMPLE_KEY_COLUMNS: tuple[str, ...] = ("node_id", "device", "kind", "t")
 SAMPLE_COLUMNS: tuple[str, ...] = SAMPLE_KEY_COLUMNS + SAMPLE_METRICS
 
 
+def _sql_type(m) -> str:
+    return "INTEGER" if m.integer else "REAL"
+
+
 def _samples_ddl() -> str:
     # No secondary index on samples: a batch's samples get consecutive sample_ids (appended in one
     # transaction) and the batches row records that range, so reads find samples through the small,
     # indexed batches table and a rowid range scan. Ingest then pays for one B-tree append per sample
     # instead of two B-tree inserts, which is most of the difference between 60k and 100k+ samples/s.
-    metric_cols = ",\n  ".join(f"{m.name} {'INTEGER' if m.integer else 'REAL'}" for m in METRICS)
+    # The columns of the first schema; metrics added later (``late``) arrive in their own migration.
+    metric_cols = ",\n  ".join(f"{m.name} {_sql_type(m)}" for m in METRICS if not m.late)
     return f"""
 CREATE TABLE samples (
   sample_id INTEGER PRIMARY KEY,
@@ -132,6 +137,10 @@ ALTER TABLE unmonitored_v8 RENAME TO unmonitored;
 CREATE INDEX unmonitored_by_node ON unmonitored(node_id, start_t);
 """
 
+# The GPM FP32, FP16 and integer pipe utilizations (traces/schema.py, added 2026-12-01).
+_V9 = "".join(f"ALTER TABLE samples ADD COLUMN {m.name} {_sql_type(m)};\n"
+              for m in METRICS if m.name in ("gpm_fp32_util_pct", "gpm_fp16_util_pct", "gpm_integer_util_pct"))
+
 # (version, DDL). Append only: never edit a migration that has shipped.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -142,6 +151,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (6, _UNJUDGED_DDL),  # spans of stored samples the live processor did not judge, and why (collector/live.py)
     (7, _ABSTAIN_DDL),  # verdicts.abstain: a paused job's idle window neither votes nor clears an alert
     (8, _V8),  # unmonitored.reason 'time_regression': samples stamped before ones already received
+    (9, _V9),  # samples: GPM FP32, FP16 and integer pipe utilization
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

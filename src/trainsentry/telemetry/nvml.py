@@ -67,6 +67,9 @@ GPM_METRIC_IDS: dict[str, int] = {
     "gpm_pcie_rx_mibps": 21,       # PCIE_RX_PER_SEC
     "gpm_nvlink_rx_mibps": 60,     # NVLINK_TOTAL_RX_PER_SEC
     "gpm_nvlink_tx_mibps": 61,     # NVLINK_TOTAL_TX_PER_SEC
+    "gpm_fp32_util_pct": 12,       # FP32_UTIL
+    "gpm_fp16_util_pct": 13,       # FP16_UTIL
+    "gpm_integer_util_pct": 4,     # INTEGER_UTIL
 }
 
 

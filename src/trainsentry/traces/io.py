@@ -38,6 +38,7 @@ def arrow_schema() -> pa.Schema:
 
 
 SCHEMA = arrow_schema()
+_LATE = frozenset(m.name for m in METRICS if m.late)
 
 
 def readings_to_columns(node: str, readings: Iterable[Reading]) -> dict[str, list]:
@@ -152,10 +153,16 @@ def read_manifest(run_dir: str | Path) -> dict:
 
 
 def read_samples(run_dir: str | Path) -> pa.Table:
+    """A trace's samples in :data:`SCHEMA`'s columns. A trace recorded before a ``late`` metric existed
+    lacks that column: it reads as nulls (not reported), every other missing column is an error."""
     table = pq.read_table(Path(run_dir) / SAMPLES_FILE)
     missing = [f.name for f in SCHEMA if f.name not in table.column_names]
+    if [m for m in missing if m not in _LATE]:
+        raise ValueError(f"{run_dir}: samples lack columns {[m for m in missing if m not in _LATE][:5]}")
     if missing:
-        raise ValueError(f"{run_dir}: samples lack columns {missing[:5]}")
+        cols = {f.name: table.column(f.name) if f.name in table.column_names else pa.nulls(len(table), f.type)
+                for f in SCHEMA}
+        table = pa.Table.from_pydict(cols, schema=SCHEMA)
     return table
 
 

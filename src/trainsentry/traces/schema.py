@@ -28,6 +28,9 @@ class Metric:
     scale: float = 1.0
     rate_name: str | None = None  # name of the derived rate column for counters
     wrap_bits: int | None = None  # known hardware width, else a decrease means a reset
+    # Added after traces and collector databases already existed: older traces lack the column
+    # (readers fill it with nulls, i.e. "not reported") and older databases gain it in a migration.
+    late: bool = False
 
 
 GPU_METRICS: tuple[Metric, ...] = (
@@ -55,6 +58,12 @@ GPU_METRICS: tuple[Metric, ...] = (
     Metric("gpm_pcie_rx_mibps", "rate", "MiB/s", "GPM PCIe RX bandwidth"),
     Metric("gpm_nvlink_tx_mibps", "rate", "MiB/s", "GPM NVLink TX bandwidth, all links"),
     Metric("gpm_nvlink_rx_mibps", "rate", "MiB/s", "GPM NVLink RX bandwidth, all links"),
+    # The arithmetic pipes outside the tensor cores (added 2026-12-01, twelfth session): what share of
+    # cycles the FP32, FP16 and integer pipes are busy. Mixed-precision training keeps fp32 master
+    # weights, gradients and optimizer state; a bf16 forward pass mostly does not.
+    Metric("gpm_fp32_util_pct", "rate", "%", "GPM FP32 pipe utilization", late=True),
+    Metric("gpm_fp16_util_pct", "rate", "%", "GPM FP16 pipe utilization", late=True),
+    Metric("gpm_integer_util_pct", "rate", "%", "GPM integer pipe utilization", late=True),
 )
 
 NET_METRICS: tuple[Metric, ...] = (

@@ -76,16 +76,20 @@ def run_embed(ctx: Context, cfg: dict) -> None:
 
     With ``to_host`` every batch's normalised vectors are copied to host memory, as a service that
     returns them to its clients must (batch × d_model × 4 bytes per step over PCIe, device to host);
-    without it they stay on the GPU (the configurations recorded before 2026-12-01 had no copy)."""
+    without it they stay on the GPU (the configurations recorded before 2026-12-01 had no copy).
+    ``weights: fp32`` serves the model in full precision (no bf16 cast), as some embedding services do."""
     mcfg = model_config(cfg, causal=False)
-    model = build_model(ctx, mcfg)
+    weights = cfg.get("weights", "default")
+    if weights not in ("default", "fp32"):
+        raise ValueError(f"weights must be 'default' or 'fp32', got {weights!r}")
+    model = build_model(ctx, mcfg, torch.float32 if weights == "fp32" else None)
     batch, length = int(cfg["batch"]), int(cfg["text_len"])
     pause_s = float(cfg.get("pause_s", 0.0))
     to_host = bool(cfg.get("to_host", False))
     src = prompt_source(ctx, salt=ctx.rank)
     texts = src.prompts(batch, length)
     ctx.ledger.flops_per_step = flopcount.measure(lambda: model.embed(texts))
-    ctx.ledger.extra.update(params=mcfg.params(), method="flop_counter",
+    ctx.ledger.extra.update(params=mcfg.params(), method="flop_counter", weights_dtype=str(next(model.parameters()).dtype),
                             bytes_to_host_per_step=batch * mcfg.d_model * 4 if to_host else 0)
     sink = torch.zeros(mcfg.d_model, device=ctx.device, dtype=torch.float32)
     host_sink = torch.zeros(mcfg.d_model, dtype=torch.float32)

@@ -65,13 +65,13 @@ def model_config(cfg: dict, causal: bool = True) -> ModelConfig:
     return ModelConfig(**MODELS[cfg["model"]], seq_len=int(cfg["seq_len"]), causal=causal)
 
 
-def build_model(ctx: Context, mcfg: ModelConfig) -> GPT:
+def build_model(ctx: Context, mcfg: ModelConfig, dtype: torch.dtype | None = None) -> GPT:
     """Same weights on every rank (seeded by ctx.seed, not the rank), built directly on the device
-    so a multi-billion model never passes through host memory."""
+    so a multi-billion model never passes through host memory; in ``dtype`` (default the context's)."""
     torch.manual_seed(ctx.seed)
     with torch.device(ctx.device):
         model = GPT(mcfg)
-    return model.to(ctx.dtype).eval()
+    return model.to(dtype or ctx.dtype).eval()
 
 
 def prompt_source(ctx: Context, salt: int = 0) -> Batches:

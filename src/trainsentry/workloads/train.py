@@ -80,6 +80,14 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
     trains on its own batches; the wrapper decides what crosses the interconnect."""
     mcfg = par.model_config(cfg)
     model = par.build_model(ctx, mcfg)
+    # param_dtype bf16: pure bf16 training (weights, gradients and optimizer state in bf16, no fp32
+    # master copy), the recipe that leaves the least fp32 arithmetic; default: fp32 weights, bf16 autocast.
+    param_dtype = cfg.get("param_dtype", "fp32")
+    if param_dtype not in ("fp32", "bf16"):
+        raise ValueError(f"param_dtype must be 'fp32' or 'bf16', got {param_dtype!r}")
+    if param_dtype == "bf16":
+        model.to(torch.bfloat16)
+    ctx.ledger.extra["param_dtype"] = param_dtype
     analytic = None
     if cfg.get("lora_rank"):
         ctx.ledger.extra["lora_params"] = apply_lora(model, cfg["lora_rank"], cfg.get("lora_alpha", 16.0))
