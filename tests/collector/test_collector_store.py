@@ -85,6 +85,27 @@ def test_migration_9_adds_the_pipe_columns_and_keeps_the_samples(tmp_path, monke
     fresh.close()
 
 
+def test_migration_10_adds_the_lead_to_verdicts_and_keeps_them(tmp_path, monkeypatch):
+    from trainsentry.collector import verdicts
+
+    path = tmp_path / "c.db"
+    with monkeypatch.context() as m:      # a database as version 9 left it, with one verdict
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:9])
+        m.setattr(schema, "SCHEMA_VERSION", 9)
+        old = schema.open_db(path)
+        old.execute("INSERT INTO verdicts (scope, subject, t_start, t_end, state, p_training, detector, artifact, "
+                    "evidence, job, computed_at) VALUES ('node', 'n', 0, 8, 'inference', 0.1, 'fused', NULL, '[]', NULL, 9)")
+        old.close()
+    conn = schema.open_db(path)
+    assert schema.current_version(conn) == schema.SCHEMA_VERSION
+    v = verdicts.latest(conn, "node", "n")
+    assert v["state"] == "inference" and v["lead_p"] is None
+    # a summary over windows judged before the lead was stored: it spoke on none of them
+    assert verdicts.lead_summary(conn, "node", "n", 0, 10, 0.75) == {
+        "start": 0, "end": 10, "threshold": 0.75, "windows_spoken": 0, "like_training": 0, "p_max": None, "last": None}
+    conn.close()
+
+
 def test_a_database_from_a_newer_version_is_refused(tmp_path):
     path = tmp_path / "c.db"
     schema.open_db(path).close()

@@ -72,6 +72,19 @@ def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client,
     # a lead, never a verdict: the exchange gate is closed on one device
     assert all(v["state"] != "training" for v in vs), [v["state"] for v in vs]
     assert LIKE_TRAINING in single_device_lines(like[0])[0]
+    # each window stores the lead's P beside its line (None where it did not speak) ...
+    for v in vs:
+        lines = single_device_lines(v)
+        assert (v["lead_p"] is None) == (not lines), v
+        if lines:
+            assert f"P(training) = {v['lead_p']:.2f}" in lines[0]
+    # ... and the node's verdict sums it up over the last hour, so an inspector sees it without
+    # reading every window
+    node_view = committed_client.get("/v1/nodes/node-a/verdict").json()
+    lead = node_view["single_device_lead"]
+    assert lead["windows_spoken"] == len(busy) and lead["like_training"] == len(like), lead
+    assert lead["threshold"] == 0.75 and lead["p_max"] == max(v["lead_p"] for v in busy)
+    assert lead["last"]["t_end"] == max(v["t_end"] for v in busy) and node_view["state"] != "training"
 
 
 def test_single_user_decode_is_not_called_training_by_the_lead(committed_client, node):
@@ -82,3 +95,5 @@ def test_single_user_decode_is_not_called_training_by_the_lead(committed_client,
     assert len(lines) >= 5, [v["evidence"] for v in vs]   # it speaks on the busy windows ...
     assert not [line for line in lines if ": like training" in line], lines   # ... and says no
     assert all(v["state"] != "training" for v in vs)
+    lead = committed_client.get("/v1/nodes/node-a/verdict").json()["single_device_lead"]
+    assert lead["windows_spoken"] == len(lines) and lead["like_training"] == 0 and lead["p_max"] < 0.75, lead

@@ -432,7 +432,8 @@ class LiveProcessor:
             ps[~ood] = self.detector.predict_proba(frame[~ood])
         if ood.any():
             ps[ood] = self.fallback.predict_proba(frame[ood])
-        check_lines = [iter(lines) for lines in self._check_lines(frame)] if have else []
+        checked, lead = self._check_lines(frame) if have else ([], [])
+        check_lines, leads = [iter(lines) for lines in checked], iter(lead)
         ps, oods = iter(ps), iter(ood)
         out = []
         for e, row in zip(ends, matched):
@@ -445,6 +446,7 @@ class LiveProcessor:
                 evidence.append(f"this window lacks a sensor {self.detector.name} was always fitted with "
                                 f"({', '.join(getattr(self.detector, 'groups_seen_', []))}): judged by comm-rules with its "
                                 f"documented default thresholds instead")
+            lead_p = next(leads, None) if row is not None else None
             if row is not None:  # the checks' lines, then the detector's own, passed through (collector/evidence.py)
                 evidence += [line for lines in check_lines if (line := next(lines, None)) is not None]
                 evidence += detector_lines(det.explain(row), table, e - cfg.window_s, e)
@@ -461,21 +463,28 @@ class LiveProcessor:
             out.append({"scope": scope, "subject": subject, "t_start": e - cfg.window_s, "t_end": e,
                         "state": state, "p_training": p, "detector": det.name,
                         "artifact": self.artifact if det is self.detector else None, "evidence": evidence,
-                        "job": job_of(e) if job_of else None})
+                        "job": job_of(e) if job_of else None, "lead_p": lead_p})
             self.windows_judged += 1
         return out
 
-    def _check_lines(self, frame: pd.DataFrame) -> list[list[str | None]]:
-        """Per evidence check, its entry for each row (a line, or None): a check that fails (an artifact
-        this sklearn cannot run, odd input) is logged and dropped, never a reason to stop verdicts."""
-        out = []
+    def _check_lines(self, frame: pd.DataFrame) -> tuple[list[list[str | None]], list[float | None]]:
+        """Per evidence check, its entry for each row (a line, or None), and the single-device lead's
+        P(training) per row (None where it did not speak; all None without it): a check that fails (an
+        artifact this sklearn cannot run, odd input) is logged and dropped, never a reason to stop verdicts."""
+        out: list[list[str | None]] = []
+        lead: list[float | None] = [None] * len(frame)
         for name, check in list(self.checks.items()):
             try:
-                out.append(check.lines(frame))
+                if name == "single-device":
+                    scores = check.scores(frame)
+                    out.append(check.lines(frame, scores))
+                    lead = scores
+                else:
+                    out.append(check.lines(frame))
             except Exception as e:
                 log.error("%s check failed, dropped from the evidence from now on: %s", name, e)
                 del self.checks[name]
-        return out
+        return out, lead
 
     def judge_node(self, node: str, st: NodeState, ends: list[float]) -> list[dict]:
         cfg = self.cfg

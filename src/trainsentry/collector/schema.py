@@ -24,8 +24,8 @@ from pathlib import Path
 
 from ..traces.schema import METRICS
 from .auth import DDL as _AUTH_DDL
-from .verdicts import (ABSTAIN_DDL as _ABSTAIN_DDL, DDL as _VERDICTS_DDL, NODE_STATE_DDL as _NODE_STATE_DDL,
-                       UNJUDGED_DDL as _UNJUDGED_DDL)
+from .verdicts import (ABSTAIN_DDL as _ABSTAIN_DDL, DDL as _VERDICTS_DDL, LEAD_DDL as _LEAD_DDL,
+                       NODE_STATE_DDL as _NODE_STATE_DDL, UNJUDGED_DDL as _UNJUDGED_DDL)
 
 SYNC_LEVELS = ("normal", "full")
 
@@ -152,6 +152,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (7, _ABSTAIN_DDL),  # verdicts.abstain: a paused job's idle window neither votes nor clears an alert
     (8, _V8),  # unmonitored.reason 'time_regression': samples stamped before ones already received
     (9, _V9),  # samples: GPM FP32, FP16 and integer pipe utilization
+    (10, _LEAD_DDL),  # verdicts.lead_p: the single-device lead's P(training) per window, served summarised
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

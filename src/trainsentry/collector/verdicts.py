@@ -98,15 +98,19 @@ CREATE INDEX unjudged_by_node ON unjudged(node, start_t);
 
 ABSTAIN_DDL = "ALTER TABLE verdicts ADD COLUMN abstain INTEGER NOT NULL DEFAULT 0;  -- 1: no vote (a pause)\n"
 
+# The single-device lead's P(training) per window (detect/single_device.py): NULL where it did not
+# speak (an exchange seen, no GPU busy, no artifact loaded, or a window judged before migration 10).
+LEAD_DDL = "ALTER TABLE verdicts ADD COLUMN lead_p REAL;  -- the single-device lead's P(training), if it spoke\n"
+
 _VERDICT_COLS = ("scope, subject, t_start, t_end, state, p_training, detector, artifact, evidence, job, computed_at, "
-                 "abstain")
+                 "abstain, lead_p")
 
 
 def _verdict(row: tuple) -> dict:
-    scope, subject, t_start, t_end, state, p, det, artifact, evidence, job, computed_at, abstain = row
+    scope, subject, t_start, t_end, state, p, det, artifact, evidence, job, computed_at, abstain, lead_p = row
     return {"scope": scope, "subject": subject, "t_start": t_start, "t_end": t_end, "state": state,
             "p_training": p, "detector": det, "artifact": artifact, "evidence": json.loads(evidence),
-            "job": job, "computed_at": computed_at, "abstain": bool(abstain)}
+            "job": job, "computed_at": computed_at, "abstain": bool(abstain), "lead_p": lead_p}
 
 
 def _alert(row: tuple) -> dict:
@@ -143,10 +147,10 @@ class VerdictWriter:
                               [(new, n, since[0] if since else -math.inf, old) for n in nodes])
                 c.execute("UPDATE alerts SET subject = ? WHERE scope = 'job' AND subject = ?", (new, old))
                 c.execute("DELETE FROM jobs WHERE job = ?", (old,))
-            c.executemany(f"INSERT OR REPLACE INTO verdicts ({_VERDICT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            c.executemany(f"INSERT OR REPLACE INTO verdicts ({_VERDICT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                           [(v["scope"], v["subject"], v["t_start"], v["t_end"], v["state"], v["p_training"],
                             v["detector"], v["artifact"], json.dumps(v["evidence"]), v.get("job"), now,
-                            int(bool(v.get("abstain")))) for v in verdicts])
+                            int(bool(v.get("abstain"))), v.get("lead_p")) for v in verdicts])
             for a in new_alerts:
                 cur = c.execute("INSERT INTO alerts (scope, subject, raised_t, cleared_t, threshold, k, n, p_max, "
                                 "detector, evidence, raised_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -191,6 +195,20 @@ def jobs_with_latest(conn: sqlite3.Connection) -> list[dict]:
         "ORDER BY j.start_t, j.job").fetchall()
     return [{"job": j, "nodes": json.loads(n), "start_t": s, "last_t": last, "updated_at": u,
              "state": state, "p_training": p} for j, n, s, last, u, state, p in rows]
+
+
+def lead_summary(conn: sqlite3.Connection, scope: str, subject: str, start: float, end: float,
+                 threshold: float) -> dict:
+    """The single-device lead over the windows ending in [start, end]: how many it spoke on, how many
+    of those read like training (P ≥ threshold), the highest P and the latest window it spoke on."""
+    n, like, p_max = conn.execute(
+        "SELECT count(lead_p), coalesce(sum(lead_p >= ?), 0), max(lead_p) FROM verdicts "
+        "WHERE scope = ? AND subject = ? AND t_end >= ? AND t_end <= ?", (threshold, scope, subject, start, end)).fetchone()
+    last = conn.execute("SELECT t_end, lead_p FROM verdicts WHERE scope = ? AND subject = ? AND t_end >= ? "
+                        "AND t_end <= ? AND lead_p IS NOT NULL ORDER BY t_end DESC LIMIT 1",
+                        (scope, subject, start, end)).fetchone()
+    return {"start": start, "end": end, "threshold": threshold, "windows_spoken": n, "like_training": like,
+            "p_max": p_max, "last": {"t_end": last[0], "p": last[1]} if last else None}
 
 
 def timeline(conn: sqlite3.Connection, scope: str, subject: str, start: float, end: float,
@@ -268,6 +286,11 @@ def add_routes(app, col, proc) -> None:
         # recorded spans, plus an open one while the processor still owes the node stored batches
         return unjudged(conn, node, start, end) + proc.not_judged_yet(node)
 
+    def _lead(conn, scope: str, subject: str, start: float, end: float) -> dict | None:
+        """The single-device lead summarised over [start, end], or None when no lead is loaded."""
+        check = proc.checks.get("single-device")
+        return None if check is None else lead_summary(conn, scope, subject, start, end, check.threshold)
+
     @app.get("/v1/nodes/{node}/verdict")
     def get_verdict(node: str) -> Response:
         conn = col.reader()
@@ -285,7 +308,8 @@ def add_routes(app, col, proc) -> None:
                 return _json(body)
             body.update(state=v["state"], p_training=v["p_training"], evidence=v["evidence"],
                         detector=v["detector"], artifact=v["artifact"], window={"start": v["t_start"], "end": v["t_end"]},
-                        job=v["job"], updated_at=v["computed_at"],
+                        job=v["job"], updated_at=v["computed_at"], lead_p=v["lead_p"],
+                        single_device_lead=_lead(conn, "node", node, v["t_end"] - 3600.0, v["t_end"]),
                         unmonitored=_unmonitored(conn, node, v["t_end"] - 3600.0, now),
                         unjudged=_unjudged(conn, node, v["t_end"] - 3600.0, now))
             return _json(body)
@@ -338,6 +362,7 @@ def add_routes(app, col, proc) -> None:
         return _json({**j, "start": j["start_t"], "state": v and v["state"], "p_training": v and v["p_training"],
                       "verdict": v, "verdicts": timeline(conn, "job", name, start, end),
                       "alerts": alerts(conn, "job", name),
+                      "single_device_lead": _lead(conn, "job", name, j["start_t"], end),
                       "unmonitored": {n: _unmonitored(conn, n, j["start_t"], end) for n in j["nodes"]},
                       "unjudged": {n: _unjudged(conn, n, j["start_t"], end) for n in j["nodes"]}})
 

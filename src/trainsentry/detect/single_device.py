@@ -90,14 +90,20 @@ class SingleDeviceCheck:
             p[speak] = self.trees.predict_proba(X[speak])
         return p
 
-    def lines(self, X: pd.DataFrame) -> list[str | None]:
-        """One entry per row of X: an evidence line, or None where the check has nothing to say."""
-        out: list[str | None] = [None] * len(X)
+    def scores(self, X: pd.DataFrame) -> list[float | None]:
+        """One entry per row of X: the trees' P(training) where the check speaks, None elsewhere
+        (the live collector stores it beside each verdict as ``lead_p``)."""
+        out: list[float | None] = [None] * len(X)
         speak = self.judged(X)
         if speak.any():
             for i, p in zip(np.flatnonzero(speak), self.trees.predict_proba(X[speak])):
-                out[i] = self.line(float(p))
+                out[i] = float(p)
         return out
+
+    def lines(self, X: pd.DataFrame, scores: list[float | None] | None = None) -> list[str | None]:
+        """One entry per row of X: an evidence line, or None where the check has nothing to say
+        (from ``scores`` when the caller has them already)."""
+        return [None if p is None else self.line(p) for p in (self.scores(X) if scores is None else scores)]
 
     def line(self, p: float) -> str:
         head = (f"single-device check (no inter-device exchange seen): the GPUs' activity reads "

@@ -87,6 +87,11 @@
       "alert " + (a.open ? "open" : "cleared") + ": raised " + TS.clock(a.raised_t) +
       (a.cleared_t ? ", cleared " + TS.clock(a.cleared_t) : "") + " — P(training) up to " + TS.pct(a.p_max) +
       " (" + a.rule.k + " of " + a.rule.n + " windows at >= " + a.rule.threshold + ", " + a.detector + ")"));
+    // The single-device lead over the last hour: on one GPU the verdict cannot say training, this can hint it.
+    const lead = v && v.single_device_lead;
+    if (lead && lead.windows_spoken > 0) items.unshift(TS.el("li", { class: lead.like_training ? "lead" : "" },
+      "single-device lead: " + lead.like_training + " of " + lead.windows_spoken + " busy windows in the hour read " +
+      "like training (P up to " + TS.pct(lead.p_max) + ", >= " + lead.threshold + " counts); a lead, not a verdict"));
     document.getElementById("alerts").replaceChildren(...items);
   }
 
