@@ -114,6 +114,8 @@ def toy_run(tmp_path_factory) -> Path:
         if name.startswith("other.nccl_sweep"):   # two sizes per op, every op of the variant once
             item.update(overrides={"min_bytes": 1024, "max_bytes": 2048}, max_steps=6)
         runs.append(item)
+    runs.append({"run_id": "embed_fp32", "workload": "infer.embed.s125m_b256_l512", "seconds": 60, "max_steps": STEPS,
+                 "overrides": {"weights": "fp32"}})
     (out / "plan.json").write_text(json.dumps({"toy": True, "runs": runs}))
     (out / "launch.py").write_text(LAUNCHER)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
@@ -188,6 +190,9 @@ def test_every_workload_runs_at_toy_size(toy_run):
     assert host["ground_truth"]["extra"]["0"]["host_checksum"] > 0   # the vectors reached the host
     kept = truth(toy_run, "infer.embed.s125m_b256_l512")["ground_truth"]["extra"]["0"]
     assert kept["bytes_to_host_per_step"] == 0 and kept["host_checksum"] == 0 and kept["embedding_checksum"] > 0
+    # weights: fp32 serves the model in full precision whatever the context's dtype (bf16 on a GPU)
+    fp32 = truth(toy_run, "embed_fp32")
+    assert fp32["ok"] and fp32["ground_truth"]["extra"]["0"]["weights_dtype"] == "torch.float32"
 
 
 def _analytic_generate(cfg: dict, steps: int) -> float:

@@ -41,6 +41,8 @@ def truths(tmp_path_factory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("train_runs")
     runs = [{"run_id": rid, "workload": name, "max_steps": STEPS, "seconds": 120} for rid, name in RUNS.items()]
     runs.append({"run_id": "long", "workload": "train.single.w1024-l16", "max_steps": LONG_STEPS, "seconds": 120})
+    runs.append({"run_id": "bf16_long", "workload": "train.single.w1024-l16", "max_steps": LONG_STEPS, "seconds": 120,
+                 "overrides": {"param_dtype": "bf16"}})
     return run_plan(out, runs, 2, [str(HERE / "train_worker.py")], timeout=300)
 
 
@@ -139,6 +141,16 @@ def test_loss_falls_on_a_short_run(truths):
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert last < first - 1.0, (first, last)
     assert extra(truths["long"])["val_loss"] < first - 0.8
+
+
+def test_pure_bf16_training_holds_bf16_weights_and_still_learns(truths):
+    """param_dtype bf16: weights, gradients and optimizer state in bf16 (no fp32 master copy), the
+    red-team counter-case to an FP32-pipe signal (docs/pipes.md); the default keeps fp32 weights."""
+    assert extra(truths["bf16_long"])["param_dtype"] == "bf16" and extra(truths["long"])["param_dtype"] == "fp32"
+    losses = [l for _, l in gt(truths["bf16_long"])["loss_curve"]]
+    assert len(losses) == LONG_STEPS
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < first - 1.0, (first, last)
 
 
 # --- collective bytes (ground truth of interconnect traffic) -----------------------------------------

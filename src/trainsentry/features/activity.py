@@ -71,3 +71,24 @@ def gpu_activity(series: dict[str, np.ndarray], dt_s: float) -> dict[str, float]
         # reads every weight and the KV cache for a few tokens (DRAM-bound); copies use DRAM only.
         f["tensor_per_dram"] = S.mean(series["gpm_tensor_util_pct"]) / max(S.mean(series["gpm_dram_bw_util_pct"]), 1.0)
     return f
+
+
+# The GPM pipe utilisations outside the tensor cores (traces/schema.py, recorded since 2026-12-01).
+# Not a detector input: on the one-GPU runs that have them they do not separate training from
+# batched forward work (docs/pipes.md, scripts/pipes_study.py), and the datasets before that date lack
+# them, so a model fitted on both would learn the recording date. Measured here for that study.
+PIPE_METRICS = ("gpm_fp32_util_pct", "gpm_fp16_util_pct", "gpm_integer_util_pct")
+
+
+def pipe_activity(series: dict[str, np.ndarray]) -> dict[str, float]:
+    """Window means of one GPU's pipe utilisations beside its tensor, DRAM and SM activity, and each
+    non-tensor pipe per unit of SM activity (a share of the busy SMs' cycles); absent where not recorded."""
+    f: dict[str, float] = {}
+    for name in (*PIPE_METRICS, "gpm_tensor_util_pct", "gpm_dram_bw_util_pct", "gpm_sm_util_pct", "gpu_util_pct"):
+        if name in series and np.isfinite(series[name]).any():
+            f[name] = S.mean(series[name])
+    sm = f.get("gpm_sm_util_pct", math.nan)
+    for name in PIPE_METRICS:
+        if name in f and sm >= 1.0:
+            f[f"{name}.per_sm"] = f[name] / sm
+    return f

@@ -1,0 +1,247 @@
+"""Do the GPU's non-tensor arithmetic pipes tell single-device training from batched forward work?
+
+    python scripts/pipes_study.py --data data/h200x1 --out results/pipes.json --docs docs/pipes.md \
+        --figure results/figures/pipes.png
+
+The single-device lead (detect/single_device.py) confuses batched embedding at the power cap with
+training: power, utilisation and SM, tensor and DRAM activity are alike (docs/one-gpu.md). Since
+2026-12-01 the agent also reads GPM's FP32, FP16 and integer pipe utilisation. The hypothesis: mixed-
+precision training keeps fp32 master weights, gradients and optimizer state, so its optimizer step,
+norms and casts keep the FP32 pipe busier than a bf16 forward pass does. Its counter-cases were
+recorded too: pure bf16 training (``param_dtype: bf16``) and embedding served in fp32 (``weights: fp32``).
+
+Every run of the --data roots that has the pipe signals is cut into the detectors' windows (8 s, 2 s
+stride) inside its workload span, on its busiest GPU; ``features.activity.pipe_activity`` gives each
+window's means. Per signal: ROC AUC of training against everything else, over busy windows and over
+runs (run medians), with and without the counter-cases. Nothing is fitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from trainsentry.detect.single_device import BUSY_UTIL_PCT  # noqa: E402
+from trainsentry.features.activity import PIPE_METRICS, pipe_activity  # noqa: E402
+from trainsentry.features.grid import to_grids  # noqa: E402
+from trainsentry.features.windows import DEFAULT_STRIDE_S, DEFAULT_WINDOW_S  # noqa: E402
+from trainsentry.traces.io import iter_runs, read_trace  # noqa: E402
+
+SIGNALS = ("gpm_fp32_util_pct", "gpm_fp32_util_pct.per_sm", "gpm_integer_util_pct", "gpm_integer_util_pct.per_sm",
+           "gpm_fp16_util_pct", "gpm_tensor_util_pct", "gpm_dram_bw_util_pct")
+HZ = 10.0
+
+
+def precision(extra: dict) -> str:
+    """How the run held its numbers: 'mixed' (fp32 weights, bf16 autocast: the training default),
+    'bf16' (pure bf16 training), or the inference weights' dtype ('bf16', 'fp32'), else ''."""
+    e = extra.get("0", {})
+    if "param_dtype" in e:
+        return "mixed" if e["param_dtype"] == "fp32" else "bf16"
+    w = str(e.get("weights_dtype", ""))
+    return {"torch.float32": "fp32", "torch.bfloat16": "bf16"}.get(w, "")
+
+
+def _median(values: list[float]) -> float:
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return float(np.median(v)) if v.size else float("nan")
+
+
+def run_windows(run_dir: Path) -> dict | None:
+    table, m = read_trace(run_dir)
+    if not any(table.column(n).null_count < table.num_rows for n in PIPE_METRICS):
+        return None
+    grid = next(iter(to_grids(table, HZ, t0=float(m["start"]), t1=float(m["end"])).values()))
+    power = {d: np.nanmean(s["power_mw"]) for d, s in grid.gpus.items() if np.isfinite(s.get("power_mw", [np.nan])).any()}
+    gpu = max(power, key=power.get)
+    n, step = int(DEFAULT_WINDOW_S * HZ), int(DEFAULT_STRIDE_S * HZ)
+    wins = [pipe_activity({k: v[i:i + n] for k, v in grid.gpus[gpu].items()})
+            for i in range(0, len(grid.t) - n + 1, step)]
+    labels = m["labels"]
+    prec = precision(m.get("ground_truth", {}).get("extra", {}))
+    counter = (labels["class"] == "training" and prec == "bf16") or (labels["class"] != "training" and prec == "fp32")
+    med = {k: _median([w.get(k, np.nan) for w in wins]) for k in SIGNALS + ("gpu_util_pct",)}
+    return {"run": run_dir.name, "class": labels["class"], "family": labels["family"], "precision": prec,
+            "counter_case": counter, "median": med, "windows": wins}
+
+
+def auc(pos: list[float], neg: list[float]) -> float | None:
+    """P(a training value > a non-training value), ties half: the Mann-Whitney form of ROC AUC."""
+    p, q = np.asarray([v for v in pos if np.isfinite(v)]), np.asarray([v for v in neg if np.isfinite(v)])
+    if not p.size or not q.size:
+        return None
+    return float(((p[:, None] > q[None, :]).sum() + 0.5 * (p[:, None] == q[None, :]).sum()) / (p.size * q.size))
+
+
+def separation(runs: list[dict], keep_counter: bool) -> dict:
+    use = [r for r in runs if r["median"]["gpu_util_pct"] >= BUSY_UTIL_PCT and (keep_counter or not r["counter_case"])]
+    out = {"runs": len(use), "training_runs": sum(r["class"] == "training" for r in use), "signals": {}}
+    for s in SIGNALS:
+        pos = [w.get(s, np.nan) for r in use if r["class"] == "training" for w in r["windows"]
+               if w.get("gpu_util_pct", 0) >= BUSY_UTIL_PCT]
+        neg = [w.get(s, np.nan) for r in use if r["class"] != "training" for w in r["windows"]
+               if w.get("gpu_util_pct", 0) >= BUSY_UTIL_PCT]
+        out["signals"][s] = {
+            "window_auc": auc(pos, neg),
+            "run_auc": auc([r["median"][s] for r in use if r["class"] == "training"],
+                           [r["median"][s] for r in use if r["class"] != "training"])}
+    return out
+
+
+def groups(runs: list[dict]) -> dict:
+    """Run-median ranges per (class, precision) group."""
+    out: dict[str, dict] = {}
+    for r in runs:
+        if r["median"]["gpu_util_pct"] < BUSY_UTIL_PCT:
+            continue
+        key = f"{r['class']} ({r['precision'] or 'precision not recorded'})"
+        g = out.setdefault(key, {"runs": 0, **{s: [np.inf, -np.inf] for s in SIGNALS}})
+        g["runs"] += 1
+        for s in SIGNALS:
+            v = r["median"][s]
+            if np.isfinite(v):
+                g[s] = [min(g[s][0], v), max(g[s][1], v)]
+    return {k: {kk: (vv if not isinstance(vv, list) or np.isfinite(vv[0]) else None) for kk, vv in g.items()}
+            for k, g in sorted(out.items())}
+
+
+def figure(runs: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
+    colours = {"training": "tab:red", "inference": "tab:blue", "other": "tab:grey"}
+    for r in runs:
+        w = [x for x in r["windows"] if x.get("gpu_util_pct", 0) >= BUSY_UTIL_PCT]
+        if not w:
+            continue
+        kw = dict(s=9, alpha=0.5, c=colours[r["class"]], marker="x" if r["counter_case"] else "o")
+        ax[0].scatter([x.get("gpm_tensor_util_pct", np.nan) for x in w], [x.get("gpm_fp32_util_pct", np.nan) for x in w], **kw)
+        ax[1].scatter([x.get("gpm_dram_bw_util_pct", np.nan) for x in w],
+                      [x.get("gpm_integer_util_pct", np.nan) for x in w], **kw)
+    ax[0].set(xlabel="tensor pipe utilisation (%)", ylabel="FP32 pipe utilisation (%)", yscale="symlog")
+    ax[1].set(xlabel="DRAM bandwidth utilisation (%)", ylabel="integer pipe utilisation (%)")
+    for c, col in colours.items():
+        ax[0].scatter([], [], c=col, label=c)
+    ax[0].scatter([], [], c="k", marker="x", label="counter-case (bf16 training, fp32 serving)")
+    ax[0].legend(fontsize=7)
+    fig.suptitle("One H200, busy 8 s windows of every run with the pipe signals (busiest GPU)", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _f(v, fmt="{:.2f}") -> str:
+    return "–" if v is None or not np.isfinite(v) else fmt.format(v)   # None: not measured (JSON null)
+
+
+def markdown(res: dict) -> str:
+    sep_all, sep_plain = res["separation"]["with_counter_cases"], res["separation"]["without_counter_cases"]
+    best = max(SIGNALS, key=lambda s: abs((sep_plain["signals"][s]["window_auc"] or 0.5) - 0.5))
+    b = sep_plain["signals"][best]
+    lines = [
+        "# The arithmetic pipes outside the tensor cores: a single-device signal?", "",
+        f"*Generated by `{res['command']}` from `{res['results_file']}`; do not edit by hand.*", "",
+        "The single-device lead confuses batched forward work at the power cap (embedding, prefill) with "
+        "training on one GPU. Since 2026-12-01 the agent reads GPM's FP32, FP16 and integer pipe "
+        "utilisation (`traces/schema.py`). Hypothesis: mixed-precision training keeps fp32 master weights, "
+        "gradients and optimizer state, so its optimizer step, norms and casts keep the FP32 pipe busier "
+        "than a bf16 forward pass. Counter-cases recorded beside it: pure bf16 training and embedding "
+        "served in fp32.", "",
+        f"Data: {res['runs']} runs with the pipe signals in {', '.join('`' + d + '`' for d in res['data'])} "
+        f"(one H200 on the lent `nvidia-h200` machine, campaign `configs/campaigns/h200x1-pipes.yaml`, "
+        f"recorded {res['recorded']}). Windows of {DEFAULT_WINDOW_S:.0f} s every {DEFAULT_STRIDE_S:.0f} s inside "
+        f"each run's workload span, on its busiest GPU; busy: GPU utilisation ≥ {BUSY_UTIL_PCT:.0f} %. "
+        "AUC: P(a training value exceeds a non-training one); 0.5 is no separation, and a value far below "
+        "0.5 separates the other way. Nothing is fitted.", "",
+        "## Separation", "",
+        "| signal | window AUC, no counter-cases | run AUC, no counter-cases | window AUC, all | run AUC, all |",
+        "|---|---|---|---|---|"]
+    for s in SIGNALS:
+        a, c = sep_plain["signals"][s], sep_all["signals"][s]
+        lines.append(f"| `{s}` | {_f(a['window_auc'])} | {_f(a['run_auc'])} | {_f(c['window_auc'])} | {_f(c['run_auc'])} |")
+    lines += ["", f"Runs: {sep_plain['runs']} busy without the counter-cases ({sep_plain['training_runs']} training), "
+              f"{sep_all['runs']} with them ({sep_all['training_runs']} training).", "",
+              "## Run medians per class and precision (min – max over runs)", "",
+              "| group | runs | " + " | ".join(f"`{s}`" for s in SIGNALS) + " |",
+              "|---|---|" + "---|" * len(SIGNALS)]
+    for k, g in res["groups"].items():
+        cells = [("–" if g[s] is None else f"{g[s][0]:.2f} – {g[s][1]:.2f}") for s in SIGNALS]
+        lines.append(f"| {k} | {g['runs']} | " + " | ".join(cells) + " |")
+    lines += ["", "## Every run (medians over its windows)", "",
+              "| run | class | precision | GPU util % | " + " | ".join(f"`{s}`" for s in SIGNALS) + " |",
+              "|---|---|---|---|" + "---|" * len(SIGNALS)]
+    for r in res["per_run"]:
+        m = r["median"]
+        lines.append(f"| {r['run']} | {r['class']} | {r['precision'] or '–'} | {_f(m['gpu_util_pct'], '{:.0f}')} | "
+                     + " | ".join(_f(m[s]) for s in SIGNALS) + " |")
+    lines += ["", "## Reading", "",
+              f"Without the counter-cases the most separating signal is `{best}` (window AUC {_f(b['window_auc'])}, "
+              f"run AUC {_f(b['run_auc'])}). " + res["reading"], "",
+              f"Figure: `{res['figure']}`.", ""]
+    return "\n".join(lines)
+
+
+def reading(res: dict) -> str:
+    """The verdict sentence, from the numbers: a signal is useful only if it separates with and
+    without the counter-cases (|AUC − 0.5| ≥ 0.4 on windows in both)."""
+    plain, full = (res["separation"][k]["signals"] for k in ("without_counter_cases", "with_counter_cases"))
+    strong = [s for s in SIGNALS if all(d[s]["window_auc"] is not None and abs(d[s]["window_auc"] - 0.5) >= 0.4
+                                        for d in (plain, full))]
+    if strong:
+        return ("Separating with and without the counter-cases (|AUC − 0.5| ≥ 0.4 on windows): "
+                + ", ".join(f"`{s}`" for s in strong) + ". A candidate detector input, to be validated on runs it has not seen.")
+    return ("No pipe signal separates training from the other busy work with and without the counter-cases "
+            "(|AUC − 0.5| ≥ 0.4 on windows in both): the pipe utilisations stay recorded but are not a "
+            "detector input. Mixed-precision training's FP32 pipe is as quiet as a bf16 forward pass's, "
+            "and the FP16 pipe is idle in both (bf16 arithmetic runs on the tensor cores or in fp32).")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", action="append", required=True, help="dataset root (repeatable)")
+    ap.add_argument("--out", default="results/pipes.json")
+    ap.add_argument("--docs", default="docs/pipes.md")
+    ap.add_argument("--figure", default="results/figures/pipes.png")
+    args = ap.parse_args(argv)
+    command = "python scripts/pipes_study.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    runs, starts = [], []
+    for root in args.data:
+        for d in iter_runs(REPO / root):
+            r = run_windows(d)
+            if r is not None:
+                runs.append(r)
+                starts.append(json.loads((d / "manifest.json").read_text())["start"])
+    if not runs:
+        raise SystemExit("no run with the pipe signals under " + ", ".join(args.data))
+    res = {"command": command, "results_file": args.out, "data": args.data, "runs": len(runs),
+           "recorded": " – ".join(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)) for t in (min(starts), max(starts))),
+           "window_s": DEFAULT_WINDOW_S, "stride_s": DEFAULT_STRIDE_S, "busy_util_pct": BUSY_UTIL_PCT,
+           "separation": {"without_counter_cases": separation(runs, False), "with_counter_cases": separation(runs, True)},
+           "groups": groups(runs), "figure": args.figure,
+           "per_run": [{**{k: v for k, v in r.items() if k not in ("windows", "median")},
+                        "median": {k: (v if np.isfinite(v) else None) for k, v in r["median"].items()}}
+                       for r in sorted(runs, key=lambda r: (r["class"], r["run"]))]}
+    res["reading"] = reading(res)
+    figure(runs, REPO / args.figure)
+    (REPO / args.out).write_text(json.dumps(res, indent=1, allow_nan=False, default=lambda v: None) + "\n")
+    if args.docs:
+        (REPO / args.docs).write_text(markdown(res))
+    print(res["reading"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

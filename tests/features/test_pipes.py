@@ -1,0 +1,72 @@
+"""The GPM pipe signals: their window features (features.activity.pipe_activity) and the study that
+decided they are not a detector input (scripts/pipes_study.py), on synthetic traces with a known answer."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+import numpy as np
+
+from trainsentry.features.activity import pipe_activity
+from trainsentry.traces.io import write_trace
+from trainsentry.traces.schema import GPU_METRICS
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pipes_study.py"
+
+
+def test_pipe_features_are_window_means_and_shares_of_sm_activity():
+    n = 80
+    f = pipe_activity({"gpm_fp32_util_pct": np.full(n, 6.0), "gpm_integer_util_pct": np.full(n, 9.0),
+                       "gpm_fp16_util_pct": np.full(n, np.nan), "gpm_sm_util_pct": np.full(n, 60.0),
+                       "gpm_tensor_util_pct": np.r_[np.full(n // 2, 40.0), np.full(n // 2, 60.0)]})
+    assert f["gpm_fp32_util_pct"] == 6.0 and f["gpm_tensor_util_pct"] == 50.0
+    assert f["gpm_fp32_util_pct.per_sm"] == 0.1 and f["gpm_integer_util_pct.per_sm"] == 0.15
+    assert "gpm_fp16_util_pct" not in f and "gpm_fp16_util_pct.per_sm" not in f   # not recorded: absent
+    idle = pipe_activity({"gpm_fp32_util_pct": np.zeros(n), "gpm_sm_util_pct": np.zeros(n)})
+    assert idle["gpm_fp32_util_pct"] == 0.0 and "gpm_fp32_util_pct.per_sm" not in idle   # no SM activity to share
+
+
+def _trace(root: Path, run_id: str, cls: str, fp32: float, precision: str | None, pipes: bool = True) -> None:
+    t = 1_800_000_000.0 + np.arange(300) / 10.0
+    cols = {"node": ["n"] * t.size, "device": ["gpu0"] * t.size, "kind": ["gpu"] * t.size, "t": list(t)}
+    for m in GPU_METRICS:
+        cols[m.name] = [None] * t.size
+    cols.update(power_mw=[650_000] * t.size, gpu_util_pct=[97.0] * t.size, gpm_sm_util_pct=[90.0] * t.size,
+                gpm_tensor_util_pct=[50.0] * t.size, gpm_dram_bw_util_pct=[30.0] * t.size)
+    if pipes:
+        cols.update(gpm_fp32_util_pct=list(fp32 + 0.1 * np.sin(t)), gpm_fp16_util_pct=[0.0] * t.size,
+                    gpm_integer_util_pct=[9.0] * t.size)
+    extra = {"0": {"param_dtype": precision}} if cls == "training" else {"0": {"weights_dtype": f"torch.{precision}"}}
+    manifest = {"run_id": run_id, "node": "n", "start": float(t[0]), "end": float(t[-1]), "sample_hz": 10.0,
+                "labels": {"workload": run_id, "class": cls, "family": "f", "config": {}},
+                "ground_truth": {"extra": extra}}
+    write_trace(root / run_id, cols, manifest)
+
+
+def test_the_study_finds_a_separating_pipe_and_says_when_counter_cases_erase_it(tmp_path):
+    main = runpy.run_path(str(SCRIPT))["main"]
+    data = tmp_path / "d"
+    _trace(data, "train-a", "training", 20.0, "fp32")
+    _trace(data, "train-b", "training", 21.0, "fp32")
+    _trace(data, "embed-a", "inference", 3.0, "bfloat16")
+    _trace(data, "old", "inference", 3.0, "bfloat16", pipes=False)   # recorded before the pipe signals
+    args = ["--data", str(data), "--out", str(tmp_path / "p.json"), "--docs", str(tmp_path / "p.md"),
+            "--figure", str(tmp_path / "p.png")]
+    assert main(args) == 0
+    res = json.loads((tmp_path / "p.json").read_text())
+    assert res["runs"] == 3                                       # the old trace is left out
+    sig = res["separation"]["without_counter_cases"]["signals"]["gpm_fp32_util_pct"]
+    assert sig["window_auc"] == 1.0 and sig["run_auc"] == 1.0
+    assert res["separation"]["without_counter_cases"]["signals"]["gpm_integer_util_pct"]["window_auc"] == 0.5
+    assert "`gpm_fp32_util_pct`" in res["reading"] and "candidate" in res["reading"]
+    assert (tmp_path / "p.png").stat().st_size > 0 and "| train-a | training | mixed |" in (tmp_path / "p.md").read_text()
+    # pure bf16 training as quiet as the forward pass: with it the FP32 pipe no longer separates
+    _trace(data, "train-bf16", "training", 3.0, "bf16")
+    _trace(data, "train-bf16-b", "training", 2.9, "bf16")
+    assert main(args) == 0
+    res = json.loads((tmp_path / "p.json").read_text())
+    assert res["separation"]["without_counter_cases"]["signals"]["gpm_fp32_util_pct"]["window_auc"] == 1.0
+    assert res["separation"]["with_counter_cases"]["signals"]["gpm_fp32_util_pct"]["window_auc"] < 0.9
+    assert "No pipe signal separates" in res["reading"]
