@@ -1,6 +1,14 @@
-"""docs/detector.md, written from results/detector.json only (every number comes from the results)."""
+"""docs/detector.md, written from results/detector.json (every number comes from the results), with
+the single-device path's re-measurement read from its own committed results where they exist
+(``results/single-device/detector.json``, ``results/one_gpu.json``: :func:`companions`)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SINGLE_DEVICE_RESULTS = Path("results/single-device/detector.json")
+ONE_GPU_RESULTS = Path("results/one_gpu.json")
 
 
 def _f(x, pct: bool = False, digits: int = 1) -> str:
@@ -295,15 +303,9 @@ Run accuracy / inference FPR / training detection / median time to alert (s), me
   `single-gpu` 25 %, `embed` 0 %). At 10 Hz a training step shorter than a bin on one GPU at the power
   cap reads like a batched forward pass at the power cap (power, SM, tensor and DRAM activity all
   flat); the backward pass and the optimizer leave no cycle to see, and memory held is no physical
-  discriminator (a large model's inference holds as much). Re-measured once the one-GPU node's 34 runs
-  existed, and again with the eleventh session's (204 runs, `trainsentry eval --data data/h200 --data
-  data/h200x1 --splits 100 --detector fused --detector fused+single-device --out results/single-device
-  --docs ''`, `results/single-device/detector.json`): 94.5 % / 6.4 % / 93.7 % / 9.0 against `fused`'s
-  84.7 % / 1.9 % / 64.7 % / 9.1 on the same splits (182 runs before: 94.8 % / 6.2 % against 86.9 % /
-  1.9 %). It alerted on 89 % of the single-device training appearances (88 % with the family left out)
-  and on 33 % of the embedding ones (58 % with the family left out); fitted on the 2-GPU runs alone,
-  it found 19 of the one-GPU node's 23 training runs and called 1 of its 24 inference runs training
-  (`docs/one-gpu.md`). Batched embedding, a common
+  discriminator (a large model's inference holds as much), nor are the GPU's FP32, FP16 and integer
+  pipes (`docs/pipes.md`: mixed-precision training keeps its FP32 pipe as quiet as a bf16 forward
+  pass does). {single_device} Batched embedding, a common
   service, is still read as training, so the verdict keeps the gate and single-device training stays its
   documented blind spot; the path's trees run in the live collector as a lead in the evidence instead
   (`detect.single_device`);
@@ -345,7 +347,42 @@ and the resumed activity has the same signature).
 """
 
 
-def render(doc: dict) -> str:
+def companions() -> dict:
+    """The single-device path's committed results, where they exist (paths relative to the
+    repository root, where `trainsentry eval` runs): keyword arguments for :func:`render`."""
+    return {k: json.loads(p.read_text()) for k, p in (("single_device", SINGLE_DEVICE_RESULTS),
+                                                      ("one_gpu", ONE_GPU_RESULTS)) if p.exists()}
+
+
+def single_device_numbers(sd: dict | None, one_gpu: dict | None) -> str:
+    """The re-measurement of ``fused+single-device`` with the one-GPU runs in the data, and its
+    one-GPU transfer, in words, from their results files (said absent where they are)."""
+    name = "fused+single-device"
+    if not sd or name not in sd.get("detectors", {}) or "fused" not in sd["detectors"]:
+        out = f"(Its re-measurement with the one-GPU runs is not in this checkout: `{SINGLE_DEVICE_RESULTS}`.)"
+    else:
+        v, f = sd["detectors"][name], sd["detectors"]["fused"]
+        cell = lambda r: (f"{_f(r['run_accuracy'], True)} / {_f(r['inference_fpr'], True)} / "  # noqa: E731
+                          f"{_f(r['training_detection'], True)} / {_f(r['median_time_to_alert_s'])}")
+        fam = lambda k, fam: _f(v[k].get(fam, {}).get("alerted_frac"), True, 0)  # noqa: E731
+        out = (f"Re-measured with the one-GPU node's runs in the data ({sd['dataset']['runs']} runs, `{sd['command']}`, "
+               f"`{SINGLE_DEVICE_RESULTS}`; run accuracy / inference FPR / training detection / time to alert): "
+               f"{cell(v)} against `fused`'s {cell(f)} on the same splits. It alerted on "
+               f"{fam('per_family', 'single-gpu')} of the single-device training appearances "
+               f"({fam('lofo', 'single-gpu')} with the family left out) and on {fam('per_family', 'embed')} of the "
+               f"embedding ones ({fam('lofo', 'embed')} with the family left out).")
+    runs = ((one_gpu or {}).get("frozen", {}).get(name) or {}).get("per_run")
+    if runs:
+        tr = [r for r in runs if r["class"] == "training"]
+        inf = [r for r in runs if r["class"] == "inference"]
+        out += (f" Fitted on the 2-GPU runs alone, it found {sum(r['alerted'] for r in tr)} of the one-GPU node's "
+                f"{len(tr)} training runs and called {sum(r['alerted'] for r in inf)} of its {len(inf)} inference "
+                f"runs training (`docs/one-gpu.md`).")
+    return out
+
+
+def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = None) -> str:
+    """The page. ``single_device`` and ``one_gpu``: the single-device path's results (:func:`companions`)."""
     ds, proto, dets = doc["dataset"], doc["protocol"], doc["detectors"]
     rule = proto["alert_rule"]
     lines = ["# Detectors: telling training from inference", "",
@@ -485,7 +522,8 @@ def render(doc: dict) -> str:
               " (time-to-alert CDF), `results/figures/detector_families.png` (alerts per family).", "",
               METHODS.format(thr=rule["threshold"], k=rule["k"], n=rule["n"], splits=proto["splits"],
                              seed=proto["seed"], rate=_f(dets[next(iter(dets))]["window_fpr_at_detection_rate"]
-                                                         ["detection_rate"], True, 0)),
+                                                         ["detection_rate"], True, 0),
+                             single_device=single_device_numbers(single_device, one_gpu)),
               "## Reproduce", "", "```", doc["command"], "```", "",
               "The splits above refit every detector on each split's training side. `scripts/prospective.py` "
               "instead reads a committed model as it was and judges the runs recorded after it was fitted "

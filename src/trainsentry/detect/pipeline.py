@@ -136,9 +136,9 @@ def run_eval(data: Roots, out: Path, docs: Path | None, n_splits: int = 200, sub
                                         family_figure(results, figs / "detector_families.png"))]
     (out / RESULTS_FILE).write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
     if docs is not None:
-        from .docs import render
+        from .docs import companions, render
         docs.parent.mkdir(parents=True, exist_ok=True)
-        docs.write_text(render(doc))
+        docs.write_text(render(doc, **companions()))
     return doc
 
 

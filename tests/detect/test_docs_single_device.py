@@ -1,0 +1,30 @@
+"""docs/detector.md's paragraph on the single-device path takes its numbers from the path's own
+committed results (detect.docs.single_device_numbers), never from hand-written text."""
+
+from __future__ import annotations
+
+from trainsentry.detect.docs import single_device_numbers
+
+
+def _det(acc, fpr, det, tta, single=None, embed=None, lofo_single=None, lofo_embed=None) -> dict:
+    return {"run_accuracy": acc, "inference_fpr": fpr, "training_detection": det, "median_time_to_alert_s": tta,
+            "per_family": {"single-gpu": {"alerted_frac": single}, "embed": {"alerted_frac": embed}},
+            "lofo": {"single-gpu": {"alerted_frac": lofo_single}, "embed": {"alerted_frac": lofo_embed}}}
+
+
+def test_numbers_come_from_the_results_and_absence_is_said():
+    sd = {"command": "trainsentry eval --data a --data b", "dataset": {"runs": 237},
+          "detectors": {"fused": _det(0.85, 0.02, 0.65, 9.1),
+                        "fused+single-device": _det(0.94, 0.07, 0.93, 9.0, 0.9, 0.3, 0.88, 0.6)}}
+    one_gpu = {"frozen": {"fused+single-device": {"per_run": [
+        {"class": "training", "alerted": True}, {"class": "training", "alerted": False},
+        {"class": "inference", "alerted": True}, {"class": "inference", "alerted": False},
+        {"class": "other", "alerted": False}]}}}
+    text = single_device_numbers(sd, one_gpu)
+    assert "(237 runs, `trainsentry eval --data a --data b`" in text
+    assert "94.0 % / 7.0 % / 93.0 % / 9.0 against `fused`'s 85.0 % / 2.0 % / 65.0 % / 9.1" in text
+    assert "alerted on 90 % of the single-device training appearances (88 % with the family left out)" in text
+    assert "on 30 % of the embedding ones (60 % with the family left out)" in text
+    assert "found 1 of the one-GPU node's 2 training runs and called 1 of its 2 inference runs training" in text
+    missing = single_device_numbers(None, None)
+    assert "not in this checkout" in missing and "%" not in missing
