@@ -83,9 +83,13 @@ def auc(pos: list[float], neg: list[float]) -> float | None:
     return float(((p[:, None] > q[None, :]).sum() + 0.5 * (p[:, None] == q[None, :]).sum()) / (p.size * q.size))
 
 
-def separation(runs: list[dict], keep_counter: bool) -> dict:
-    use = [r for r in runs if r["median"]["gpu_util_pct"] >= BUSY_UTIL_PCT and (keep_counter or not r["counter_case"])]
-    out = {"runs": len(use), "training_runs": sum(r["class"] == "training" for r in use), "signals": {}}
+def separation(runs: list[dict], keep_counter: bool, against: tuple[str, ...] = ("inference", "other")) -> dict:
+    """ROC AUC per signal of training against the classes in ``against``, over busy windows and over
+    run medians; with or without the counter-cases."""
+    use = [r for r in runs if r["median"]["gpu_util_pct"] >= BUSY_UTIL_PCT and (keep_counter or not r["counter_case"])
+           and (r["class"] == "training" or r["class"] in against)]
+    out = {"against": list(against), "runs": len(use), "training_runs": sum(r["class"] == "training" for r in use),
+           "signals": {}}
     for s in SIGNALS:
         pos = [w.get(s, np.nan) for r in use if r["class"] == "training" for w in r["windows"]
                if w.get("gpu_util_pct", 0) >= BUSY_UTIL_PCT]
@@ -99,8 +103,10 @@ def separation(runs: list[dict], keep_counter: bool) -> dict:
 
 
 def groups(runs: list[dict]) -> dict:
-    """Run-median ranges per (class, precision) group."""
+    """Per (class, precision) group: run-median ranges of every signal, and for each pipe the share
+    of busy windows where it read above 0 (``above_zero``)."""
     out: dict[str, dict] = {}
+    above: dict[str, dict[str, list[bool]]] = {}
     for r in runs:
         if r["median"]["gpu_util_pct"] < BUSY_UTIL_PCT:
             continue
@@ -111,8 +117,14 @@ def groups(runs: list[dict]) -> dict:
             v = r["median"][s]
             if np.isfinite(v):
                 g[s] = [min(g[s][0], v), max(g[s][1], v)]
-    return {k: {kk: (vv if not isinstance(vv, list) or np.isfinite(vv[0]) else None) for kk, vv in g.items()}
-            for k, g in sorted(out.items())}
+        for m in PIPE_METRICS:
+            above.setdefault(key, {}).setdefault(m, []).extend(
+                w[m] > 0 for w in r["windows"] if w.get("gpu_util_pct", 0) >= BUSY_UTIL_PCT and m in w)
+    res = {}
+    for k, g in sorted(out.items()):
+        res[k] = {kk: (vv if not isinstance(vv, list) or np.isfinite(vv[0]) else None) for kk, vv in g.items()}
+        res[k]["above_zero"] = {m: (float(np.mean(v)) if v else None) for m, v in above.get(k, {}).items()}
+    return res
 
 
 def figure(runs: list[dict], path: Path) -> None:
@@ -147,6 +159,13 @@ def _f(v, fmt="{:.2f}") -> str:
     return "–" if v is None or not np.isfinite(v) else fmt.format(v)   # None: not measured (JSON null)
 
 
+def _g(v) -> str:
+    """Two decimals, or three significant digits below 0.01 (a pipe busy 0.004 % of cycles is not 0.00)."""
+    if v is None or not np.isfinite(v):
+        return "–"
+    return f"{v:.2f}" if v == 0 or abs(v) >= 0.01 else f"{v:.2g}"
+
+
 def markdown(res: dict) -> str:
     sep_all, sep_plain = res["separation"]["with_counter_cases"], res["separation"]["without_counter_cases"]
     best = max(SIGNALS, key=lambda s: abs((sep_plain["signals"][s]["window_auc"] or 0.5) - 0.5))
@@ -167,18 +186,28 @@ def markdown(res: dict) -> str:
         "AUC: P(a training value exceeds a non-training one); 0.5 is no separation, and a value far below "
         "0.5 separates the other way. Nothing is fitted.", "",
         "## Separation", "",
-        "| signal | window AUC, no counter-cases | run AUC, no counter-cases | window AUC, all | run AUC, all |",
-        "|---|---|---|---|---|"]
+        "Training against every other busy run (inference and other work), without and with the "
+        "counter-cases, and against inference alone (no counter-cases): window AUC / run AUC.", "",
+        "| signal | vs all, no counter-cases | vs all, with them | vs inference alone |",
+        "|---|---|---|---|"]
+    sep_inf = res["separation"]["training_vs_inference"]
     for s in SIGNALS:
-        a, c = sep_plain["signals"][s], sep_all["signals"][s]
-        lines.append(f"| `{s}` | {_f(a['window_auc'])} | {_f(a['run_auc'])} | {_f(c['window_auc'])} | {_f(c['run_auc'])} |")
+        cells = [f"{_f(d['signals'][s]['window_auc'])} / {_f(d['signals'][s]['run_auc'])}" for d in (sep_plain, sep_all, sep_inf)]
+        lines.append(f"| `{s}` | " + " | ".join(cells) + " |")
     lines += ["", f"Runs: {sep_plain['runs']} busy without the counter-cases ({sep_plain['training_runs']} training), "
-              f"{sep_all['runs']} with them ({sep_all['training_runs']} training).", "",
+              f"{sep_all['runs']} with them ({sep_all['training_runs']} training), {sep_inf['runs']} against inference "
+              f"alone ({sep_inf['training_runs']} training).", "",
+              "## Busy windows where each pipe read above 0", "",
+              "| group | " + " | ".join(f"`{m}`" for m in PIPE_METRICS) + " |", "|---|" + "---|" * len(PIPE_METRICS)]
+    for k, g in res["groups"].items():
+        lines.append(f"| {k} | " + " | ".join(_f(None if g["above_zero"].get(m) is None else 100 * g["above_zero"][m],
+                                                 "{:.0f} %") for m in PIPE_METRICS) + " |")
+    lines += ["",
               "## Run medians per class and precision (min – max over runs)", "",
               "| group | runs | " + " | ".join(f"`{s}`" for s in SIGNALS) + " |",
               "|---|---|" + "---|" * len(SIGNALS)]
     for k, g in res["groups"].items():
-        cells = [("–" if g[s] is None else f"{g[s][0]:.2f} – {g[s][1]:.2f}") for s in SIGNALS]
+        cells = [("–" if g[s] is None else f"{_g(g[s][0])} – {_g(g[s][1])}") for s in SIGNALS]
         lines.append(f"| {k} | {g['runs']} | " + " | ".join(cells) + " |")
     lines += ["", "## Every run (medians over its windows)", "",
               "| run | class | precision | GPU util % | " + " | ".join(f"`{s}`" for s in SIGNALS) + " |",
@@ -186,7 +215,7 @@ def markdown(res: dict) -> str:
     for r in res["per_run"]:
         m = r["median"]
         lines.append(f"| {r['run']} | {r['class']} | {r['precision'] or '–'} | {_f(m['gpu_util_pct'], '{:.0f}')} | "
-                     + " | ".join(_f(m[s]) for s in SIGNALS) + " |")
+                     + " | ".join(_g(m[s]) for s in SIGNALS) + " |")
     lines += ["", "## Reading", "",
               f"Without the counter-cases the most separating signal is `{best}` (window AUC {_f(b['window_auc'])}, "
               f"run AUC {_f(b['run_auc'])}). " + res["reading"], "",
@@ -195,18 +224,36 @@ def markdown(res: dict) -> str:
 
 
 def reading(res: dict) -> str:
-    """The verdict sentence, from the numbers: a signal is useful only if it separates with and
-    without the counter-cases (|AUC − 0.5| ≥ 0.4 on windows in both)."""
-    plain, full = (res["separation"][k]["signals"] for k in ("without_counter_cases", "with_counter_cases"))
+    """The verdict, from the numbers: a signal is a candidate only if it separates with and without
+    the counter-cases (|AUC − 0.5| ≥ 0.4 on windows in both); then FP32's direction against inference
+    alone (the hypothesis), and any pipe that read above 0 in one group's windows only."""
+    sep = res["separation"]
+    plain, full = (sep[k]["signals"] for k in ("without_counter_cases", "with_counter_cases"))
     strong = [s for s in SIGNALS if all(d[s]["window_auc"] is not None and abs(d[s]["window_auc"] - 0.5) >= 0.4
                                         for d in (plain, full))]
     if strong:
-        return ("Separating with and without the counter-cases (|AUC − 0.5| ≥ 0.4 on windows): "
-                + ", ".join(f"`{s}`" for s in strong) + ". A candidate detector input, to be validated on runs it has not seen.")
-    return ("No pipe signal separates training from the other busy work with and without the counter-cases "
-            "(|AUC − 0.5| ≥ 0.4 on windows in both): the pipe utilisations stay recorded but are not a "
-            "detector input. Mixed-precision training's FP32 pipe is as quiet as a bf16 forward pass's, "
-            "and the FP16 pipe is idle in both (bf16 arithmetic runs on the tensor cores or in fp32).")
+        out = ("Separating with and without the counter-cases (|AUC − 0.5| ≥ 0.4 on windows): "
+               + ", ".join(f"`{s}`" for s in strong) + ". A candidate detector input, to be validated on runs it has "
+               "not seen.")
+    else:
+        out = ("No signal separates training from the other busy work both with and without the counter-cases "
+               "(|AUC − 0.5| ≥ 0.4 on windows in both), so the pipe utilisations stay recorded but are not a "
+               "detector input.")
+    fp32 = sep["training_vs_inference"]["signals"]["gpm_fp32_util_pct"]["window_auc"]
+    if fp32 is not None:
+        way = "higher, as the hypothesis said" if fp32 > 0.5 else "lower: the hypothesis is reversed, not merely unmet"
+        out += (f" Against inference alone (no counter-cases) the FP32 pipe's window AUC is {fp32:.2f}: "
+                f"mixed-precision training's FP32 pipe is {way}.")
+    for m in PIPE_METRICS:
+        shares = {k: g["above_zero"].get(m) for k, g in res["groups"].items() if g["above_zero"].get(m) is not None}
+        on = [k for k, v in shares.items() if v > 0]
+        if len(on) == 1 and len(shares) > 1:
+            g = res["groups"][on[0]]
+            out += (f" `{m}` read above 0 only in {on[0]}: in {100 * shares[on[0]]:.0f} % of its busy windows "
+                    f"({g['runs']} runs, run medians {g[m][0]:.4f}–{g[m][1]:.4f} % of cycles), and exactly 0 in every "
+                    f"busy window of every other group. A lead to test against benign work that runs that "
+                    f"arithmetic, not a detector input on this little evidence.")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     res = {"command": command, "results_file": args.out, "data": args.data, "runs": len(runs),
            "recorded": " – ".join(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)) for t in (min(starts), max(starts))),
            "window_s": DEFAULT_WINDOW_S, "stride_s": DEFAULT_STRIDE_S, "busy_util_pct": BUSY_UTIL_PCT,
-           "separation": {"without_counter_cases": separation(runs, False), "with_counter_cases": separation(runs, True)},
+           "separation": {"without_counter_cases": separation(runs, False), "with_counter_cases": separation(runs, True),
+                          "training_vs_inference": separation(runs, False, ("inference",))},
            "groups": groups(runs), "figure": args.figure,
            "per_run": [{**{k: v for k, v in r.items() if k not in ("windows", "median")},
                         "median": {k: (v if np.isfinite(v) else None) for k, v in r["median"].items()}}

@@ -85,6 +85,12 @@ def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client,
     assert lead["windows_spoken"] == len(busy) and lead["like_training"] == len(like), lead
     assert lead["threshold"] == 0.75 and lead["p_max"] == max(v["lead_p"] for v in busy)
     assert lead["last"]["t_end"] == max(v["t_end"] for v in busy) and node_view["state"] != "training"
+    assert lead["check_loaded"] is True
+    # the job the run formed: its own windows' lead, summed up over the job's life
+    job = committed_client.get(f"/v1/jobs/{node_view['job']}").json()
+    job_leads = [v["lead_p"] for v in job["verdicts"] if v["lead_p"] is not None]
+    assert job_leads and job["single_device_lead"]["windows_spoken"] == len(job_leads)
+    assert job["single_device_lead"]["like_training"] == sum(p >= 0.75 for p in job_leads) > 0
 
 
 def test_single_user_decode_is_not_called_training_by_the_lead(committed_client, node):

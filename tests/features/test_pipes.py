@@ -28,7 +28,8 @@ def test_pipe_features_are_window_means_and_shares_of_sm_activity():
     assert idle["gpm_fp32_util_pct"] == 0.0 and "gpm_fp32_util_pct.per_sm" not in idle   # no SM activity to share
 
 
-def _trace(root: Path, run_id: str, cls: str, fp32: float, precision: str | None, pipes: bool = True) -> None:
+def _trace(root: Path, run_id: str, cls: str, fp32: float, precision: str | None, pipes: bool = True,
+           fp16: float = 0.0) -> None:
     t = 1_800_000_000.0 + np.arange(300) / 10.0
     cols = {"node": ["n"] * t.size, "device": ["gpu0"] * t.size, "kind": ["gpu"] * t.size, "t": list(t)}
     for m in GPU_METRICS:
@@ -36,7 +37,7 @@ def _trace(root: Path, run_id: str, cls: str, fp32: float, precision: str | None
     cols.update(power_mw=[650_000] * t.size, gpu_util_pct=[97.0] * t.size, gpm_sm_util_pct=[90.0] * t.size,
                 gpm_tensor_util_pct=[50.0] * t.size, gpm_dram_bw_util_pct=[30.0] * t.size)
     if pipes:
-        cols.update(gpm_fp32_util_pct=list(fp32 + 0.1 * np.sin(t)), gpm_fp16_util_pct=[0.0] * t.size,
+        cols.update(gpm_fp32_util_pct=list(fp32 + 0.1 * np.sin(t)), gpm_fp16_util_pct=[fp16] * t.size,
                     gpm_integer_util_pct=[9.0] * t.size)
     extra = {"0": {"param_dtype": precision}} if cls == "training" else {"0": {"weights_dtype": f"torch.{precision}"}}
     manifest = {"run_id": run_id, "node": "n", "start": float(t[0]), "end": float(t[-1]), "sample_hz": 10.0,
@@ -61,12 +62,20 @@ def test_the_study_finds_a_separating_pipe_and_says_when_counter_cases_erase_it(
     assert sig["window_auc"] == 1.0 and sig["run_auc"] == 1.0
     assert res["separation"]["without_counter_cases"]["signals"]["gpm_integer_util_pct"]["window_auc"] == 0.5
     assert "`gpm_fp32_util_pct`" in res["reading"] and "candidate" in res["reading"]
+    assert res["separation"]["training_vs_inference"]["signals"]["gpm_fp32_util_pct"]["window_auc"] == 1.0
+    assert "FP32 pipe is higher, as the hypothesis said" in res["reading"]
+    # every group's integer pipe reads above 0, so none is singled out
+    assert "`gpm_integer_util_pct` read above 0 only" not in res["reading"]
     assert (tmp_path / "p.png").stat().st_size > 0 and "| train-a | training | mixed |" in (tmp_path / "p.md").read_text()
     # pure bf16 training as quiet as the forward pass: with it the FP32 pipe no longer separates
-    _trace(data, "train-bf16", "training", 3.0, "bf16")
-    _trace(data, "train-bf16-b", "training", 2.9, "bf16")
+    _trace(data, "train-bf16", "training", 3.0, "bf16", fp16=0.01)
+    _trace(data, "train-bf16-b", "training", 2.9, "bf16", fp16=0.004)
     assert main(args) == 0
     res = json.loads((tmp_path / "p.json").read_text())
     assert res["separation"]["without_counter_cases"]["signals"]["gpm_fp32_util_pct"]["window_auc"] == 1.0
     assert res["separation"]["with_counter_cases"]["signals"]["gpm_fp32_util_pct"]["window_auc"] < 0.9
-    assert "No pipe signal separates" in res["reading"]
+    assert "No signal separates" in res["reading"]
+    # a pipe busy in one group's windows only is named, with its share and range
+    assert res["groups"]["training (bf16)"]["above_zero"]["gpm_fp16_util_pct"] == 1.0
+    assert res["groups"]["training (mixed)"]["above_zero"]["gpm_fp16_util_pct"] == 0.0
+    assert "`gpm_fp16_util_pct` read above 0 only in training (bf16): in 100 % of its busy windows (2 runs" in res["reading"]

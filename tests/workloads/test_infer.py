@@ -190,9 +190,21 @@ def test_every_workload_runs_at_toy_size(toy_run):
     assert host["ground_truth"]["extra"]["0"]["host_checksum"] > 0   # the vectors reached the host
     kept = truth(toy_run, "infer.embed.s125m_b256_l512")["ground_truth"]["extra"]["0"]
     assert kept["bytes_to_host_per_step"] == 0 and kept["host_checksum"] == 0 and kept["embedding_checksum"] > 0
-    # weights: fp32 serves the model in full precision whatever the context's dtype (bf16 on a GPU)
+    # weights: fp32 reaches the run (on CPU the context's dtype is fp32 anyway: the cast is tested below)
     fp32 = truth(toy_run, "embed_fp32")
     assert fp32["ok"] and fp32["ground_truth"]["extra"]["0"]["weights_dtype"] == "torch.float32"
+
+
+def test_inference_weights_take_the_context_dtype_unless_asked_for_fp32():
+    """On a GPU the context's dtype is bf16: build_model casts to it, or to the dtype asked for."""
+    from types import SimpleNamespace
+
+    from trainsentry.workloads.infer_common import build_model
+
+    ctx = SimpleNamespace(seed=1, device=torch.device("cpu"), dtype=torch.bfloat16)
+    mcfg = model_config({"model": "toy", "seq_len": 16}, causal=False)
+    assert {p.dtype for p in build_model(ctx, mcfg).parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in build_model(ctx, mcfg, torch.float32).parameters()} == {torch.float32}
 
 
 def _analytic_generate(cfg: dict, steps: int) -> float:

@@ -43,6 +43,8 @@ def truths(tmp_path_factory) -> dict[str, dict]:
     runs.append({"run_id": "long", "workload": "train.single.w1024-l16", "max_steps": LONG_STEPS, "seconds": 120})
     runs.append({"run_id": "bf16_long", "workload": "train.single.w1024-l16", "max_steps": LONG_STEPS, "seconds": 120,
                  "overrides": {"param_dtype": "bf16"}})
+    runs.append({"run_id": "lora_bf16", "workload": "train.lora.single-r8-w1536", "max_steps": STEPS, "seconds": 120,
+                 "overrides": {"param_dtype": "bf16"}})
     return run_plan(out, runs, 2, [str(HERE / "train_worker.py")], timeout=300)
 
 
@@ -147,6 +149,10 @@ def test_pure_bf16_training_holds_bf16_weights_and_still_learns(truths):
     """param_dtype bf16: weights, gradients and optimizer state in bf16 (no fp32 master copy), the
     red-team counter-case to an FP32-pipe signal (docs/pipes.md); the default keeps fp32 weights."""
     assert extra(truths["bf16_long"])["param_dtype"] == "bf16" and extra(truths["long"])["param_dtype"] == "fp32"
+    # the tensors the optimizer updates, as they were (adapters follow their base model's dtype)
+    assert extra(truths["bf16_long"])["trainable_dtypes"] == ["torch.bfloat16"]
+    assert extra(truths["lora_bf16"])["trainable_dtypes"] == ["torch.bfloat16"]
+    assert extra(truths["long"])["trainable_dtypes"] == extra(truths["lora_single"])["trainable_dtypes"] == ["torch.float32"]
     losses = [l for _, l in gt(truths["bf16_long"])["loss_curve"]]
     assert len(losses) == LONG_STEPS
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5

@@ -286,10 +286,14 @@ def add_routes(app, col, proc) -> None:
         # recorded spans, plus an open one while the processor still owes the node stored batches
         return unjudged(conn, node, start, end) + proc.not_judged_yet(node)
 
-    def _lead(conn, scope: str, subject: str, start: float, end: float) -> dict | None:
-        """The single-device lead summarised over [start, end], or None when no lead is loaded."""
+    def _lead(conn, scope: str, subject: str, start: float, end: float) -> dict:
+        """The single-device lead summarised over [start, end] from the stored ``lead_p`` (also when no
+        lead is loaded now), counted at the loaded check's threshold, else the check's default."""
+        from ..detect.single_device import THRESHOLD
+
         check = proc.checks.get("single-device")
-        return None if check is None else lead_summary(conn, scope, subject, start, end, check.threshold)
+        return {**lead_summary(conn, scope, subject, start, end, getattr(check, "threshold", THRESHOLD)),
+                "check_loaded": check is not None}
 
     @app.get("/v1/nodes/{node}/verdict")
     def get_verdict(node: str) -> Response:

@@ -84,11 +84,7 @@ class SingleDeviceCheck:
         """The lead as a number per row of X: the trees' P(training) where the check speaks
         (``judged``), 0 where it has nothing to say, so the alert rule reads it as it reads a detector
         (scripts/prospective.py scores the committed check this way)."""
-        p = np.zeros(len(X))
-        speak = self.judged(X)
-        if speak.any():
-            p[speak] = self.trees.predict_proba(X[speak])
-        return p
+        return np.array([0.0 if p is None else p for p in self.scores(X)], dtype=np.float64)
 
     def scores(self, X: pd.DataFrame) -> list[float | None]:
         """One entry per row of X: the trees' P(training) where the check speaks, None elsewhere

@@ -93,6 +93,8 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
         ctx.ledger.extra["lora_params"] = apply_lora(model, cfg["lora_rank"], cfg.get("lora_alpha", 16.0))
         analytic = lora_flops_per_token(mcfg, cfg["lora_rank"], mcfg.seq_len)
     _record_setup(ctx, cfg, model, mcfg, analytic)
+    # what the optimizer will update, as the tensors are (not as configured): LoRA adapters follow their base's dtype
+    ctx.ledger.extra["trainable_dtypes"] = sorted({str(p.dtype) for p in model.parameters() if p.requires_grad})
     counter = None
     if wrap == "ddp":
         par.world_ok(ctx, 2)
