@@ -43,12 +43,12 @@ HZ = 10.0
 
 def precision(extra: dict) -> str:
     """How the run held its numbers: 'mixed' (fp32 weights, bf16 autocast: the training default),
-    'bf16' (pure bf16 training), or the inference weights' dtype ('bf16', 'fp32'), else ''."""
+    'bf16' (pure bf16 training), or the inference weights' dtype ('bf16', 'fp32', 'fp16'), else ''."""
     e = extra.get("0", {})
     if "param_dtype" in e:
         return "mixed" if e["param_dtype"] == "fp32" else "bf16"
     w = str(e.get("weights_dtype", ""))
-    return {"torch.float32": "fp32", "torch.bfloat16": "bf16"}.get(w, "")
+    return {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(w, "")
 
 
 def _median(values: list[float]) -> float:
@@ -69,7 +69,8 @@ def run_windows(run_dir: Path) -> dict | None:
             for i in range(0, len(grid.t) - n + 1, step)]
     labels = m["labels"]
     prec = precision(m.get("ground_truth", {}).get("extra", {}))
-    counter = (labels["class"] == "training" and prec == "bf16") or (labels["class"] != "training" and prec == "fp32")
+    # the counter-cases: training without an fp32 master copy, serving outside bf16 (fp32, fp16)
+    counter = (labels["class"] == "training" and prec == "bf16") or (labels["class"] != "training" and prec in ("fp32", "fp16"))
     med = {k: _median([w.get(k, np.nan) for w in wins]) for k in SIGNALS + ("gpu_util_pct",)}
     return {"run": run_dir.name, "class": labels["class"], "family": labels["family"], "precision": prec,
             "counter_case": counter, "median": med, "windows": wins}
@@ -146,7 +147,7 @@ def figure(runs: list[dict], path: Path) -> None:
     ax[1].set(xlabel="DRAM bandwidth utilisation (%)", ylabel="integer pipe utilisation (%)")
     for c, col in colours.items():
         ax[0].scatter([], [], c=col, label=c)
-    ax[0].scatter([], [], c="k", marker="x", label="counter-case (bf16 training, fp32 serving)")
+    ax[0].scatter([], [], c="k", marker="x", label="counter-case (bf16 training, fp32 or fp16 serving)")
     ax[0].legend(fontsize=7)
     fig.suptitle("One H200, busy 8 s windows of every run with the pipe signals (busiest GPU)", fontsize=9)
     fig.tight_layout()

@@ -205,6 +205,8 @@ def test_inference_weights_take_the_context_dtype_unless_asked_for_fp32():
     mcfg = model_config({"model": "toy", "seq_len": 16}, causal=False)
     assert {p.dtype for p in build_model(ctx, mcfg).parameters()} == {torch.bfloat16}
     assert {p.dtype for p in build_model(ctx, mcfg, torch.float32).parameters()} == {torch.float32}
+    from trainsentry.workloads.infer import WEIGHTS
+    assert WEIGHTS == {"default": None, "fp32": torch.float32, "fp16": torch.float16}
 
 
 def _analytic_generate(cfg: dict, steps: int) -> float:

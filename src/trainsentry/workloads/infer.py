@@ -70,6 +70,10 @@ variants("infer.prefill", "inference", "prefill", run_generate,
          })
 
 
+# an embedding run's ``weights`` option -> the dtype its model is served in (None: the context's, bf16 on a GPU)
+WEIGHTS = {"default": None, "fp32": torch.float32, "fp16": torch.float16}
+
+
 @inference_entry
 def run_embed(ctx: Context, cfg: dict) -> None:
     """Encoder-only embedding: bidirectional attention over fixed-length texts, mean-pooled.
@@ -77,12 +81,13 @@ def run_embed(ctx: Context, cfg: dict) -> None:
     With ``to_host`` every batch's normalised vectors are copied to host memory, as a service that
     returns them to its clients must (batch × d_model × 4 bytes per step over PCIe, device to host);
     without it they stay on the GPU (the configurations recorded before 2026-12-01 had no copy).
-    ``weights: fp32`` serves the model in full precision (no bf16 cast), as some embedding services do."""
+    ``weights: fp32`` serves the model in full precision (no bf16 cast), as some embedding services do;
+    ``weights: fp16`` in half precision (docs/pipes.md: does fp16 serving wake the FP16 pipe?)."""
     mcfg = model_config(cfg, causal=False)
     weights = cfg.get("weights", "default")
-    if weights not in ("default", "fp32"):
-        raise ValueError(f"weights must be 'default' or 'fp32', got {weights!r}")
-    model = build_model(ctx, mcfg, torch.float32 if weights == "fp32" else None)
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {sorted(WEIGHTS)}, got {weights!r}")
+    model = build_model(ctx, mcfg, WEIGHTS[weights])
     batch, length = int(cfg["batch"]), int(cfg["text_len"])
     pause_s = float(cfg.get("pause_s", 0.0))
     to_host = bool(cfg.get("to_host", False))
