@@ -304,8 +304,9 @@ Run accuracy / inference FPR / training detection / median time to alert (s), me
   cap reads like a batched forward pass at the power cap (power, SM, tensor and DRAM activity all
   flat); the backward pass and the optimizer leave no cycle to see, and memory held is no physical
   discriminator (a large model's inference holds as much), nor are the GPU's FP32, FP16 and integer
-  pipes (`docs/pipes.md`: mixed-precision training keeps its FP32 pipe as quiet as a bf16 forward
-  pass does). {single_device} Batched embedding, a common
+  pipes (`docs/pipes.md`: mixed-precision training's FP32 pipe is no busier than a bf16 forward
+  pass's; the FP16 pipe stirred only in pure bf16 training, a lead on six runs). {single_device}
+  Batched embedding, a common
   service, is still read as training, so the verdict keeps the gate and single-device training stays its
   documented blind spot; the path's trees run in the live collector as a lead in the evidence instead
   (`detect.single_device`);
