@@ -64,6 +64,10 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--detector comm-ml --detector fused --detector rt-baseline --detector fused+single-device "
           "--out results/one_gpu.json --docs docs/one-gpu.md",
           "the detectors fitted on the 2-GPU node, judged on a one-GPU node's runs"),
+    Input("pipes", "pipes.json", "results",
+          "python scripts/pipes_study.py --data data/h200x1 --out results/pipes.json --docs docs/pipes.md "
+          "--figure results/figures/pipes.png",
+          "whether the GPU's FP32, FP16 and integer pipes tell one-GPU training from forward work", optional=True),
     Input("traces", "h200", "data", "trainsentry lab run configs/campaigns/h200.yaml --data data",
           "recorded benign lab runs"),
     Input("redteam_traces", "redteam-r1", "data", "trainsentry lab run configs/campaigns/redteam-r1.yaml --data data",

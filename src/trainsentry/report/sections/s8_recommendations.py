@@ -31,6 +31,25 @@ def _red_team_one_gpu(ctx) -> str:
             f"round{cost}, and as a lead they raise no alert for any of its runs.")
 
 
+def _pipes(ctx) -> str:
+    """One sentence from results/pipes.json (optional): the non-tensor pipes as a backward-pass signal."""
+    if not ctx.has("pipes"):
+        return ""
+    t = ctx.term
+    fp32 = "separation/training_vs_inference/signals/gpm_fp32_util_pct/window_auc"
+    sentence = (f" The GPU's own {t('FP32')}, {t('FP16')} and integer pipe counters were tried for it and did not "
+                f"give it ({ctx.num('pipes', 'runs', 'int')} one-GPU runs: against inference, mixed-precision "
+                f"training's {t('FP32')} pipe read lower, not higher, window AUC {ctx.num('pipes', fp32, 'f2')})")
+    groups = ctx.value("pipes", "groups")
+    on = [k for k, g in groups.items() if (g.get("above_zero", {}).get("gpm_fp16_util_pct") or 0) > 0]
+    if on == ["training (bf16)"]:
+        path = "groups/training (bf16)/above_zero/gpm_fp16_util_pct"
+        sentence += (f"; the {t('FP16')} pipe read above zero only in pure {t('bf16')} training "
+                     f"({ctx.num('pipes', path, 'pct')} of its busy windows), a lead to test against "
+                     f"half-precision serving")
+    return sentence + "."
+
+
 def render(ctx, figs) -> str:
     c, t = ctx.cite, ctx.term
     items = []
@@ -115,7 +134,8 @@ def render(ctx, figs) -> str:
                      f"{n('frozen/fused+single-device/inference_fpr')} false alerts on that node's inference, but "
                      f"they also take batched embedding for training on the two-GPU node, so the live collector "
                      f"shows them as a lead beside the verdict.{_red_team_one_gpu(ctx)} A regime that must see small fine-tuning jobs "
-                     f"needs a signal of the backward pass that these activity counters do not give.</li>")
+                     f"needs a signal of the backward pass that these activity counters do not give."
+                     f"{_pipes(ctx)}</li>")
     if ctx.has("simulator"):
         rows = ctx.value("simulator", "traffic_free")
         net_only = [i for i, r in enumerate(rows) if r["seen_by"] == ["network"]]
