@@ -8,7 +8,8 @@ training: power, utilisation and SM, tensor and DRAM activity are alike (docs/on
 2026-12-01 the agent also reads GPM's FP32, FP16 and integer pipe utilisation. The hypothesis: mixed-
 precision training keeps fp32 master weights, gradients and optimizer state, so its optimizer step,
 norms and casts keep the FP32 pipe busier than a bf16 forward pass does. Its counter-cases were
-recorded too: pure bf16 training (``param_dtype: bf16``) and embedding served in fp32 (``weights: fp32``).
+recorded too: pure bf16 training (``param_dtype: bf16``) and embedding served in fp32 or fp16 (``weights``);
+the page names those found in the data, and the campaigns they came from.
 
 Every run of the --data roots that has the pipe signals is cut into the detectors' windows (8 s, 2 s
 stride) inside its workload span, on its busiest GPU; ``features.activity.pipe_activity`` gives each
@@ -178,11 +179,10 @@ def markdown(res: dict) -> str:
         "training on one GPU. Since 2026-12-01 the agent reads GPM's FP32, FP16 and integer pipe "
         "utilisation (`traces/schema.py`). Hypothesis: mixed-precision training keeps fp32 master weights, "
         "gradients and optimizer state, so its optimizer step, norms and casts keep the FP32 pipe busier "
-        "than a bf16 forward pass. Counter-cases recorded beside it: pure bf16 training and embedding "
-        "served in fp32.", "",
+        "than a bf16 forward pass. Counter-cases in the data (training without an fp32 master copy, "
+        "serving outside bf16): " + (", ".join(f"{n} {k}" for k, n in res["counter_cases"].items()) or "none") + ".", "",
         f"Data: {res['runs']} runs with the pipe signals in {', '.join('`' + d + '`' for d in res['data'])} "
-        f"(one H200 on the lent `nvidia-h200` machine, campaign `configs/campaigns/h200x1-pipes.yaml`, "
-        f"recorded {res['recorded']}). Windows of {DEFAULT_WINDOW_S:.0f} s every {DEFAULT_STRIDE_S:.0f} s inside "
+        f"(campaign {', '.join(res['campaigns'])}, recorded {res['recorded']}). Windows of {DEFAULT_WINDOW_S:.0f} s every {DEFAULT_STRIDE_S:.0f} s inside "
         f"each run's workload span, on its busiest GPU; busy: GPU utilisation ≥ {BUSY_UTIL_PCT:.0f} %. "
         "AUC: P(a training value exceeds a non-training one); 0.5 is no separation, and a value far below "
         "0.5 separates the other way. Nothing is fitted.", "",
@@ -265,17 +265,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--figure", default="results/figures/pipes.png")
     args = ap.parse_args(argv)
     command = "python scripts/pipes_study.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-    runs, starts = [], []
+    runs, starts, campaigns = [], [], set()
     for root in args.data:
         for d in iter_runs(REPO / root):
             r = run_windows(d)
             if r is not None:
+                m = json.loads((d / "manifest.json").read_text())
                 runs.append(r)
-                starts.append(json.loads((d / "manifest.json").read_text())["start"])
+                starts.append(m["start"])
+                machine = m.get("machine") or {}
+                campaigns.add(f"{m.get('campaign', '?')} (node {m.get('node', '?')}, {machine.get('device', '?')})")
     if not runs:
         raise SystemExit("no run with the pipe signals under " + ", ".join(args.data))
     res = {"command": command, "results_file": args.out, "data": args.data, "runs": len(runs),
            "recorded": " – ".join(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)) for t in (min(starts), max(starts))),
+           "campaigns": sorted(campaigns),
+           "counter_cases": {k: sum(1 for r in runs if r["counter_case"] and f"{r['class']} runs in {r['precision']}" == k)
+                             for k in sorted({f"{r['class']} runs in {r['precision']}" for r in runs if r["counter_case"]})},
            "window_s": DEFAULT_WINDOW_S, "stride_s": DEFAULT_STRIDE_S, "busy_util_pct": BUSY_UTIL_PCT,
            "separation": {"without_counter_cases": separation(runs, False), "with_counter_cases": separation(runs, True),
                           "training_vs_inference": separation(runs, False, ("inference",))},

@@ -9,7 +9,8 @@ from trainsentry.detect.docs import single_device_numbers
 def _det(acc, fpr, det, tta, single=None, embed=None, lofo_single=None, lofo_embed=None) -> dict:
     return {"run_accuracy": acc, "inference_fpr": fpr, "training_detection": det, "median_time_to_alert_s": tta,
             "per_family": {"single-gpu": {"alerted_frac": single}, "embed": {"alerted_frac": embed}},
-            "lofo": {"single-gpu": {"alerted_frac": lofo_single}, "embed": {"alerted_frac": lofo_embed}}}
+            "lofo": {"single-gpu": {"alerted_frac": lofo_single, "runs": 33},
+                     "embed": {"alerted_frac": lofo_embed, "runs": 12}}}
 
 
 def test_numbers_come_from_the_results_and_absence_is_said():
@@ -23,8 +24,9 @@ def test_numbers_come_from_the_results_and_absence_is_said():
     text = single_device_numbers(sd, one_gpu)
     assert "(237 runs, `trainsentry eval --data a --data b`" in text
     assert "94.0 % / 7.0 % / 93.0 % / 9.0 against `fused`'s 85.0 % / 2.0 % / 65.0 % / 9.1" in text
-    assert "alerted on 90 % of the single-device training appearances (88 % with the family left out)" in text
-    assert "on 30 % of the embedding ones (60 % with the family left out)" in text
+    assert ("alerted on 90 % of the `single-gpu` family's test appearances (88 % of its 33 runs when the family "
+            "is left out of the fit)") in text
+    assert "on 30 % of the `embed` family's (60 % of its 12 runs left out)" in text
     assert "found 1 of the one-GPU node's 2 training runs and called 1 of its 2 inference runs training" in text
     missing = single_device_numbers(None, None)
     assert "not in this checkout" in missing and "%" not in missing

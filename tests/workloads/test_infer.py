@@ -5,6 +5,7 @@ in-process correctness of the KV cache, the serving slot pool and the FLOP fit."
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -114,8 +115,9 @@ def toy_run(tmp_path_factory) -> Path:
         if name.startswith("other.nccl_sweep"):   # two sizes per op, every op of the variant once
             item.update(overrides={"min_bytes": 1024, "max_bytes": 2048}, max_steps=6)
         runs.append(item)
-    runs.append({"run_id": "embed_fp32", "workload": "infer.embed.s125m_b256_l512", "seconds": 60, "max_steps": STEPS,
-                 "overrides": {"weights": "fp32"}})
+    for w in ("fp32", "fp16"):
+        runs.append({"run_id": f"embed_{w}", "workload": "infer.embed.s125m_b256_l512", "seconds": 60,
+                     "max_steps": STEPS, "overrides": {"weights": w}})
     (out / "plan.json").write_text(json.dumps({"toy": True, "runs": runs}))
     (out / "launch.py").write_text(LAUNCHER)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
@@ -193,9 +195,13 @@ def test_every_workload_runs_at_toy_size(toy_run):
     # weights: fp32 reaches the run (on CPU the context's dtype is fp32 anyway: the cast is tested below)
     fp32 = truth(toy_run, "embed_fp32")
     assert fp32["ok"] and fp32["ground_truth"]["extra"]["0"]["weights_dtype"] == "torch.float32"
+    # fp16 is a cast on CPU too: the run served half-precision weights, and its vectors are finite
+    fp16 = truth(toy_run, "embed_fp16")["ground_truth"]["extra"]["0"]
+    assert truth(toy_run, "embed_fp16")["ok"] and fp16["weights_dtype"] == "torch.float16"
+    assert math.isfinite(fp16["embedding_checksum"]) and fp16["embedding_checksum"] > 0
 
 
-def test_inference_weights_take_the_context_dtype_unless_asked_for_fp32():
+def test_inference_weights_take_the_context_dtype_unless_asked_otherwise():
     """On a GPU the context's dtype is bf16: build_model casts to it, or to the dtype asked for."""
     from types import SimpleNamespace
 

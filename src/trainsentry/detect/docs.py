@@ -366,12 +366,14 @@ def single_device_numbers(sd: dict | None, one_gpu: dict | None) -> str:
         cell = lambda r: (f"{_f(r['run_accuracy'], True)} / {_f(r['inference_fpr'], True)} / "  # noqa: E731
                           f"{_f(r['training_detection'], True)} / {_f(r['median_time_to_alert_s'])}")
         fam = lambda k, fam: _f(v[k].get(fam, {}).get("alerted_frac"), True, 0)  # noqa: E731
+        runs = lambda fam: v["lofo"].get(fam, {}).get("runs", "–")  # noqa: E731
         out = (f"Re-measured with the one-GPU node's runs in the data ({sd['dataset']['runs']} runs, `{sd['command']}`, "
                f"`{SINGLE_DEVICE_RESULTS}`; run accuracy / inference FPR / training detection / time to alert): "
                f"{cell(v)} against `fused`'s {cell(f)} on the same splits. It alerted on "
-               f"{fam('per_family', 'single-gpu')} of the single-device training appearances "
-               f"({fam('lofo', 'single-gpu')} with the family left out) and on {fam('per_family', 'embed')} of the "
-               f"embedding ones ({fam('lofo', 'embed')} with the family left out).")
+               f"{fam('per_family', 'single-gpu')} of the `single-gpu` family's test appearances "
+               f"({fam('lofo', 'single-gpu')} of its {runs('single-gpu')} runs when the family is left out of the "
+               f"fit) and on {fam('per_family', 'embed')} of the `embed` family's ({fam('lofo', 'embed')} of its "
+               f"{runs('embed')} runs left out).")
     runs = ((one_gpu or {}).get("frozen", {}).get(name) or {}).get("per_run")
     if runs:
         tr = [r for r in runs if r["class"] == "training"]

@@ -32,20 +32,30 @@ def _red_team_one_gpu(ctx) -> str:
 
 
 def _pipes(ctx) -> str:
-    """One sentence from results/pipes.json (optional): the non-tensor pipes as a backward-pass signal."""
+    """One sentence from results/pipes.json (optional): the non-tensor pipes as a backward-pass signal,
+    its wording chosen from the numbers (as scripts/pipes_study.py's own reading is)."""
     if not ctx.has("pipes"):
         return ""
     t = ctx.term
-    fp32 = "separation/training_vs_inference/signals/gpm_fp32_util_pct/window_auc"
-    sentence = (f" The GPU's own {t('FP32')}, {t('FP16')} and integer pipe counters were tried for it and did not "
-                f"give it ({ctx.num('pipes', 'runs', 'int')} one-GPU runs: against inference, mixed-precision "
-                f"training's {t('FP32')} pipe read lower, not higher, window AUC {ctx.num('pipes', fp32, 'f2')})")
+    sep = ctx.value("pipes", "separation")
+    strong = [s for s in sep["without_counter_cases"]["signals"]
+              if all((d["signals"][s]["window_auc"] is not None and abs(d["signals"][s]["window_auc"] - 0.5) >= 0.4)
+                     for d in (sep["without_counter_cases"], sep["with_counter_cases"]))]
+    fp32 = sep["training_vs_inference"]["signals"]["gpm_fp32_util_pct"]["window_auc"]
+    path = "separation/training_vs_inference"
+    way = "lower, not higher" if fp32 is not None and fp32 < 0.5 else "higher"
+    sentence = (f" The GPU's own {t('FP32')}, {t('FP16')} and integer pipe counters were tried for it and "
+                + ("one separated in this data, a candidate to validate" if strong else "did not give it")
+                + f" ({ctx.num('pipes', path + '/runs', 'int')} busy one-GPU runs, "
+                f"{ctx.num('pipes', path + '/training_runs', 'int')} of them training: against inference, "
+                f"mixed-precision training's {t('FP32')} pipe read {way}, window AUC "
+                f"{ctx.num('pipes', path + '/signals/gpm_fp32_util_pct/window_auc', 'f2')})")
     groups = ctx.value("pipes", "groups")
     on = [k for k, g in groups.items() if (g.get("above_zero", {}).get("gpm_fp16_util_pct") or 0) > 0]
     if on == ["training (bf16)"]:
-        path = "groups/training (bf16)/above_zero/gpm_fp16_util_pct"
+        share = "groups/training (bf16)/above_zero/gpm_fp16_util_pct"
         sentence += (f"; the {t('FP16')} pipe read above zero only in pure {t('bf16')} training "
-                     f"({ctx.num('pipes', path, 'pct')} of its busy windows), a lead to test against "
+                     f"({ctx.num('pipes', share, 'pct')} of its busy windows), a lead to test against "
                      f"half-precision serving")
     return sentence + "."
 
