@@ -86,6 +86,9 @@ def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client,
     assert lead["threshold"] == 0.75 and lead["p_max"] == max(v["lead_p"] for v in busy)
     assert lead["last"]["t_end"] == max(v["t_end"] for v in busy) and node_view["state"] != "training"
     assert lead["check_loaded"] is True
+    # the fleet overview carries the latest window's lead beside the verdict
+    over = {n["node"]: n for n in committed_client.get("/v1/overview").json()["nodes"]}["node-a"]
+    assert over["lead_p"] == node_view["lead_p"] and over["state"] != "training"
     # the job the run formed: its own windows' lead, summed up over the job's life
     job = committed_client.get(f"/v1/jobs/{node_view['job']}").json()
     job_leads = [v["lead_p"] for v in job["verdicts"] if v["lead_p"] is not None]

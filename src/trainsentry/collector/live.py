@@ -269,13 +269,14 @@ class LiveProcessor:
         self.tracks: dict[tuple[str, str], _Track] = {}
         self.jobs = livejobs.JobTracker(self.cfg)
         self.windows_judged = 0
-        # per node, for the dashboard's overview: {state, p_training, job, alerts, since}; restored
-        # from the database so a restarted collector shows the last verdicts at once
+        # per node, for the dashboard's overview: {state, p_training, job, alerts, since, lead_p};
+        # restored from the database so a restarted collector shows the last verdicts at once
         self.summary: dict[str, dict] = {}
         for (node,) in self.conn.execute("SELECT DISTINCT subject FROM verdicts WHERE scope = 'node'").fetchall():
             v = V.latest(self.conn, "node", node)
             self.summary[node] = {"state": v["state"], "p_training": v["p_training"], "job": v["job"],
-                                  "since": v["t_end"], "alerts": len(V.alerts(self.conn, "node", node, True))}
+                                  "since": v["t_end"], "alerts": len(V.alerts(self.conn, "node", node, True)),
+                                  "lead_p": v["lead_p"]}
         t = time.perf_counter()
         # the state beyond each buffer (jobs, idle floors, window clocks) and the buffers themselves
         # come back from the store: a restart does not start a running job over; the batches stored
@@ -360,7 +361,8 @@ class LiveProcessor:
         tr = self.tracks.get(("node", v["subject"]))
         since = old.get("since") if old.get("state") == v["state"] else v["t_start"]
         self.summary[v["subject"]] = {"state": v["state"], "p_training": v["p_training"], "job": v["job"],
-                                      "since": since, "alerts": int(tr is not None and tr.open is not None)}
+                                      "since": since, "alerts": int(tr is not None and tr.open is not None),
+                                      "lead_p": v.get("lead_p")}
 
     # ---- alerts --------------------------------------------------------------------------------
     def _track(self, scope: str, subject: str) -> _Track:

@@ -11,6 +11,18 @@
         TS.el("b", {}, doc.counts[s] || 0), TS.badge(s === "pending" ? null : s))));
   }
 
+  // P(training), and where the single-device lead read the latest window like training (a lead, not
+  // a verdict: on one GPU the verdict cannot say training), its P beside it.
+  const LEAD = 0.75;
+  function pCell(n) {
+    const td = TS.el("td", { class: "num" }, TS.pct(n.p_training));
+    if (n.lead_p !== undefined && n.lead_p !== null && n.lead_p >= LEAD) {
+      td.append(" ", TS.el("span", { class: "lead", title: "single-device lead: the busy GPU's activity reads like " +
+        "training in the latest window (a lead, not a verdict)" }, "lead " + TS.pct(n.lead_p)));
+    }
+    return td;
+  }
+
   function nodeRow(n, now) {
     const link = TS.el("a", { href: "/dashboard/nodes/" + encodeURIComponent(n.node) }, n.node);
     const devs = Object.entries(n.devices || {}).map(([k, v]) => v + " " + k).join(", ");
@@ -18,7 +30,7 @@
     if (n.state === "unmonitored" && n.last_verdict) state.title = "last verdict: " + n.last_verdict + " (" + n.unmonitored + ")";
     const job = n.job ? TS.el("a", { href: "/dashboard/jobs/" + encodeURIComponent(n.job) }, n.job) : "—";
     return TS.el("tr", { "data-node": n.node, "data-state": n.state || "pending" },
-      TS.el("td", {}, link), TS.el("td", {}, state), TS.el("td", { class: "num" }, TS.pct(n.p_training)),
+      TS.el("td", {}, link), TS.el("td", {}, state), pCell(n),
       TS.el("td", { title: TS.clock(n.last_seen) }, TS.ago(n.last_seen, now)),
       TS.el("td", { class: "num" + (n.alerts ? " alerts" : "") }, n.alerts || 0), TS.el("td", {}, job),
       TS.el("td", {}, devs || "—"));
