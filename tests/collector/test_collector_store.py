@@ -103,6 +103,17 @@ def test_migration_10_adds_the_lead_to_verdicts_and_keeps_them(tmp_path, monkeyp
     # a summary over windows judged before the lead was stored: it spoke on none of them
     assert verdicts.lead_summary(conn, "node", "n", 0, 10, 0.75) == {
         "start": 0, "end": 10, "threshold": 0.75, "windows_spoken": 0, "like_training": 0, "p_max": None, "last": None}
+    # windows the lead spoke on are summed from the partial index alone (migration 11), whatever the history
+    conn.executemany("INSERT INTO verdicts (scope, subject, t_start, t_end, state, p_training, detector, artifact, "
+                     "evidence, job, computed_at, lead_p) VALUES ('node', 'n', ?, ?, 'inference', 0.1, 'fused', NULL, "
+                     "'[]', NULL, 9, ?)", [(t - 8, t, p) for t, p in ((10, 0.9), (12, None), (14, 0.2), (16, None))])
+    assert verdicts.lead_summary(conn, "node", "n", 0, 20, 0.75) == {
+        "start": 0, "end": 20, "threshold": 0.75, "windows_spoken": 2, "like_training": 1, "p_max": 0.9,
+        "last": {"t_end": 14, "p": 0.2}}
+    plan = " ".join(str(r) for r in conn.execute(
+        "EXPLAIN QUERY PLAN SELECT count(*), coalesce(sum(lead_p >= 0.75), 0), max(lead_p), max(t_end) FROM verdicts "
+        "WHERE scope = 'job' AND subject = 'j' AND t_end >= 0 AND t_end <= 1 AND lead_p IS NOT NULL").fetchall())
+    assert "COVERING INDEX verdicts_lead" in plan, plan
     conn.close()
 
 

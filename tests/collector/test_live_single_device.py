@@ -40,9 +40,16 @@ def node(committed_client, key) -> Agent:
     return Agent(committed_client, "node-a", key)
 
 
-def replay(client: TestClient, agent: Agent, run: Path) -> None:
-    """Send the run's readings, retimed to start at T0, in 1 s batches; wait until it is judged."""
-    sent = per_second(splice([read_trace_readings(run)]), T0)
+IDLE_PIECE_S = 2.5   # the recordings start 3 s before their workload: that much of them is idle
+
+
+def replay(client: TestClient, agent: Agent, run: Path, idle_after_s: float = 0.0) -> None:
+    """Send the run's readings, retimed to start at T0, in 1 s batches (then ``idle_after_s`` of its own
+    idle start, repeated); wait until it is judged."""
+    rec = read_trace_readings(run)
+    t0 = min(r.t for r in rec)
+    idle = [r for r in rec if r.t < t0 + IDLE_PIECE_S]
+    sent = per_second(splice([rec] + [idle] * round(idle_after_s / IDLE_PIECE_S)), T0)
     for batch in sent:
         resp = agent.send(batch)
         assert resp.status_code == 200, resp.text
@@ -62,8 +69,12 @@ def single_device_lines(v: dict) -> list[str]:
 def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client, node):
     live = committed_client.get("/v1/live").json()
     assert "single-device" in live["evidence_checks"], live   # the app judging is the one posted to
-    replay(committed_client, node, TRAINING)
+    replay(committed_client, node, TRAINING, idle_after_s=20.0)
     vs = verdicts(committed_client)
+    # once the workload has ended the windows are idle, though the first of them still hold its busy
+    # tail: no lead is counted there (it would add a "like training" window after every burst)
+    idle_after = [v for v in vs if v["state"] == "idle" and v["t_end"] > T0 + 30]
+    assert idle_after and all(v["lead_p"] is None and not single_device_lines(v) for v in idle_after), idle_after
     busy = [v for v in vs if single_device_lines(v)]
     # the run is 38 s of a 44 s trace: most of its 8 s windows are busy, and the check speaks on them
     assert len(vs) >= 15 and len(busy) >= len(vs) // 2, [(v["state"], v["evidence"]) for v in vs]
@@ -89,8 +100,9 @@ def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client,
     # the fleet overview carries the latest window's lead beside the verdict
     over = {n["node"]: n for n in committed_client.get("/v1/overview").json()["nodes"]}["node-a"]
     assert over["lead_p"] == node_view["lead_p"] and over["state"] != "training"
+    assert over["lead_like_training"] == (over["lead_p"] is not None and over["lead_p"] >= 0.75)
     # the job the run formed: its own windows' lead, summed up over the job's life
-    job = committed_client.get(f"/v1/jobs/{node_view['job']}").json()
+    job = committed_client.get(f"/v1/jobs/{next(v['job'] for v in busy if v['job'])}").json()
     job_leads = [v["lead_p"] for v in job["verdicts"] if v["lead_p"] is not None]
     assert job_leads and job["single_device_lead"]["windows_spoken"] == len(job_leads)
     assert job["single_device_lead"]["like_training"] == sum(p >= 0.75 for p in job_leads) > 0

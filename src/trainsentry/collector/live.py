@@ -276,7 +276,7 @@ class LiveProcessor:
             v = V.latest(self.conn, "node", node)
             self.summary[node] = {"state": v["state"], "p_training": v["p_training"], "job": v["job"],
                                   "since": v["t_end"], "alerts": len(V.alerts(self.conn, "node", node, True)),
-                                  "lead_p": v["lead_p"]}
+                                  **self._lead_fields(v)}
         t = time.perf_counter()
         # the state beyond each buffer (jobs, idle floors, window clocks) and the buffers themselves
         # come back from the store: a restart does not start a running job over; the batches stored
@@ -362,7 +362,16 @@ class LiveProcessor:
         since = old.get("since") if old.get("state") == v["state"] else v["t_start"]
         self.summary[v["subject"]] = {"state": v["state"], "p_training": v["p_training"], "job": v["job"],
                                       "since": since, "alerts": int(tr is not None and tr.open is not None),
-                                      "lead_p": v.get("lead_p")}
+                                      **self._lead_fields(v)}
+
+    def _lead_fields(self, v: dict) -> dict:
+        """The overview's view of a node's latest single-device lead: its P, and whether that reads like
+        training at the loaded check's threshold (else the check's default), decided here, not in the page."""
+        from ..detect.single_device import THRESHOLD
+
+        p = v.get("lead_p")
+        threshold = getattr(self.checks.get("single-device"), "threshold", THRESHOLD)
+        return {"lead_p": p, "lead_like_training": p is not None and p >= threshold}
 
     # ---- alerts --------------------------------------------------------------------------------
     def _track(self, scope: str, subject: str) -> _Track:
@@ -434,8 +443,8 @@ class LiveProcessor:
             ps[~ood] = self.detector.predict_proba(frame[~ood])
         if ood.any():
             ps[ood] = self.fallback.predict_proba(frame[ood])
-        checked, lead = self._check_lines(frame) if have else ([], [])
-        check_lines, leads = [iter(lines) for lines in checked], iter(lead)
+        checked, lead = self._check_lines(frame) if have else ({}, [])
+        check_lines, leads = {name: iter(lines) for name, lines in checked.items()}, iter(lead)
         ps, oods = iter(ps), iter(ood)
         out = []
         for e, row in zip(ends, matched):
@@ -450,7 +459,13 @@ class LiveProcessor:
                                 f"documented default thresholds instead")
             lead_p = next(leads, None) if row is not None else None
             if row is not None:  # the checks' lines, then the detector's own, passed through (collector/evidence.py)
-                evidence += [line for lines in check_lines if (line := next(lines, None)) is not None]
+                lines = {name: next(it, None) for name, it in check_lines.items()}
+                if state == "idle":
+                    # the workload has ended (or paused) by the window's end: the busy tail the window still
+                    # holds is no lead, and counting it would add a "like training" window per burst
+                    lines.pop("single-device", None)
+                    lead_p = None
+                evidence += [line for line in lines.values() if line is not None]
                 evidence += detector_lines(det.explain(row), table, e - cfg.window_s, e)
             touched = [g for g in gaps if g[0] < e and g[1] > e - cfg.window_s]
             lost = [g for g in touched if g[2] != TIME_REGRESSION]
@@ -469,20 +484,20 @@ class LiveProcessor:
             self.windows_judged += 1
         return out
 
-    def _check_lines(self, frame: pd.DataFrame) -> tuple[list[list[str | None]], list[float | None]]:
-        """Per evidence check, its entry for each row (a line, or None), and the single-device lead's
-        P(training) per row (None where it did not speak; all None without it): a check that fails (an
-        artifact this sklearn cannot run, odd input) is logged and dropped, never a reason to stop verdicts."""
-        out: list[list[str | None]] = []
+    def _check_lines(self, frame: pd.DataFrame) -> tuple[dict[str, list[str | None]], list[float | None]]:
+        """Per evidence check (by name), its entry for each row (a line, or None), and the single-device
+        lead's P(training) per row (None where it did not speak; all None without it): a check that fails
+        (an artifact this sklearn cannot run, odd input) is logged and dropped, never a reason to stop verdicts."""
+        out: dict[str, list[str | None]] = {}
         lead: list[float | None] = [None] * len(frame)
         for name, check in list(self.checks.items()):
             try:
                 if name == "single-device":
                     scores = check.scores(frame)
-                    out.append(check.lines(frame, scores))
+                    out[name] = check.lines(frame, scores)
                     lead = scores
                 else:
-                    out.append(check.lines(frame))
+                    out[name] = check.lines(frame)
             except Exception as e:
                 log.error("%s check failed, dropped from the evidence from now on: %s", name, e)
                 del self.checks[name]

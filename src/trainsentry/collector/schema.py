@@ -25,7 +25,8 @@ from pathlib import Path
 from ..traces.schema import METRICS
 from .auth import DDL as _AUTH_DDL
 from .verdicts import (ABSTAIN_DDL as _ABSTAIN_DDL, DDL as _VERDICTS_DDL, LEAD_DDL as _LEAD_DDL,
-                       NODE_STATE_DDL as _NODE_STATE_DDL, UNJUDGED_DDL as _UNJUDGED_DDL)
+                       LEAD_INDEX_DDL as _LEAD_INDEX_DDL, NODE_STATE_DDL as _NODE_STATE_DDL,
+                       UNJUDGED_DDL as _UNJUDGED_DDL)
 
 SYNC_LEVELS = ("normal", "full")
 
@@ -138,8 +139,11 @@ CREATE INDEX unmonitored_by_node ON unmonitored(node_id, start_t);
 """
 
 # The GPM FP32, FP16 and integer pipe utilizations (traces/schema.py, added 2026-12-01).
-_V9 = "".join(f"ALTER TABLE samples ADD COLUMN {m.name} {_sql_type(m)};\n"
-              for m in METRICS if m.name in ("gpm_fp32_util_pct", "gpm_fp16_util_pct", "gpm_integer_util_pct"))
+_V9 = """
+ALTER TABLE samples ADD COLUMN gpm_fp32_util_pct REAL;
+ALTER TABLE samples ADD COLUMN gpm_fp16_util_pct REAL;
+ALTER TABLE samples ADD COLUMN gpm_integer_util_pct REAL;
+"""
 
 # (version, DDL). Append only: never edit a migration that has shipped.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
@@ -153,6 +157,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (8, _V8),  # unmonitored.reason 'time_regression': samples stamped before ones already received
     (9, _V9),  # samples: GPM FP32, FP16 and integer pipe utilization
     (10, _LEAD_DDL),  # verdicts.lead_p: the single-device lead's P(training) per window, served summarised
+    (11, _LEAD_INDEX_DDL),  # the windows the lead spoke on, so a long job's lead summary reads only those
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -90,8 +90,9 @@
     // The single-device lead over the last hour: on one GPU the verdict cannot say training, this can hint it.
     const lead = v && v.single_device_lead;
     if (lead && lead.windows_spoken > 0) items.unshift(TS.el("li", { class: lead.like_training ? "lead" : "" },
-      "single-device lead: " + lead.like_training + " of " + lead.windows_spoken + " busy windows in the hour read " +
-      "like training (P up to " + TS.pct(lead.p_max) + ", >= " + lead.threshold + " counts); a lead, not a verdict"));
+      "single-device lead, in the hour up to the latest window: " + lead.like_training + " of the " +
+      lead.windows_spoken + " windows it judged read like training (P up to " + TS.pct(lead.p_max) + ", >= " +
+      lead.threshold + " counts; 8 s windows every 2 s, so they overlap); a lead, not a verdict"));
     document.getElementById("alerts").replaceChildren(...items);
   }
 

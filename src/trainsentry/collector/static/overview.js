@@ -11,12 +11,12 @@
         TS.el("b", {}, doc.counts[s] || 0), TS.badge(s === "pending" ? null : s))));
   }
 
-  // P(training), and where the single-device lead read the latest window like training (a lead, not
-  // a verdict: on one GPU the verdict cannot say training), its P beside it.
-  const LEAD = 0.75;
+  // P(training), and where the single-device lead read the latest window like training (at its
+  // threshold, decided by the server; a lead, not a verdict: on one GPU the verdict cannot say
+  // training), its P beside it.
   function pCell(n) {
     const td = TS.el("td", { class: "num" }, TS.pct(n.p_training));
-    if (n.lead_p !== undefined && n.lead_p !== null && n.lead_p >= LEAD) {
+    if (n.lead_like_training) {
       td.append(" ", TS.el("span", { class: "lead", title: "single-device lead: the busy GPU's activity reads like " +
         "training in the latest window (a lead, not a verdict)" }, "lead " + TS.pct(n.lead_p)));
     }
