@@ -59,8 +59,8 @@ GPU_METRICS: tuple[Metric, ...] = (
     Metric("gpm_nvlink_tx_mibps", "rate", "MiB/s", "GPM NVLink TX bandwidth, all links"),
     Metric("gpm_nvlink_rx_mibps", "rate", "MiB/s", "GPM NVLink RX bandwidth, all links"),
     # The arithmetic pipes outside the tensor cores (added 2026-12-01, twelfth session): what share of
-    # cycles the FP32, FP16 and integer pipes are busy. Mixed-precision training keeps fp32 master
-    # weights, gradients and optimizer state; a bf16 forward pass mostly does not.
+    # cycles the FP32, FP16 and integer pipes are busy. Recorded to test whether mixed-precision
+    # training's fp32 master weights and optimizer show there; on one H200 they did not (docs/pipes.md).
     Metric("gpm_fp32_util_pct", "rate", "%", "GPM FP32 pipe utilization", late=True),
     Metric("gpm_fp16_util_pct", "rate", "%", "GPM FP16 pipe utilization", late=True),
     Metric("gpm_integer_util_pct", "rate", "%", "GPM integer pipe utilization", late=True),
