@@ -97,7 +97,9 @@ LIMITS = ["The evader does not adapt between rounds: every round re-scores the s
           "falls back to the proxy scorer and the run is flagged in its setting's notes."]
 
 
-NULL_PENALTY = "a loss penalty is null: "   # a cost note's prefix; an unranked setting's reason says it once
+# Why a loss penalty can be null (redteam.cost.penalty_at_common_point): the cost note says it, and an
+# unranked setting's reason says the same words once.
+NO_COMMON_TRAINING = "the two loss curves share no training (no overlap beyond a first point)"
 
 
 class InputError(ValueError):
@@ -333,7 +335,7 @@ def costs(adv: list[AdvRun], baseline_dirs: list[Path]) -> dict[tuple[str, str],
             notes.append("the baseline run is shorter than the adversary's: loss penalties are taken at the "
                          "baseline's last tokens (GPU-hours), not at the adversary's end")
         if ok and (c["loss_penalty_equal_tokens"] is None or c["loss_penalty_equal_gpu_hours"] is None):
-            notes.append(NULL_PENALTY + "the two loss curves share no training (no overlap beyond a first point)")
+            notes.append("a loss penalty is null: " + NO_COMMON_TRAINING)
         c["cost_note"] = "; ".join(notes) or None
         c["baseline_run_dir"] = str(base_dir[c["baseline_runs"][0]]) if c["baseline_runs"] else None
         out[key] = c
@@ -370,8 +372,7 @@ def rank_strategies(doc: dict) -> tuple[list[dict], list[dict]]:
         if score is None or no_loss:
             why = (f"no GPU-hour overhead: {s.get('cost_note') or 'no cost'}" if s["gpu_hour_overhead"] is None
                    else "no run detection" if s["run_detection"] is None
-                   else "no loss penalty: " + (s.get("cost_note") or "the loss curves have no common point")
-                   .replace(NULL_PENALTY, ""))
+                   else "no loss penalty: " + NO_COMMON_TRAINING)
             unranked.append({**row, "score": None, "why": why})
         else:
             ranked.append(row)
