@@ -101,6 +101,8 @@ def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client,
     over = {n["node"]: n for n in committed_client.get("/v1/overview").json()["nodes"]}["node-a"]
     assert over["lead_p"] == node_view["lead_p"] and over["state"] != "training"
     assert over["lead_like_training"] == (over["lead_p"] is not None and over["lead_p"] >= 0.75)
+    # the latest window is one of the idle tail: it carries no lead, so the overview shows none
+    assert node_view["state"] == "idle" and over["lead_p"] is None and over["lead_like_training"] is False
     # the job the run formed: its own windows' lead, summed up over the job's life
     job = committed_client.get(f"/v1/jobs/{next(v['job'] for v in busy if v['job'])}").json()
     job_leads = [v["lead_p"] for v in job["verdicts"] if v["lead_p"] is not None]
@@ -116,5 +118,14 @@ def test_single_user_decode_is_not_called_training_by_the_lead(committed_client,
     assert len(lines) >= 5, [v["evidence"] for v in vs]   # it speaks on the busy windows ...
     assert not [line for line in lines if ": like training" in line], lines   # ... and says no
     assert all(v["state"] != "training" for v in vs)
-    lead = committed_client.get("/v1/nodes/node-a/verdict").json()["single_device_lead"]
+    node_view = committed_client.get("/v1/nodes/node-a/verdict").json()
+    lead = node_view["single_device_lead"]
     assert lead["windows_spoken"] == len(lines) and lead["like_training"] == 0 and lead["p_max"] < 0.75, lead
+    # the overview carries the latest window's lead as judged, and never says "like training" here
+    over = {n["node"]: n for n in committed_client.get("/v1/overview").json()["nodes"]}["node-a"]
+    assert over["lead_p"] == node_view["lead_p"] and over["lead_like_training"] is False, over
+    # "like training" is decided at the loaded artifact's threshold, the one the summaries count with
+    proc = committed_client.app.state.live
+    assert proc.lead_threshold == proc.checks["single-device"].threshold == lead["threshold"]
+    assert proc._lead_fields({"lead_p": lead["threshold"]}) == {"lead_p": lead["threshold"], "lead_like_training": True}
+    assert proc._lead_fields({"lead_p": lead["p_max"]})["lead_like_training"] is False

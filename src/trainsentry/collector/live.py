@@ -109,6 +109,8 @@ class LiveConfig:
 # Evidence checks: each adds its own line to a window's evidence and changes no verdict. name ->
 # module of trainsentry.detect holding ``load(path)``; the artifact is models/<name>.joblib.
 EVIDENCE_CHECKS = {"familiarity": "familiarity", "single-device": "single_device"}
+# The check that is also a number: its P is stored beside each verdict (``lead_p``) and summed up.
+LEAD_CHECK = "single-device"
 
 
 def load_live_check(models_dir: Path, name: str):
@@ -260,6 +262,10 @@ class LiveProcessor:
         self._reader, self._local, self._readers = reader, threading.local(), []
         self.detector, self.artifact, self.detector_note = load_live_detector(self.cfg.models_dir)
         self.checks = {n: c for n in EVIDENCE_CHECKS if (c := load_live_check(self.cfg.models_dir, n)) is not None}
+        # the lead "reads like training" at its artifact's threshold, else the check's default (the read
+        # API counts stored lead_p with it too, also once the check is dropped or absent)
+        from ..detect.single_device import THRESHOLD
+        self.lead_threshold = float(getattr(self.checks.get(LEAD_CHECK), "threshold", THRESHOLD))
         # windows outside the artifact's domain (a sensor it always had is missing) get the rules
         self.fallback = CommRules()
         self.conn_path, self.synchronous = db_path, synchronous
@@ -367,11 +373,8 @@ class LiveProcessor:
     def _lead_fields(self, v: dict) -> dict:
         """The overview's view of a node's latest single-device lead: its P, and whether that reads like
         training at the loaded check's threshold (else the check's default), decided here, not in the page."""
-        from ..detect.single_device import THRESHOLD
-
         p = v.get("lead_p")
-        threshold = getattr(self.checks.get("single-device"), "threshold", THRESHOLD)
-        return {"lead_p": p, "lead_like_training": p is not None and p >= threshold}
+        return {"lead_p": p, "lead_like_training": p is not None and p >= self.lead_threshold}
 
     # ---- alerts --------------------------------------------------------------------------------
     def _track(self, scope: str, subject: str) -> _Track:
@@ -463,7 +466,7 @@ class LiveProcessor:
                 if state == "idle":
                     # the workload has ended (or paused) by the window's end: the busy tail the window still
                     # holds is no lead, and counting it would add a "like training" window per burst
-                    lines.pop("single-device", None)
+                    lines.pop(LEAD_CHECK, None)
                     lead_p = None
                 evidence += [line for line in lines.values() if line is not None]
                 evidence += detector_lines(det.explain(row), table, e - cfg.window_s, e)
@@ -492,7 +495,7 @@ class LiveProcessor:
         lead: list[float | None] = [None] * len(frame)
         for name, check in list(self.checks.items()):
             try:
-                if name == "single-device":
+                if name == LEAD_CHECK:
                     scores = check.scores(frame)
                     out[name] = check.lines(frame, scores)
                     lead = scores

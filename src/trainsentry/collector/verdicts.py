@@ -296,12 +296,11 @@ def add_routes(app, col, proc) -> None:
 
     def _lead(conn, scope: str, subject: str, start: float, end: float) -> dict:
         """The single-device lead summarised over [start, end] from the stored ``lead_p`` (also when no
-        lead is loaded now), counted at the loaded check's threshold, else the check's default."""
-        from ..detect.single_device import THRESHOLD
+        lead is loaded now), counted at the live processor's lead threshold."""
+        from .live import LEAD_CHECK
 
-        check = proc.checks.get("single-device")
-        return {**lead_summary(conn, scope, subject, start, end, getattr(check, "threshold", THRESHOLD)),
-                "check_loaded": check is not None}
+        return {**lead_summary(conn, scope, subject, start, end, proc.lead_threshold),
+                "check_loaded": LEAD_CHECK in proc.checks}
 
     @app.get("/v1/nodes/{node}/verdict")
     def get_verdict(node: str) -> Response:
