@@ -31,6 +31,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from trainsentry.detect.evaluate import window_auc  # noqa: E402
 from trainsentry.detect.single_device import BUSY_UTIL_PCT  # noqa: E402
 from trainsentry.features.activity import PIPE_METRICS, pipe_activity  # noqa: E402
 from trainsentry.features.grid import to_grids  # noqa: E402
@@ -78,11 +79,11 @@ def run_windows(run_dir: Path) -> dict | None:
 
 
 def auc(pos: list[float], neg: list[float]) -> float | None:
-    """P(a training value > a non-training value), ties half: the Mann-Whitney form of ROC AUC."""
-    p, q = np.asarray([v for v in pos if np.isfinite(v)]), np.asarray([v for v in neg if np.isfinite(v)])
-    if not p.size or not q.size:
+    """ROC AUC of training (``pos``) against the rest (``neg``), finite values only; None without both."""
+    p, q = [v for v in pos if np.isfinite(v)], [v for v in neg if np.isfinite(v)]
+    if not p or not q:
         return None
-    return float(((p[:, None] > q[None, :]).sum() + 0.5 * (p[:, None] == q[None, :]).sum()) / (p.size * q.size))
+    return window_auc(np.r_[np.ones(len(p)), np.zeros(len(q))], np.asarray(p + q, dtype=np.float64))
 
 
 def separation(runs: list[dict], keep_counter: bool, against: tuple[str, ...] = ("inference", "other")) -> dict:
@@ -224,14 +225,19 @@ def markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
+def candidates(sep: dict) -> list[str]:
+    """Signals separating training from the rest with and without the counter-cases (|AUC − 0.5| ≥ 0.4
+    on windows in both): the study's one criterion, stored in the results for its readers (the report)."""
+    plain, full = (sep[k]["signals"] for k in ("without_counter_cases", "with_counter_cases"))
+    return [s for s in SIGNALS if all(d[s]["window_auc"] is not None and abs(d[s]["window_auc"] - 0.5) >= 0.4
+                                      for d in (plain, full))]
+
+
 def reading(res: dict) -> str:
     """The verdict, from the numbers: a signal is a candidate only if it separates with and without
     the counter-cases (|AUC − 0.5| ≥ 0.4 on windows in both); then FP32's direction against inference
     alone (the hypothesis), and any pipe that read above 0 in one group's windows only."""
-    sep = res["separation"]
-    plain, full = (sep[k]["signals"] for k in ("without_counter_cases", "with_counter_cases"))
-    strong = [s for s in SIGNALS if all(d[s]["window_auc"] is not None and abs(d[s]["window_auc"] - 0.5) >= 0.4
-                                        for d in (plain, full))]
+    sep, strong = res["separation"], res["candidates"]
     if strong:
         out = ("Separating with and without the counter-cases (|AUC − 0.5| ≥ 0.4 on windows): "
                + ", ".join(f"`{s}`" for s in strong) + ". A candidate detector input, to be validated on runs it has "
@@ -289,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
            "per_run": [{**{k: v for k, v in r.items() if k not in ("windows", "median")},
                         "median": {k: (v if np.isfinite(v) else None) for k, v in r["median"].items()}}
                        for r in sorted(runs, key=lambda r: (r["class"], r["run"]))]}
+    res["candidates"] = candidates(res["separation"])
     res["reading"] = reading(res)
     figure(runs, REPO / args.figure)
     (REPO / args.out).write_text(json.dumps(res, indent=1, allow_nan=False, default=lambda v: None) + "\n")

@@ -38,9 +38,7 @@ def _pipes(ctx) -> str:
         return ""
     t = ctx.term
     sep = ctx.value("pipes", "separation")
-    strong = [s for s in sep["without_counter_cases"]["signals"]
-              if all((d["signals"][s]["window_auc"] is not None and abs(d["signals"][s]["window_auc"] - 0.5) >= 0.4)
-                     for d in (sep["without_counter_cases"], sep["with_counter_cases"]))]
+    strong = ctx.value("pipes", "candidates")   # the study's own criterion (scripts/pipes_study.py)
     fp32 = sep["training_vs_inference"]["signals"]["gpm_fp32_util_pct"]["window_auc"]
     path = "separation/training_vs_inference"
     way = "lower, not higher" if fp32 is not None and fp32 < 0.5 else "higher"
