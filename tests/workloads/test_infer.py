@@ -25,7 +25,7 @@ from trainsentry.workloads.infer_serve import SlotPool, decode_pool, prefill_int
 from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp"}
+INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute"}
 OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil"}
 # (configs that need a larger launch than this file's 2 ranks are run in test_ngpu.py)
 MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other") and s.min_ranks <= 2)
@@ -156,6 +156,9 @@ def test_gpu_configs_fit_two_h200():
         elif spec.family == "embed":
             assert cfg["text_len"] <= cfg["seq_len"], name
             tokens = 0
+        elif spec.family == "attribute":   # one target token past the text; no KV cache
+            assert cfg["text_len"] < cfg["seq_len"], name
+            tokens = 0
         elif spec.family == "cp":   # no KV cache is kept: one layer's gathered K/V at a time
             assert cfg["prompt_len"] <= cfg["seq_len"] and cfg["prompt_len"] % 2 == 0, name
             tokens = 0
@@ -199,6 +202,13 @@ def test_every_workload_runs_at_toy_size(toy_run):
     fp16 = truth(toy_run, "embed_fp16")["ground_truth"]["extra"]["0"]
     assert truth(toy_run, "embed_fp16")["ok"] and fp16["weights_dtype"] == "torch.float16"
     assert math.isfinite(fp16["embedding_checksum"]) and fp16["embedding_checksum"] > 0
+    # attribution: forward and backward every step, yet the frozen weights never change nor get a gradient
+    for name in ("infer.attribute.l1b_b16_l1024", "infer.attribute.xl3b_b4_l2048_host"):
+        t = truth(toy_run, name)
+        x = t["ground_truth"]["extra"]["0"]
+        assert x["weights_changed"] is False and x["weight_grads"] == 0 and x["attribution_checksum"] > 0, name
+    host = truth(toy_run, "infer.attribute.xl3b_b4_l2048_host")
+    assert host["ground_truth"]["extra"]["0"]["bytes_to_host_per_step"] == host["config"]["batch"] * host["config"]["text_len"] * 4
 
 
 def test_inference_weights_take_the_context_dtype_unless_asked_otherwise():
@@ -232,7 +242,8 @@ def _analytic_generate(cfg: dict, steps: int) -> float:
 
 
 @pytest.mark.parametrize("name", ["infer.generate.m350m_b128", "infer.prefill.m350m_ctx8k",
-                                  "infer.replicas.m350m_b64", "infer.embed.s125m_b256_l512"])
+                                  "infer.replicas.m350m_b64", "infer.embed.s125m_b256_l512",
+                                  "infer.attribute.s125m_b64_l512"])
 def test_flop_counter_matches_analytic(toy_run, name):
     t = truth(toy_run, name)
     cfg, gt = t["config"], t["ground_truth"]
@@ -241,6 +252,11 @@ def test_flop_counter_matches_analytic(toy_run, name):
         m = model_config(cfg, causal=False)
         no_head = m.flops_per_token(cfg["text_len"], False) - 2 * m.d_model * m.vocab   # pooled, no LM head
         analytic = gt["steps"] * cfg["batch"] * cfg["text_len"] * no_head
+    elif t["family"] == "attribute":
+        # forward with the LM head, then the activation gradients only: twice the forward's matmuls, less
+        # the first layer's input projections' weight-free share (bounded by the 10 % tolerance), never 3×
+        m = model_config(cfg)
+        analytic = 2 * gt["steps"] * cfg["batch"] * cfg["text_len"] * m.flops_per_token(cfg["text_len"], False)
     else:
         analytic = _analytic_generate(cfg, gt["steps"])
     assert gt["flops"] == pytest.approx(ranks * analytic, rel=0.10)

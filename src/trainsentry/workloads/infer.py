@@ -1,5 +1,7 @@
 """Inference workloads (class ``inference``) on one GPU or as independent replicas: batched KV-cache
-generation, data-parallel replicas, long-context prefill-heavy batches and encoder-only embedding.
+generation, data-parallel replicas, long-context prefill-heavy batches, encoder-only embedding and
+input attribution with a frozen model (forward and backward, no update: the hard negative for "a
+backward pass means training").
 
 The multi-GPU kinds live beside this module: tensor-parallel, pipeline-parallel and disaggregated
 serving in infer_parallel.py, the continuous-batching server in infer_serve.py. Importing this module
@@ -15,6 +17,7 @@ import torch
 from . import flops as flopcount
 from .base import Context, variants
 from .infer_common import build_model, generate_rounds, inference_entry, model_config, prompt_source
+from .model import loss_fn
 
 TOY = {"model": "toy", "seq_len": 64, "batch": 2, "prompt_len": 8, "gen_len": 4, "pause_s": 0.0}
 
@@ -129,6 +132,67 @@ variants("infer.embed", "inference", "embed", run_embed,
          base={"model": "gpt1b", "seq_len": 1024, "batch": 128, "text_len": 1024},
          toy={"model": "toy", "seq_len": 64, "batch": 4, "text_len": 16, "pause_s": 0.0}, gpus=0, grid={
              "l1b_b128_l1024_x2": {},
+         })
+
+def run_attribute(ctx: Context, cfg: dict) -> None:
+    """Input attribution (gradient × input saliency) with a frozen model: each batch of texts is scored
+    (next-token cross-entropy), the loss is differentiated with respect to the input embeddings only,
+    and every token gets the score ``(∂loss/∂x · x)``, summed over the hidden dimension. Interpretability
+    and data-auditing teams run exactly this on models they do not change: a forward and a backward
+    pass every step, at the power cap, yet no weight gradient, no optimizer and no update. The weights
+    never change (``weights_changed`` is checked at the end). With ``to_host`` the scores go to host
+    memory (batch × text_len × 4 bytes per step), as a service returning them must.
+
+    FLOPs per step come from the FLOP counter on one real step: about twice the forward's (the
+    backward computes activation gradients, not weight gradients), against three times for training."""
+    mcfg = model_config(cfg)
+    model = build_model(ctx, mcfg)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    before = sum(float(p.float().sum()) for p in model.parameters())
+    batch, length = int(cfg["batch"]), int(cfg["text_len"])
+    if length >= mcfg.seq_len:
+        raise ValueError(f"text_len {length} must be below seq_len {mcfg.seq_len} (one target token more)")
+    pause_s = float(cfg.get("pause_s", 0.0))
+    to_host = bool(cfg.get("to_host", False))
+    src = prompt_source(ctx, salt=ctx.rank)
+    pos = torch.arange(length, device=ctx.device)
+
+    def attribute(tokens: torch.Tensor) -> torch.Tensor:
+        x = (model.tok(tokens[:, :-1]) + model.pos(pos)).detach().requires_grad_(True)
+        loss_fn(model(x), tokens[:, 1:]).backward()   # only x needs a gradient: no weight gradient is formed
+        return (x.grad.float() * x.detach().float()).sum(-1)   # [batch, length]: one score per token
+
+    ctx.ledger.flops_per_step = flopcount.measure(lambda: attribute(src.prompts(batch, length + 1)))
+    ctx.ledger.extra.update(params=mcfg.params(), method="flop_counter", weights_dtype=str(next(model.parameters()).dtype),
+                            bytes_to_host_per_step=batch * length * 4 if to_host else 0)
+    sink = torch.zeros(length, device=ctx.device, dtype=torch.float32)
+    host_sink = torch.zeros(length, dtype=torch.float32)
+    while ctx.keep_going():
+        tokens = src.prompts(batch, length + 1)
+        t0 = time.perf_counter()
+        scores = attribute(tokens)
+        if to_host:
+            host_sink += scores.to("cpu").abs().sum(0)
+        else:
+            sink += scores.abs().sum(0)
+        ctx.sync()
+        ctx.ledger.step(time.perf_counter() - t0, batch * length)
+        if pause_s > 0:
+            time.sleep(pause_s)
+    after = sum(float(p.float().sum()) for p in model.parameters())
+    ctx.ledger.extra.update(attribution_checksum=float((sink.cpu() + host_sink).norm()),
+                            weights_changed=after != before,
+                            weight_grads=sum(p.grad is not None for p in model.parameters()))
+
+
+variants("infer.attribute", "inference", "attribute", run_attribute,
+         base={"model": "gpt1b", "seq_len": 1025, "batch": 16, "text_len": 1024},
+         toy={"model": "toy", "seq_len": 64, "batch": 2, "text_len": 16, "pause_s": 0.0}, gpus=1,
+         description="gradient × input attribution with a frozen model: forward and backward, no update", grid={
+             "l1b_b16_l1024": {},
+             "s125m_b64_l512": {"model": "gpt125m", "seq_len": 513, "batch": 64, "text_len": 512},
+             "xl3b_b4_l2048_host": {"model": "gpt3b", "seq_len": 2049, "batch": 4, "text_len": 2048, "to_host": True},
          })
 
 from . import infer_cp, infer_moe, infer_parallel, infer_serve  # noqa: E402,F401  (register cp, ep, tp, pp, disagg, serve)
