@@ -236,7 +236,8 @@ def candidates(sep: dict) -> list[str]:
 def reading(res: dict) -> str:
     """The verdict, from the numbers: a signal is a candidate only if it separates with and without
     the counter-cases (|AUC − 0.5| ≥ 0.4 on windows in both); then FP32's direction against inference
-    alone (the hypothesis), and any pipe that read above 0 in one group's windows only."""
+    alone (the hypothesis), and any pipe that read above 0 in some groups' windows only (which, and
+    whether training reads it highest)."""
     sep, strong = res["separation"], res["candidates"]
     if strong:
         out = ("Separating with and without the counter-cases (|AUC − 0.5| ≥ 0.4 on windows): "
@@ -260,6 +261,15 @@ def reading(res: dict) -> str:
                     f"({g['runs']} runs, run medians {g[m][0]:.4f}–{g[m][1]:.4f} % of cycles), and exactly 0 in every "
                     f"busy window of every other group. A lead to test against benign work that runs that "
                     f"arithmetic, not a detector input on this little evidence.")
+        elif 1 < len(on) < len(shares):
+            # read above 0 in some groups only: say which, and whether training reads it highest
+            spans = {k: res["groups"][k][m] for k in on}
+            top = max(on, key=lambda k: spans[k][1])
+            parts = [f"{k} ({100 * shares[k]:.0f} % of busy windows, run medians {spans[k][0]:.4f}–{spans[k][1]:.4f} % "
+                     f"of cycles)" for k in on]
+            out += (f" `{m}` read above 0 in " + ", ".join(parts[:-1]) + f" and {parts[-1]}, and exactly 0 in every "
+                    f"busy window of the other groups; highest in {top}"
+                + (": not specific to training." if not top.startswith("training") else "."))
     return out
 
 

@@ -79,3 +79,11 @@ def test_the_study_finds_a_separating_pipe_and_says_when_counter_cases_erase_it(
     assert res["groups"]["training (bf16)"]["above_zero"]["gpm_fp16_util_pct"] == 1.0
     assert res["groups"]["training (mixed)"]["above_zero"]["gpm_fp16_util_pct"] == 0.0
     assert "`gpm_fp16_util_pct` read above 0 only in training (bf16): in 100 % of its busy windows (2 runs" in res["reading"]
+    # fp16 serving reads the FP16 pipe higher still: the lead is named as not specific to training
+    _trace(data, "embed-fp16", "inference", 3.0, "float16", fp16=2.5)
+    assert main(args) == 0
+    res = json.loads((tmp_path / "p.json").read_text())
+    assert "read above 0 only in" not in res["reading"]
+    assert ("`gpm_fp16_util_pct` read above 0 in inference (fp16) (100 % of busy windows, run medians 2.5000–2.5000 % "
+            "of cycles) and training (bf16)") in res["reading"]
+    assert res["reading"].endswith("highest in inference (fp16): not specific to training.")
