@@ -608,3 +608,26 @@ def test_report_builds_without_the_one_gpu_red_team(tmp_path):
     assert not b.missing and "This is a draft" not in text and "redteam-x1.json" not in text
     assert "<h3>On a one-GPU node</h3>" not in text and "Against the red team on one GPU" not in text
     _check_numbers(b, res)
+
+
+def test_pipes_sentence_follows_where_the_fp16_pipe_read(tmp_path):
+    """Section 8's pipe sentence names the FP16 lead only while the pipe read above zero in pure-bf16
+    training alone, and says it is no training signal once benign work read it higher."""
+    from trainsentry.report.context import Ctx
+    from trainsentry.report.sections.s8_recommendations import _pipes
+
+    res = tmp_path / "results"
+    res.mkdir()
+    doc = json.loads((RESULTS / "pipes.json").read_text())
+    groups = doc["groups"]
+    fp16 = "gpm_fp16_util_pct"
+    groups["inference (fp16)"] = {**groups["training (bf16)"], "above_zero": {fp16: 1.0},
+                                  fp16: [0.8, 2.5]}   # serving reads it higher than training
+    (res / "pipes.json").write_text(json.dumps(doc))
+    said = _pipes(Ctx(res, DATA, True, CONFIGS))
+    assert "no training signal" in said and "a lead to test" not in said
+    for k, g in groups.items():   # now only pure-bf16 training reads it
+        g["above_zero"][fp16] = 1.0 if k == "training (bf16)" else 0.0
+    (res / "pipes.json").write_text(json.dumps(doc))
+    said = _pipes(Ctx(res, DATA, True, CONFIGS))
+    assert "a lead to test against" in said and "no training signal" not in said

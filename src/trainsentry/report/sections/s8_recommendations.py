@@ -55,6 +55,13 @@ def _pipes(ctx) -> str:
         sentence += (f"; the {t('FP16')} pipe read above zero only in pure {t('bf16')} training "
                      f"({ctx.num('pipes', share, 'pct')} of its busy windows), a lead to test against "
                      f"half-precision serving")
+    elif "training (bf16)" in on and len(on) > 1:
+        # the lead was tested and read above zero in benign work too: say so, and where it read highest
+        top = max(on, key=lambda k: groups[k]["gpm_fp16_util_pct"][1])
+        sentence += (f"; the {t('FP16')} pipe, above zero in pure {t('bf16')} training, read above zero in "
+                     f"{ctx.derived(len(on) - 1, 'int', [('pipes', 'groups')])} other group(s) of runs too, "
+                     + ("highest in one that does not train: no training signal" if not top.startswith("training")
+                        else "highest in training, but not in training alone"))
     return sentence + "."
 
 
