@@ -134,14 +134,26 @@ variants("infer.embed", "inference", "embed", run_embed,
              "l1b_b128_l1024_x2": {},
          })
 
+def weight_versions(model: torch.nn.Module) -> list[int]:
+    """Every parameter's in-place write counter (autograd's ``_version``): any optimizer step, any
+    in-place update of a weight, even one that leaves a checksum unchanged, moves it."""
+    return [p._version for p in model.parameters()]
+
+
+def weights_written(model: torch.nn.Module, versions: list[int]) -> bool:
+    return weight_versions(model) != versions
+
+
 def run_attribute(ctx: Context, cfg: dict) -> None:
     """Input attribution (gradient × input saliency) with a frozen model: each batch of texts is scored
     (next-token cross-entropy), the loss is differentiated with respect to the input embeddings only,
     and every token gets the score ``(∂loss/∂x · x)``, summed over the hidden dimension. Interpretability
     and data-auditing teams run exactly this on models they do not change: a forward and a backward
-    pass every step, at the power cap, yet no weight gradient, no optimizer and no update. The weights
-    never change (``weights_changed`` is checked at the end). With ``to_host`` the scores go to host
-    memory (batch × text_len × 4 bytes per step), as a service returning them must.
+    pass every step, at the power cap, yet no weight gradient, no optimizer and no update. The ground
+    truth says so: ``weight_grads`` (parameters holding a gradient at the end) and ``weights_changed``
+    (any parameter written in place during the run, from its version counter; the runs recorded on
+    2026-12-01 compared a sum over all weights instead). With ``to_host`` the scores go to host memory
+    (batch × text_len × 4 bytes per step, ``host_checksum``), as a service returning them must.
 
     FLOPs per step come from the FLOP counter on one real step: about twice the forward's (the
     backward computes activation gradients, not weight gradients), against three times for training."""
@@ -149,10 +161,10 @@ def run_attribute(ctx: Context, cfg: dict) -> None:
     model = build_model(ctx, mcfg)
     for p in model.parameters():
         p.requires_grad_(False)
-    before = sum(float(p.float().sum()) for p in model.parameters())
+    versions = weight_versions(model)
     batch, length = int(cfg["batch"]), int(cfg["text_len"])
-    if length >= mcfg.seq_len:
-        raise ValueError(f"text_len {length} must be below seq_len {mcfg.seq_len} (one target token more)")
+    if length > mcfg.seq_len:
+        raise ValueError(f"text_len {length} exceeds seq_len {mcfg.seq_len}")
     pause_s = float(cfg.get("pause_s", 0.0))
     to_host = bool(cfg.get("to_host", False))
     src = prompt_source(ctx, salt=ctx.rank)
@@ -180,9 +192,9 @@ def run_attribute(ctx: Context, cfg: dict) -> None:
         ctx.ledger.step(time.perf_counter() - t0, batch * length)
         if pause_s > 0:
             time.sleep(pause_s)
-    after = sum(float(p.float().sum()) for p in model.parameters())
     ctx.ledger.extra.update(attribution_checksum=float((sink.cpu() + host_sink).norm()),
-                            weights_changed=after != before,
+                            host_checksum=float(host_sink.norm()),   # what reached host memory (0 without to_host)
+                            weights_changed=weights_written(model, versions),
                             weight_grads=sum(p.grad is not None for p in model.parameters()))
 
 
