@@ -263,7 +263,7 @@ def reading(res: dict) -> str:
                     f"arithmetic, not a detector input on this little evidence.")
         elif 1 < len(on) < len(shares):
             # read above 0 in some groups only: say which, and whether training reads it highest
-            spans = {k: res["groups"][k][m] for k in on}
+            spans = {k: res["groups"][k][m] or [0.0, 0.0] for k in on}   # a window above 0 gives a finite median
             top = max(on, key=lambda k: spans[k][1])
             parts = [f"{k} ({100 * shares[k]:.0f} % of busy windows, run medians {spans[k][0]:.4f}–{spans[k][1]:.4f} % "
                      f"of cycles)" for k in on]

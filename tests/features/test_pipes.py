@@ -87,3 +87,20 @@ def test_the_study_finds_a_separating_pipe_and_says_when_counter_cases_erase_it(
     assert ("`gpm_fp16_util_pct` read above 0 in inference (fp16) (100 % of busy windows, run medians 2.5000–2.5000 % "
             "of cycles) and training (bf16)") in res["reading"]
     assert res["reading"].endswith("highest in inference (fp16): not specific to training.")
+
+
+def test_a_pipe_read_highest_in_training_is_said_so_with_every_group_named(tmp_path):
+    main = runpy.run_path(str(SCRIPT))["main"]
+    data = tmp_path / "d"
+    _trace(data, "train-mixed", "training", 5.0, "fp32")                    # reads 0
+    _trace(data, "train-bf16", "training", 3.0, "bf16", fp16=0.02)
+    _trace(data, "embed-bf16", "inference", 3.0, "bfloat16", fp16=0.001)
+    _trace(data, "embed-fp16", "inference", 3.0, "float16", fp16=0.005)
+    args = ["--data", str(data), "--out", str(tmp_path / "p.json"), "--docs", str(tmp_path / "p.md"),
+            "--figure", str(tmp_path / "p.png")]
+    assert main(args) == 0
+    reading = json.loads((tmp_path / "p.json").read_text())["reading"]
+    assert ("`gpm_fp16_util_pct` read above 0 in inference (bf16) (100 % of busy windows, run medians 0.0010–0.0010 % "
+            "of cycles), inference (fp16) (100 %") in reading
+    assert "and training (bf16) (100 % of busy windows" in reading
+    assert reading.endswith("highest in training (bf16).")
