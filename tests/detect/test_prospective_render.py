@@ -38,3 +38,17 @@ def test_wrong_runs_are_listed_with_their_median_p():
     assert "| `x` | inference | cp | yes | 0.91 |" in page
     assert "`y`" not in page
     assert "inference cp 1 of 2" in page
+
+
+def test_the_cut_off_is_the_later_fit_when_a_second_model_joins():
+    """With --also the runs judged start at the later of the two fits, and the page says so."""
+    render = runpy.run_path(str(SCRIPT))["render"]
+    res = _result([_run("a", "inference", "ep", True, False)])
+    page = render(res, "results/p.json")
+    assert "judges every run recorded after it was fitted" in page
+    res["model"].update(fitted_at=100.0, also={"name": "single-device", "fitted_at": 200.0,
+                                                "trained_by": "python scripts/single_device.py", "runs": 9})
+    res["judged_from"] = 200.0
+    res["fused or single-device"] = {**res["all"], "wrong": []}
+    page = render(res, "results/p.json")
+    assert "judges every run recorded after the later fit of it and `single-device`" in page
