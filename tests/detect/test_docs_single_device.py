@@ -28,5 +28,12 @@ def test_numbers_come_from_the_results_and_absence_is_said():
             "is left out of the fit)") in text
     assert "on 30 % of the `embed` family's (60 % of its 12 runs left out)" in text
     assert "found 1 of the one-GPU node's 2 training runs and called 1 of its 2 inference runs training" in text
+    assert "The benign family it alerts on most" not in text   # embedding is the worst: already said
+    fam = sd["detectors"]["fused+single-device"]
+    fam["per_family"]["attribute"] = {"class": "inference", "alerted_frac": 0.54}
+    fam["per_family"]["single-gpu"]["class"] = "training"
+    fam["lofo"]["attribute"] = {"alerted_frac": 0.5, "runs": 9}
+    text = single_device_numbers(sd, one_gpu)
+    assert "The benign family it alerts on most is `attribute`: 54 % of its test appearances (50 % of its 9 runs left out)." in text
     missing = single_device_numbers(None, None)
     assert "not in this checkout" in missing and "%" not in missing
