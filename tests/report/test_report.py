@@ -631,3 +631,24 @@ def test_pipes_sentence_follows_where_the_fp16_pipe_read(tmp_path):
     (res / "pipes.json").write_text(json.dumps(doc))
     said = _pipes(Ctx(res, DATA, True, CONFIGS))
     assert "a lead to test against" in said and "no training signal" not in said
+
+
+def test_backward_pass_without_update_is_told_only_where_attribution_was_judged(tmp_path):
+    """Section 8 says a backward pass is not enough (attribution on frozen weights read as training) from
+    results/one_gpu.json's own per-family numbers, and says nothing of it where attribution is absent."""
+    from trainsentry.report.context import Ctx
+    from trainsentry.report.sections.s8_recommendations import _backward_without_update
+
+    res = tmp_path / "results"
+    res.mkdir()
+    doc = json.loads((RESULTS / "one_gpu.json").read_text())
+    fam = doc["frozen"]["fused+single-device"]["per_family"]
+    fam["attribute"] = {"class": "inference", "test_instances": 9, "alerted_frac": 0.5}
+    (res / "one_gpu.json").write_text(json.dumps(doc))
+    ctx = Ctx(res, DATA, True, CONFIGS)
+    said = _backward_without_update(ctx)
+    assert "input attribution on a frozen model" in said and "evidence that weights change" in said
+    assert [i.value for i in ctx.injected] == [0.5, 9]
+    del fam["attribute"]
+    (res / "one_gpu.json").write_text(json.dumps(doc))
+    assert _backward_without_update(Ctx(res, DATA, True, CONFIGS)) == ""

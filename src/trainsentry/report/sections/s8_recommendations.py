@@ -31,6 +31,20 @@ def _red_team_one_gpu(ctx) -> str:
             f"round{cost}, and as a lead they raise no alert for any of its runs.")
 
 
+def _backward_without_update(ctx) -> str:
+    """Where the one-GPU node recorded input attribution (a backward pass over frozen weights, no update),
+    how often the activity trees fitted on the two-GPU node took it for training (results/one_gpu.json)."""
+    att = (ctx.value("one_gpu", "frozen/fused+single-device/per_family") or {}).get("attribute")
+    if not att or not att.get("test_instances"):
+        return ""
+    return (f", and even that would not suffice: input attribution on a frozen model (a backward pass, no "
+            f"weight ever changed) read as training in "
+            f"{ctx.num('one_gpu', 'frozen/fused+single-device/per_family/attribute/alerted_frac', 'pct')} of its "
+            f"{ctx.num('one_gpu', 'frozen/fused+single-device/per_family/attribute/test_instances', 'int')} runs there, "
+            f"so what separates training is evidence that weights change (attested memory of the weights, or "
+            f"declared workloads checked against their telemetry)")
+
+
 def _pipes(ctx) -> str:
     """One sentence from results/pipes.json (optional): the non-tensor pipes as a backward-pass signal,
     its wording chosen from the numbers (as scripts/pipes_study.py's own reading is)."""
@@ -151,7 +165,8 @@ def render(ctx, figs) -> str:
                      f"{n('frozen/fused+single-device/inference_fpr')} false alerts on that node's inference, but "
                      f"they also take batched embedding for training on the two-GPU node, so the live collector "
                      f"shows them as a lead beside the verdict.{_red_team_one_gpu(ctx)} A regime that must see small fine-tuning jobs "
-                     f"needs a signal of the backward pass that these activity counters do not give."
+                     f"needs a signal of the backward pass that these activity counters do not give"
+                     f"{_backward_without_update(ctx)}."
                      f"{_pipes(ctx)}</li>")
     if ctx.has("simulator"):
         rows = ctx.value("simulator", "traffic_free")
