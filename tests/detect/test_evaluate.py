@@ -1,7 +1,6 @@
 """``trainsentry eval`` end to end on a tiny dataset built through traces/io."""
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ def test_splits_never_share_a_configuration(tiny_dataset, feature_cache):
 
 
 def test_eval_end_to_end(tiny_dataset, feature_cache, tmp_path):
-    t0 = time.time()
     out, docs = tmp_path / "results", tmp_path / "docs" / "detector.md"
     res = CliRunner().invoke(app, ["eval", "--data", str(tiny_dataset), "--splits", "3", "--rt-trees", "10",
                                    "--out", str(out), "--docs", str(docs), "--cache", str(feature_cache)])
@@ -69,7 +67,6 @@ def test_eval_end_to_end(tiny_dataset, feature_cache, tmp_path):
     both = doc["combinations"]["fused or rt-baseline"]
     assert both["training_detection"] >= fused["training_detection"] and both["over_splits"]["run_accuracy"]["n"] == 3
     assert "| `fused or rt-baseline` |" in text
-    assert time.time() - t0 < 60
 
 
 def test_either_alert_is_the_or_of_two_detectors_verdicts_at_the_earlier_time():

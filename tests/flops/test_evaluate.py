@@ -1,7 +1,6 @@
 """The grouped split protocol and the two commands, end to end on a small dataset."""
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -45,12 +44,10 @@ def test_splits_are_seeded_and_vary():
 def test_eval_and_estimate_commands_end_to_end(synth_root, tmp_path):
     runner = CliRunner()
     out = tmp_path
-    t0 = time.time()
     r = runner.invoke(app, ["flops-eval", "--data", str(synth_root), "--splits", "6",
                             "--results", str(out / "flops.json"), "--figures", str(out / "fig"),
                             "--docs", str(out / "flops.md"), "--models", str(out / "models")])
     assert r.exit_code == 0, r.output
-    assert time.time() - t0 < 60
     res = json.loads((out / "flops.json").read_text())
     assert set(res["estimators"]) == {"three_input", "power_only", "mlp", "residual_mlp", "tensor", "fusion"}
     for v in res["estimators"].values():
