@@ -631,6 +631,16 @@ def test_pipes_sentence_follows_where_the_fp16_pipe_read(tmp_path):
     (res / "pipes.json").write_text(json.dumps(doc))
     said = _pipes(Ctx(res, DATA, True, CONFIGS))
     assert "a lead to test against" in said and "no training signal" not in said
+    groups["inference (fp16)"]["above_zero"][fp16] = 1.0   # read above zero, lower than training's
+    groups["inference (fp16)"][fp16] = [0.0001, 0.0002]
+    (res / "pipes.json").write_text(json.dumps(doc))
+    said = _pipes(Ctx(res, DATA, True, CONFIGS))
+    assert "highest in training, but not in training alone" in said
+    for g in groups.values():   # every group reads it: the study names none, nor does the report
+        g["above_zero"][fp16] = 1.0
+    (res / "pipes.json").write_text(json.dumps(doc))
+    said = _pipes(Ctx(res, DATA, True, CONFIGS))
+    assert "above zero" not in said
 
 
 def test_backward_pass_without_update_is_told_only_where_attribution_was_judged(tmp_path):
@@ -647,8 +657,14 @@ def test_backward_pass_without_update_is_told_only_where_attribution_was_judged(
     (res / "one_gpu.json").write_text(json.dumps(doc))
     ctx = Ctx(res, DATA, True, CONFIGS)
     said = _backward_without_update(ctx)
-    assert "input attribution on a frozen model" in said and "evidence that weights change" in said
-    assert [i.value for i in ctx.injected] == [0.5, 9]
+    assert "input attribution on a" in said and "evidence that weights change" in said
+    added = doc["added"]["fused+single-device"]["per_family"]["attribute"]["alerted_frac"]
+    assert [i.value for i in ctx.injected] == [0.5, 9, added] and "with its other configurations in the fit" in said
+    del doc["added"]["fused+single-device"]["per_family"]["attribute"]   # not judged with it in the fit: not said
+    (res / "one_gpu.json").write_text(json.dumps(doc))
+    ctx = Ctx(res, DATA, True, CONFIGS)
+    said = _backward_without_update(ctx)
+    assert [i.value for i in ctx.injected] == [0.5, 9] and "in the fit" not in said
     del fam["attribute"]
     (res / "one_gpu.json").write_text(json.dumps(doc))
     assert _backward_without_update(Ctx(res, DATA, True, CONFIGS)) == ""

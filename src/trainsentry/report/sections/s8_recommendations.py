@@ -37,12 +37,17 @@ def _backward_without_update(ctx) -> str:
     att = (ctx.value("one_gpu", "frozen/fused+single-device/per_family") or {}).get("attribute")
     if not att or not att.get("test_instances"):
         return ""
-    return (f", and even that would not suffice: input attribution on a frozen model (a backward pass, no "
-            f"weight ever changed) read as training in "
-            f"{ctx.num('one_gpu', 'frozen/fused+single-device/per_family/attribute/alerted_frac', 'pct')} of its "
-            f"{ctx.num('one_gpu', 'frozen/fused+single-device/per_family/attribute/test_instances', 'int')} runs there, "
-            f"so what separates training is evidence that weights change (attested memory of the weights, or "
-            f"declared workloads checked against their telemetry)")
+    path = "fused+single-device/per_family/attribute"
+    added = (ctx.value("one_gpu", "added/fused+single-device/per_family") or {}).get("attribute")
+    return (f" Work that runs a backward pass without updating a weight reads the same: input attribution on a "
+            f"frozen model, recorded on that node, was taken for training in "
+            f"{ctx.num('one_gpu', 'frozen/' + path + '/alerted_frac', 'pct')} of its "
+            f"{ctx.num('one_gpu', 'frozen/' + path + '/test_instances', 'int')} runs by the trees that never saw it"
+            + (f", and in {ctx.num('one_gpu', 'added/' + path + '/alerted_frac', 'pct')} of its test appearances "
+               f"with its other configurations in the fit" if added and added.get("test_instances") else "")
+            + ". It is the same computation as fine-tuning adapters on a frozen base, so no activity counter is "
+            "likely to part them; evidence that weights change (attestation of the weights' memory, for "
+            "instance) would.")
 
 
 def _pipes(ctx) -> str:
@@ -56,8 +61,9 @@ def _pipes(ctx) -> str:
     fp32 = sep["training_vs_inference"]["signals"]["gpm_fp32_util_pct"]["window_auc"]
     path = "separation/training_vs_inference"
     way = "lower, not higher" if fp32 is not None and fp32 < 0.5 else "higher"
-    sentence = (f" The GPU's own {t('FP32')}, {t('FP16')} and integer pipe counters were tried for it and "
-                + ("one separated in this data, a candidate to validate" if strong else "did not give it")
+    sentence = (f" The GPU's own {t('FP32')}, {t('FP16')} and integer pipe counters were tried as a signal of "
+                "training on one device and "
+                + ("one separated in this data, a candidate to validate" if strong else "did not give one")
                 + f" ({ctx.num('pipes', path + '/runs', 'int')} busy one-GPU runs, "
                 f"{ctx.num('pipes', path + '/training_runs', 'int')} of them training: against inference, "
                 f"mixed-precision training's {t('FP32')} pipe read {way}, window AUC "
@@ -163,10 +169,10 @@ def render(ctx, figs) -> str:
                      f"exchange that one device never makes. The same trees on the busiest GPU's activity alone "
                      f"found {n('frozen/fused+single-device/training_detection')} with "
                      f"{n('frozen/fused+single-device/inference_fpr')} false alerts on that node's inference, but "
-                     f"they also take batched embedding for training on the two-GPU node, so the live collector "
-                     f"shows them as a lead beside the verdict.{_red_team_one_gpu(ctx)} A regime that must see small fine-tuning jobs "
-                     f"needs a signal of the backward pass that these activity counters do not give"
-                     f"{_backward_without_update(ctx)}."
+                     f"they also take batched forward work at the power cap (embedding) for training, so the live "
+                     f"collector shows them as a lead beside the verdict.{_red_team_one_gpu(ctx)} A regime that must "
+                     f"see small fine-tuning jobs needs a signal of the weight update that these activity counters "
+                     f"do not give.{_backward_without_update(ctx)}"
                      f"{_pipes(ctx)}</li>")
     if ctx.has("simulator"):
         rows = ctx.value("simulator", "traffic_free")
