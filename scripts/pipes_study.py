@@ -263,10 +263,10 @@ def reading(res: dict) -> str:
                     f"arithmetic, not a detector input on this little evidence.")
         elif 1 < len(on) < len(shares):
             # read above 0 in some groups only: say which, and whether training reads it highest
-            spans = {k: res["groups"][k][m] or [0.0, 0.0] for k in on}   # a window above 0 gives a finite median
-            top = max(on, key=lambda k: spans[k][1])
-            parts = [f"{k} ({100 * shares[k]:.0f} % of busy windows, run medians {spans[k][0]:.4f}–{spans[k][1]:.4f} % "
-                     f"of cycles)" for k in on]
+            spans = {k: res["groups"][k][m] for k in on}   # a window above 0 gives a finite median: never None here
+            top = max(on, key=lambda k: (spans[k] or [0.0, 0.0])[1])
+            parts = [f"{k} ({100 * shares[k]:.0f} % of busy windows, run medians "
+                     + (f"{spans[k][0]:.4f}–{spans[k][1]:.4f} %" if spans[k] else "–") + " of cycles)" for k in on]
             out += (f" `{m}` read above 0 in " + ", ".join(parts[:-1]) + f" and {parts[-1]}, and exactly 0 in every "
                     f"busy window of the other groups; highest in {top}"
                 + (": not specific to training." if not top.startswith("training") else "."))

@@ -34,6 +34,12 @@ def test_numbers_come_from_the_results_and_absence_is_said():
     fam["per_family"]["single-gpu"]["class"] = "training"
     fam["lofo"]["attribute"] = {"alerted_frac": 0.5, "runs": 9}
     text = single_device_numbers(sd, one_gpu)
-    assert "The benign family it alerts on most is `attribute`: 54 % of its test appearances (50 % of its 9 runs left out)." in text
+    assert ("The benign family it alerts on most in its test appearances is `attribute`: 54 % (50 % of its 9 runs "
+            "with the family left out).") in text
+    del fam["lofo"]["attribute"]   # not left out: no parenthesis
+    assert "is `attribute`: 54 %." in single_device_numbers(sd, one_gpu)
+    fam["per_family"]["embed"]["class"] = "inference"
+    fam["per_family"]["embed"]["alerted_frac"] = 0.6   # embedding alerted more: already said, no second sentence
+    assert "alerts on most" not in single_device_numbers(sd, one_gpu)
     missing = single_device_numbers(None, None)
     assert "not in this checkout" in missing and "%" not in missing

@@ -52,3 +52,7 @@ def test_the_cut_off_is_the_later_fit_when_a_second_model_joins():
     res["fused or single-device"] = {**res["all"], "wrong": []}
     page = render(res, "results/p.json")
     assert "judges every run recorded after the later fit of it and `single-device`" in page
+    res["model"]["also"]["fitted_at"], res["judged_from"] = 50.0, 100.0   # the second model fitted first
+    assert "judges every run recorded after it was fitted" in render(res, "results/p.json")
+    res["since"] = 0.0
+    assert "judges every run recorded from 1970-01-01 00:00 UTC (`--since`" in render(res, "results/p.json")

@@ -307,8 +307,9 @@ Run accuracy / inference FPR / training detection / median time to alert (s), me
   pipes (`docs/pipes.md`: mixed-precision training's FP32 pipe is no busier than a bf16 forward
   pass's; the FP16 pipe, which stirred in pure bf16 training, reads higher in fp16 serving and stirs in
   input attribution's backward pass over bf16 weights too: no training signal). {single_device}
-  Batched embedding, a common
-  service, is still read as training, so the verdict keeps the gate and single-device training stays its
+  Batched forward work at the power cap (embedding, a common
+  service) and input attribution on frozen weights (a backward pass, no update) are still read as
+  training, so the verdict keeps the gate and single-device training stays its
   documented blind spot; the path's trees run in the live collector as a lead in the evidence instead
   (`detect.single_device`);
 * the alert rule: at 2 of 3 @ 0.75 (pooled over the same splits) today's `fused` scores 93.2 % run
@@ -375,12 +376,14 @@ def single_device_numbers(sd: dict | None, one_gpu: dict | None) -> str:
                f"({fam('lofo', 'single-gpu')} of its {runs('single-gpu')} runs when the family is left out of the "
                f"fit) and on {fam('per_family', 'embed')} of the `embed` family's ({fam('lofo', 'embed')} of its "
                f"{runs('embed')} runs left out).")
-        # the benign family it alerts on most, where that is not embedding (the confusion named above)
+        # the benign family it alerts on most in its test appearances, where that is not embedding (said above)
         benign = {k: e.get("alerted_frac") or 0 for k, e in v["per_family"].items() if e.get("class") not in (None, "training")}
         worst = max(benign, key=benign.get, default=None)
         if worst is not None and benign[worst] > (v["per_family"].get("embed", {}).get("alerted_frac") or 0):
-            out += (f" The benign family it alerts on most is `{worst}`: {fam('per_family', worst)} of its test "
-                    f"appearances ({fam('lofo', worst)} of its {runs(worst)} runs left out).")
+            left_out = (f" ({fam('lofo', worst)} of its {runs(worst)} runs with the family left out)"
+                        if v.get("lofo", {}).get(worst, {}).get("alerted_frac") is not None else "")
+            out += (f" The benign family it alerts on most in its test appearances is `{worst}`: "
+                    f"{fam('per_family', worst)}{left_out}.")
     runs = ((one_gpu or {}).get("frozen", {}).get(name) or {}).get("per_run")
     if runs:
         tr = [r for r in runs if r["class"] == "training"]
