@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -452,3 +453,17 @@ def test_a_variant_is_reachable_by_name_as_in_eval(data):
                    detectors=["fused+single-device"], primary="fused")
     with pytest.raises(InputError, match="unknown detectors"):
         run_rounds([data["benign"]], [data["adv"]], 1, n_splits=1, cache_dir=data["cache"], detectors=["nope"])
+
+
+def test_two_benign_roots_keep_runs_with_the_same_id_apart(data, tmp_path):
+    """Two nodes' campaigns reuse run ids: with several benign roots each run's id carries its root, so
+    fit groups and held-out counts see two runs, not one (as detect.dataset.load_dataset does)."""
+    from trainsentry.redteam.rounds import discover
+
+    other = tmp_path / "node2"
+    shutil.copytree(data["benign"], other)
+    one = discover([data["benign"]], [data["adv"]], data["cache"])
+    two = discover([data["benign"], other], [data["adv"]], data["cache"])
+    ids = [r.run_id for r in two["benign"]]
+    assert len(ids) == 2 * len(one["benign"]) == len(set(ids))
+    assert {r.run_id for r in one["benign"]} == {i.split("/")[-1] for i in ids}

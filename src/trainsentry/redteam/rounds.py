@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -162,12 +162,16 @@ def _setting(workload: str, strategy: str) -> str:
 def discover(benign_dirs: list[Path], adversarial_dirs: list[Path], cache_dir: Path, advance=None) -> dict:
     """Benign runs, adversarial runs and cost-baseline directories, with what was left out and why."""
     benign_paths, adv_paths, base_paths, excluded = [], [], [], []
+    # with several benign roots a run's id is prefixed by its root, as detect.dataset.load_dataset does:
+    # two nodes' campaigns reuse run ids, and an id names one run (fit groups, held-out counts)
+    prefix: dict[Path, str] = {}
     for root in benign_dirs:
         for d in _runs_under(root):
             if _manifest(d)["labels"]["workload"].startswith("adv."):
                 excluded.append({"run": str(d), "why": "adversarial workload under a benign directory"})
             else:
                 benign_paths.append(d)
+                prefix[d] = f"{str(root).rstrip('/')}/" if len(benign_dirs) > 1 else ""
     if not benign_paths:
         raise InputError(f"no benign runs (manifest.json) under {', '.join(map(str, benign_dirs))}")
     for root in adversarial_dirs:
@@ -177,7 +181,8 @@ def discover(benign_dirs: list[Path], adversarial_dirs: list[Path], cache_dir: P
         raise InputError(f"no adversarial runs (workload adv.*) under {', '.join(map(str, adversarial_dirs))}")
     benign, adv = [], []
     for d in benign_paths:
-        benign.append(_load(d, cache_dir))
+        r = _load(d, cache_dir)
+        benign.append(replace(r, run_id=prefix[d] + r.run_id) if prefix[d] else r)
         if advance:
             advance()
     for d in adv_paths:
