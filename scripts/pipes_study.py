@@ -233,6 +233,19 @@ def candidates(sep: dict) -> list[str]:
                                       for d in (plain, full))]
 
 
+def above_zero_in(groups: dict) -> dict:
+    """Per pipe: the groups whose busy windows read it above 0 (``groups``), out of how many groups
+    measured it (``of``), and the one with the highest run median (``highest``): computed once and stored
+    in the results, which the reading below and the report both read."""
+    out = {}
+    for m in PIPE_METRICS:
+        shares = {k: g["above_zero"].get(m) for k, g in groups.items() if g["above_zero"].get(m) is not None}
+        on = [k for k, v in shares.items() if v > 0]
+        out[m] = {"groups": on, "of": len(shares),
+                  "highest": max(on, key=lambda k: (groups[k][m] or [0.0, 0.0])[1]) if on else None}
+    return out
+
+
 def reading(res: dict) -> str:
     """The verdict, from the numbers: a signal is a candidate only if it separates with and without
     the counter-cases (|AUC − 0.5| ≥ 0.4 on windows in both); then FP32's direction against inference
@@ -253,18 +266,17 @@ def reading(res: dict) -> str:
         out += (f" Against inference alone (no counter-cases) the FP32 pipe's window AUC is {fp32:.2f}: "
                 f"mixed-precision training's FP32 pipe is {way}.")
     for m in PIPE_METRICS:
-        shares = {k: g["above_zero"].get(m) for k, g in res["groups"].items() if g["above_zero"].get(m) is not None}
-        on = [k for k, v in shares.items() if v > 0]
-        if len(on) == 1 and len(shares) > 1:
+        on, n, top = (res["above_zero_in"][m][k] for k in ("groups", "of", "highest"))
+        shares = {k: res["groups"][k]["above_zero"][m] for k in on}
+        if len(on) == 1 and n > 1:
             g = res["groups"][on[0]]
             out += (f" `{m}` read above 0 only in {on[0]}: in {100 * shares[on[0]]:.0f} % of its busy windows "
                     f"({g['runs']} runs, run medians {g[m][0]:.4f}–{g[m][1]:.4f} % of cycles), and exactly 0 in every "
                     f"busy window of every other group. A lead to test against benign work that runs that "
                     f"arithmetic, not a detector input on this little evidence.")
-        elif 1 < len(on) < len(shares):
+        elif 1 < len(on) < n:
             # read above 0 in some groups only: say which, and whether training reads it highest
             spans = {k: res["groups"][k][m] for k in on}   # a window above 0 gives a finite median: never None here
-            top = max(on, key=lambda k: (spans[k] or [0.0, 0.0])[1])
             parts = [f"{k} ({100 * shares[k]:.0f} % of busy windows, run medians "
                      + (f"{spans[k][0]:.4f}–{spans[k][1]:.4f} %" if spans[k] else "–") + " of cycles)" for k in on]
             out += (f" `{m}` read above 0 in " + ", ".join(parts[:-1]) + f" and {parts[-1]}, and exactly 0 in every "
@@ -306,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                         "median": {k: (v if np.isfinite(v) else None) for k, v in r["median"].items()}}
                        for r in sorted(runs, key=lambda r: (r["class"], r["run"]))]}
     res["candidates"] = candidates(res["separation"])
+    res["above_zero_in"] = above_zero_in(res["groups"])
     res["reading"] = reading(res)
     figure(runs, REPO / args.figure)
     (REPO / args.out).write_text(json.dumps(res, indent=1, allow_nan=False, default=lambda v: None) + "\n")

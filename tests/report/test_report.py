@@ -613,8 +613,17 @@ def test_report_builds_without_the_one_gpu_red_team(tmp_path):
 def test_pipes_sentence_follows_where_the_fp16_pipe_read(tmp_path):
     """Section 8's pipe sentence names the FP16 lead only while the pipe read above zero in pure-bf16
     training alone, and says it is no training signal once benign work read it higher."""
+    import runpy
+
     from trainsentry.report.context import Ctx
     from trainsentry.report.sections.s8_recommendations import _pipes
+
+    # the study stores where each pipe read above zero; the report reads that, not the groups
+    above_zero_in = runpy.run_path(str(ROOT / "scripts" / "pipes_study.py"))["above_zero_in"]
+
+    def write(doc):
+        doc["above_zero_in"] = above_zero_in(doc["groups"])
+        (res / "pipes.json").write_text(json.dumps(doc))
 
     res = tmp_path / "results"
     res.mkdir()
@@ -623,22 +632,22 @@ def test_pipes_sentence_follows_where_the_fp16_pipe_read(tmp_path):
     fp16 = "gpm_fp16_util_pct"
     groups["inference (fp16)"] = {**groups["training (bf16)"], "above_zero": {fp16: 1.0},
                                   fp16: [0.8, 2.5]}   # serving reads it higher than training
-    (res / "pipes.json").write_text(json.dumps(doc))
+    write(doc)
     said = _pipes(Ctx(res, DATA, True, CONFIGS))
     assert "no training signal" in said and "a lead to test" not in said
     for k, g in groups.items():   # now only pure-bf16 training reads it
         g["above_zero"][fp16] = 1.0 if k == "training (bf16)" else 0.0
-    (res / "pipes.json").write_text(json.dumps(doc))
+    write(doc)
     said = _pipes(Ctx(res, DATA, True, CONFIGS))
     assert "a lead to test against" in said and "no training signal" not in said
     groups["inference (fp16)"]["above_zero"][fp16] = 1.0   # read above zero, lower than training's
     groups["inference (fp16)"][fp16] = [0.0001, 0.0002]
-    (res / "pipes.json").write_text(json.dumps(doc))
+    write(doc)
     said = _pipes(Ctx(res, DATA, True, CONFIGS))
     assert "highest in training, but not in training alone" in said
     for g in groups.values():   # every group reads it: the study names none, nor does the report
         g["above_zero"][fp16] = 1.0
-    (res / "pipes.json").write_text(json.dumps(doc))
+    write(doc)
     said = _pipes(Ctx(res, DATA, True, CONFIGS))
     assert "above zero" not in said
 

@@ -68,20 +68,20 @@ def _pipes(ctx) -> str:
                 f"{ctx.num('pipes', path + '/training_runs', 'int')} of them training: against inference, "
                 f"mixed-precision training's {t('FP32')} pipe read {way}, window AUC "
                 f"{ctx.num('pipes', path + '/signals/gpm_fp32_util_pct/window_auc', 'f2')})")
-    groups = ctx.value("pipes", "groups")
-    shares = {k: g.get("above_zero", {}).get("gpm_fp16_util_pct") for k, g in groups.items()}
-    on = [k for k, v in shares.items() if (v or 0) > 0]
-    if on == ["training (bf16)"]:
+    # where the FP16 pipe read above zero, as the study stored it (scripts/pipes_study.py above_zero_in)
+    fp16 = ctx.value("pipes", "above_zero_in")["gpm_fp16_util_pct"]
+    on, top = fp16["groups"], fp16["highest"]
+    if on == ["training (bf16)"] and fp16["of"] > 1:
         share = "groups/training (bf16)/above_zero/gpm_fp16_util_pct"
         sentence += (f"; the {t('FP16')} pipe read above zero only in pure {t('bf16')} training "
                      f"({ctx.num('pipes', share, 'pct')} of its busy windows), a lead to test against "
                      f"half-precision serving")
-    elif "training (bf16)" in on and 1 < len(on) < sum(v is not None for v in shares.values()):
-        # the lead was tested and read above zero in benign work too (the study's own condition, in
-        # scripts/pipes_study.py's reading): say so, and where it read highest
-        top = max(on, key=lambda k: (groups[k].get("gpm_fp16_util_pct") or [0, 0])[1])
+    elif "training (bf16)" in on and 1 < len(on) < fp16["of"]:
+        # the lead was tested and read above zero in benign work too (the study's own condition): say so,
+        # and where it read highest
         sentence += (f"; the {t('FP16')} pipe, above zero in pure {t('bf16')} training, read above zero in "
-                     f"{ctx.derived(len(on) - 1, 'int', [('pipes', 'groups')])} other group(s) of runs too, "
+                     f"{ctx.derived(len(on) - 1, 'int', [('pipes', 'above_zero_in/gpm_fp16_util_pct/groups')])} other "
+                     f"group(s) of runs too, "
                      + ("highest in one that does not train: no training signal" if not top.startswith("training")
                         else "highest in training, but not in training alone"))
     return sentence + "."
