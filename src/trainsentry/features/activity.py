@@ -75,9 +75,9 @@ def gpu_activity(series: dict[str, np.ndarray], dt_s: float) -> dict[str, float]
 
 # The GPM pipe utilisations outside the tensor cores (traces/schema.py, recorded since 2026-12-01).
 # Not a detector input: on the one-GPU runs that have them they do not separate training from
-# batched forward work (docs/pipes.md, scripts/pipes_study.py; the FP16 pipe's activity in pure bf16
-# training is a lead on six runs), and the datasets before that date lack them, so a model fitted on
-# both would learn the recording date. Measured here for that study.
+# batched forward work (docs/pipes.md, scripts/pipes_study.py; the FP16 pipe, which stirs in pure bf16
+# training, reads higher in fp16 serving and stirs in bf16 attribution too), and the datasets before
+# that date lack them, so a model fitted on both would learn the recording date. Measured here for that study.
 PIPE_METRICS = ("gpm_fp32_util_pct", "gpm_fp16_util_pct", "gpm_integer_util_pct")
 
 
