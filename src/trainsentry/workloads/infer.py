@@ -77,6 +77,29 @@ variants("infer.prefill", "inference", "prefill", run_generate,
 WEIGHTS = {"default": None, "fp32": torch.float32, "fp16": torch.float16}
 
 
+class ResultSink:
+    """Where a service's per-batch results end up: copied to host memory (``to_host``: over PCIe, as a
+    service returning them to its clients must) or kept on the device; summed, so the work cannot be
+    skipped and the copy is seen (``host_checksum`` is 0 without it)."""
+
+    def __init__(self, n: int, device, to_host: bool):
+        self.to_host = to_host
+        self.device_sum = torch.zeros(n, device=device, dtype=torch.float32)
+        self.host_sum = torch.zeros(n, dtype=torch.float32)
+
+    def add(self, v: torch.Tensor) -> None:
+        if self.to_host:
+            self.host_sum += v.to("cpu")
+        else:
+            self.device_sum += v
+
+    def checksum(self) -> float:
+        return float((self.device_sum.cpu() + self.host_sum).norm())
+
+    def host_checksum(self) -> float:
+        return float(self.host_sum.norm())
+
+
 @inference_entry
 def run_embed(ctx: Context, cfg: dict) -> None:
     """Encoder-only embedding: bidirectional attention over fixed-length texts, mean-pooled.
@@ -99,23 +122,19 @@ def run_embed(ctx: Context, cfg: dict) -> None:
     ctx.ledger.flops_per_step = flopcount.measure(lambda: model.embed(texts))
     ctx.ledger.extra.update(params=mcfg.params(), method="flop_counter", weights_dtype=str(next(model.parameters()).dtype),
                             bytes_to_host_per_step=batch * mcfg.d_model * 4 if to_host else 0)
-    sink = torch.zeros(mcfg.d_model, device=ctx.device, dtype=torch.float32)
-    host_sink = torch.zeros(mcfg.d_model, dtype=torch.float32)
+    sink = ResultSink(mcfg.d_model, ctx.device, to_host)
     while ctx.keep_going():
         texts = src.prompts(batch, length)
         t0 = time.perf_counter()
         vecs = model.embed(texts)
         unit = torch.nn.functional.normalize(vecs.float(), dim=-1)
-        if to_host:
-            host_sink += unit.to("cpu").sum(0)   # what the clients receive
-        else:
-            sink += unit.sum(0)
+        sink.add(unit.sum(0))   # with to_host, what the clients receive
         ctx.sync()
         ctx.ledger.step(time.perf_counter() - t0, batch * length)
         if pause_s > 0:
             time.sleep(pause_s)
-    ctx.ledger.extra["embedding_checksum"] = float((sink.cpu() + host_sink).norm())
-    ctx.ledger.extra["host_checksum"] = float(host_sink.norm())   # what reached host memory (0 without to_host)
+    ctx.ledger.extra["embedding_checksum"] = sink.checksum()
+    ctx.ledger.extra["host_checksum"] = sink.host_checksum()   # what reached host memory (0 without to_host)
 
 
 variants("infer.embed", "inference", "embed", run_embed,
@@ -178,22 +197,17 @@ def run_attribute(ctx: Context, cfg: dict) -> None:
     ctx.ledger.flops_per_step = flopcount.measure(lambda: attribute(src.prompts(batch, length + 1)))
     ctx.ledger.extra.update(params=mcfg.params(), method="flop_counter", weights_dtype=str(next(model.parameters()).dtype),
                             bytes_to_host_per_step=batch * length * 4 if to_host else 0)
-    sink = torch.zeros(length, device=ctx.device, dtype=torch.float32)
-    host_sink = torch.zeros(length, dtype=torch.float32)
+    sink = ResultSink(length, ctx.device, to_host)
     while ctx.keep_going():
         tokens = src.prompts(batch, length + 1)
         t0 = time.perf_counter()
-        scores = attribute(tokens)
-        if to_host:
-            host_sink += scores.to("cpu").abs().sum(0)
-        else:
-            sink += scores.abs().sum(0)
+        sink.add(attribute(tokens).abs().sum(0))
         ctx.sync()
         ctx.ledger.step(time.perf_counter() - t0, batch * length)
         if pause_s > 0:
             time.sleep(pause_s)
-    ctx.ledger.extra.update(attribution_checksum=float((sink.cpu() + host_sink).norm()),
-                            host_checksum=float(host_sink.norm()),   # what reached host memory (0 without to_host)
+    ctx.ledger.extra.update(attribution_checksum=sink.checksum(),
+                            host_checksum=sink.host_checksum(),   # what reached host memory (0 without to_host)
                             weights_changed=weights_written(model, versions),
                             weight_grads=sum(p.grad is not None for p in model.parameters()))
 
