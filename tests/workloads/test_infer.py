@@ -203,10 +203,14 @@ def test_every_workload_runs_at_toy_size(toy_run):
     assert truth(toy_run, "embed_fp16")["ok"] and fp16["weights_dtype"] == "torch.float16"
     assert math.isfinite(fp16["embedding_checksum"]) and fp16["embedding_checksum"] > 0
     # attribution: forward and backward every step, yet the frozen weights never change nor get a gradient
-    for name in ("infer.attribute.l1b_b16_l1024", "infer.attribute.xl3b_b4_l2048_host"):
+    for name in ("infer.attribute.l1b_b16_l1024", "infer.attribute.xl3b_b4_l2048_host",
+                 "infer.attribute.l1b_b4_l1024_ig16", "infer.attribute.l1b_b16_l1024_pgd8"):
         t = truth(toy_run, name)
         x = t["ground_truth"]["extra"]["0"]
         assert x["weights_changed"] is False and x["weight_grads"] == 0 and x["attribution_checksum"] > 0, name
+    # the adversarial search is real: signed-gradient ascent raised the loss of every step's texts
+    pgd = truth(toy_run, "infer.attribute.l1b_b16_l1024_pgd8")["ground_truth"]["extra"]["0"]
+    assert pgd["attribution_method"] == "pgd" and pgd["passes_per_step"] == 3 and pgd["pgd_loss_gain"] > 0
     host = truth(toy_run, "infer.attribute.xl3b_b4_l2048_host")
     x = host["ground_truth"]["extra"]["0"]
     assert x["bytes_to_host_per_step"] == host["config"]["batch"] * host["config"]["text_len"] * 4 and x["host_checksum"] > 0
@@ -262,7 +266,8 @@ def _analytic_generate(cfg: dict, steps: int) -> float:
 
 @pytest.mark.parametrize("name", ["infer.generate.m350m_b128", "infer.prefill.m350m_ctx8k",
                                   "infer.replicas.m350m_b64", "infer.embed.s125m_b256_l512",
-                                  "infer.attribute.s125m_b64_l512"])
+                                  "infer.attribute.s125m_b64_l512", "infer.attribute.l1b_b4_l1024_ig16",
+                                  "infer.attribute.l1b_b16_l1024_pgd8"])
 def test_flop_counter_matches_analytic(toy_run, name):
     t = truth(toy_run, name)
     cfg, gt = t["config"], t["ground_truth"]
@@ -273,9 +278,13 @@ def test_flop_counter_matches_analytic(toy_run, name):
         analytic = gt["steps"] * cfg["batch"] * cfg["text_len"] * no_head
     elif t["family"] == "attribute":
         # forward with the LM head, then the activation gradients only: twice the forward (the counter
-        # puts attention's backward at 2.5× its forward, a few % more at these lengths), never 3×
+        # puts attention's backward at 2.5× its forward, a few % more at these lengths), never 3×;
+        # integrated gradients and adversarial search make that many passes per step (the search one
+        # more forward, the loss it reached)
         m = model_config(cfg)
-        analytic = 2 * gt["steps"] * cfg["batch"] * cfg["text_len"] * m.flops_per_token(cfg["text_len"], False)
+        passes = {"ig": cfg.get("ig_steps"), "pgd": cfg.get("pgd_iters")}.get(cfg.get("method"), 1)
+        forwards = 2 * passes + (cfg.get("method") == "pgd")
+        analytic = forwards * gt["steps"] * cfg["batch"] * cfg["text_len"] * m.flops_per_token(cfg["text_len"], False)
     else:
         analytic = _analytic_generate(cfg, gt["steps"])
     assert gt["flops"] == pytest.approx(ranks * analytic, rel=0.10)

@@ -163,19 +163,39 @@ def weights_written(model: torch.nn.Module, versions: list[int]) -> bool:
     return weight_versions(model) != versions
 
 
-def run_attribute(ctx: Context, cfg: dict) -> None:
-    """Input attribution (gradient × input saliency) with a frozen model: each batch of texts is scored
-    (next-token cross-entropy), the loss is differentiated with respect to the input embeddings only,
-    and every token gets the score ``(∂loss/∂x · x)``, summed over the hidden dimension. Interpretability
-    and data-auditing teams run exactly this on models they do not change: a forward and a backward
-    pass every step, at the power cap, yet no weight gradient, no optimizer and no update. The ground
-    truth says so: ``weight_grads`` (parameters holding a gradient at the end) and ``weights_changed``
-    (any parameter written in place during the run, from its version counter; the runs recorded on
-    2026-12-01 compared a sum over all weights instead). With ``to_host`` the scores go to host memory
-    (batch × text_len × 4 bytes per step, ``host_checksum``), as a service returning them must.
+ATTRIBUTION_METHODS = ("saliency", "ig", "pgd")
 
-    FLOPs per step come from the FLOP counter on one real step: about twice the forward's (the
-    backward computes activation gradients, not weight gradients), against three times for training."""
+
+def run_attribute(ctx: Context, cfg: dict) -> None:
+    """Gradients with respect to the input of a frozen model, three ways (``method``):
+
+    - ``saliency`` (default): gradient × input. Each batch of texts is scored (next-token
+      cross-entropy), the loss is differentiated with respect to the input embeddings only, and every
+      token gets ``(∂loss/∂x · x)`` summed over the hidden dimension;
+    - ``ig``: integrated gradients (Sundararajan et al., 2017) from a zero baseline, ``ig_steps``
+      interpolation points per text (midpoint rule), one forward and backward pass per point, the
+      token's score ``x · mean(∂loss/∂x)``;
+    - ``pgd``: adversarial-example search in embedding space (projected gradient ascent on the loss,
+      as in Madry et al., 2018): ``pgd_iters`` signed-gradient steps of ``pgd_eps / 4`` on a
+      perturbation kept within ±``pgd_eps``; the score is each token's perturbation norm, and
+      ``pgd_loss_gain`` records how much the search raised the loss (the run's ground truth that the
+      search is real).
+
+    Interpretability, data-auditing and robustness teams run exactly this on models they do not
+    change: forward and backward passes every step, at the power cap, yet no weight gradient, no
+    optimizer and no update. The ground truth says so: ``weight_grads`` (parameters holding a gradient
+    at the end) and ``weights_changed`` (any parameter written in place during the run, from its
+    version counter; the runs recorded on 2026-12-01 compared a sum over all weights instead). With
+    ``to_host`` the scores go to host memory (batch × text_len × 4 bytes per step, ``host_checksum``),
+    as a service returning them must.
+
+    FLOPs per step come from the FLOP counter on one real step: about twice the forward's per pass
+    (the backward computes activation gradients, not weight gradients), against three times for
+    training; ``ig`` and ``pgd`` make ``ig_steps`` and ``pgd_iters`` passes per step (``pgd`` one more
+    forward, the loss the search reached)."""
+    method = str(cfg.get("method", "saliency"))
+    if method not in ATTRIBUTION_METHODS:
+        raise ValueError(f"unknown attribution method {method!r}; known: {ATTRIBUTION_METHODS}")
     mcfg = model_config(cfg)
     model = build_model(ctx, mcfg)
     for p in model.parameters():
@@ -184,18 +204,47 @@ def run_attribute(ctx: Context, cfg: dict) -> None:
     batch, length = int(cfg["batch"]), int(cfg["text_len"])
     if length > mcfg.seq_len:
         raise ValueError(f"text_len {length} exceeds seq_len {mcfg.seq_len}")
+    passes = {"saliency": 1, "ig": int(cfg.get("ig_steps", 16)), "pgd": int(cfg.get("pgd_iters", 8))}[method]
+    if passes < 1:
+        raise ValueError(f"{method} needs at least one pass, got {passes}")
+    eps = float(cfg.get("pgd_eps", 0.05))
     pause_s = float(cfg.get("pause_s", 0.0))
     to_host = bool(cfg.get("to_host", False))
     src = prompt_source(ctx, salt=ctx.rank)
     pos = torch.arange(length, device=ctx.device)
+    gain = []   # pgd: loss after the search minus loss before, per step
+
+    def grad_at(x: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, float]:
+        x = x.detach().requires_grad_(True)
+        loss = loss_fn(model(x), targets)
+        loss.backward()   # only x needs a gradient: no weight gradient is formed
+        return x.grad, float(loss.detach()) if method == "pgd" else 0.0
 
     def attribute(tokens: torch.Tensor) -> torch.Tensor:
-        x = (model.tok(tokens[:, :-1]) + model.pos(pos)).detach().requires_grad_(True)
-        loss_fn(model(x), tokens[:, 1:]).backward()   # only x needs a gradient: no weight gradient is formed
-        return (x.grad.float() * x.detach().float()).sum(-1)   # [batch, length]: one score per token
+        x0, targets = (model.tok(tokens[:, :-1]) + model.pos(pos)).detach(), tokens[:, 1:]
+        if method == "saliency":
+            g, _ = grad_at(x0, targets)
+            return (g.float() * x0.float()).sum(-1)   # [batch, length]: one score per token
+        if method == "ig":
+            total = torch.zeros_like(x0, dtype=torch.float32)
+            for k in range(passes):
+                g, _ = grad_at(x0 * ((k + 0.5) / passes), targets)
+                total += g.float()
+            return (x0.float() * total / passes).sum(-1)
+        delta = torch.zeros_like(x0)
+        first = None
+        for _ in range(passes):
+            g, loss = grad_at(x0 + delta, targets)
+            first = loss if first is None else first
+            delta = (delta + (eps / 4) * g.sign()).clamp(-eps, eps)
+        with torch.no_grad():
+            gain.append(float(loss_fn(model(x0 + delta), targets)) - first)
+        return delta.float().norm(dim=-1)
 
     ctx.ledger.flops_per_step = flopcount.measure(lambda: attribute(src.prompts(batch, length + 1)))
+    gain.clear()
     ctx.ledger.extra.update(params=mcfg.params(), method="flop_counter", weights_dtype=str(next(model.parameters()).dtype),
+                            attribution_method=method, passes_per_step=passes,
                             bytes_to_host_per_step=batch * length * 4 if to_host else 0)
     sink = ResultSink(length, ctx.device, to_host)
     while ctx.keep_going():
@@ -210,15 +259,22 @@ def run_attribute(ctx: Context, cfg: dict) -> None:
                             host_checksum=sink.host_checksum(),   # what reached host memory (0 without to_host)
                             weights_changed=weights_written(model, versions),
                             weight_grads=sum(p.grad is not None for p in model.parameters()))
+    if method == "pgd":
+        ctx.ledger.extra.update(pgd_eps=eps, pgd_loss_gain=sum(gain) / max(len(gain), 1))
 
 
 variants("infer.attribute", "inference", "attribute", run_attribute,
          base={"model": "gpt1b", "seq_len": 1025, "batch": 16, "text_len": 1024},
-         toy={"model": "toy", "seq_len": 64, "batch": 2, "text_len": 16, "pause_s": 0.0}, gpus=1,
-         description="gradient × input attribution with a frozen model: forward and backward, no update", grid={
+         toy={"model": "toy", "seq_len": 64, "batch": 2, "text_len": 16, "pause_s": 0.0, "ig_steps": 3, "pgd_iters": 3},
+         gpus=1, description="gradients with respect to the input of a frozen model (saliency, integrated "
+                             "gradients, adversarial search): forward and backward, no update", grid={
              "l1b_b16_l1024": {},
              "s125m_b64_l512": {"model": "gpt125m", "seq_len": 513, "batch": 64, "text_len": 512},
              "xl3b_b4_l2048_host": {"model": "gpt3b", "seq_len": 2049, "batch": 4, "text_len": 2048, "to_host": True},
+             "l1b_b4_l1024_ig16": {"batch": 4, "method": "ig", "ig_steps": 16},
+             "l1b_b16_l1024_pgd8": {"method": "pgd", "pgd_iters": 8},
+             "xl3b_b2_l2048_ig8": {"model": "gpt3b", "seq_len": 2049, "batch": 2, "text_len": 2048, "method": "ig",
+                                   "ig_steps": 8},
          })
 
 from . import infer_cp, infer_moe, infer_parallel, infer_serve  # noqa: E402,F401  (register cp, ep, tp, pp, disagg, serve)
