@@ -126,6 +126,8 @@ def test_a_batch_stamped_back_in_time_is_accepted_stored_and_recorded_as_time_re
     assert _closed(client) == [(990.0, 1001.9, "time_regression", 2, 2)]
     assert _closed(client, start=995.0, end=996.0) == [(990.0, 1001.9, "time_regression", 2, 2)]
     assert client.get("/v1/stats").json()["total"]["unmonitored"] == {"time_regression": 1}
+    (node,) = client.get("/v1/nodes").json()["nodes"]
+    assert node["backdated"]["batches"] == 1 and node["backdated"]["max_s"] == pytest.approx(11.9)
     # the next batch continues after the latest sample (1001.9), not after the back-dated one: no silence
     r = agent.send(gpu_samples(1002.0))
     assert r.status_code == 200 and "unmonitored" not in r.json()
@@ -151,10 +153,15 @@ def test_a_batch_slightly_behind_the_latest_sample_is_not_a_time_regression(agen
         r = agent.send(gpu_samples(t0, n=1))
         assert r.status_code == 200 and "unmonitored" not in r.json(), (t0, r.json())
     assert _closed(client) == []
+    # not unmonitored, but counted on the node: two of the three began before the latest sample
+    (node,) = client.get("/v1/nodes").json()["nodes"]
+    assert node["backdated"]["batches"] == 2 and node["backdated"]["max_s"] == pytest.approx(tol - 0.01)
     r = agent.send(gpu_samples(1000.9 - tol - 0.01, n=1))              # just beyond: recorded
     (gap,) = r.json()["unmonitored"]
     assert gap["reason"] == "time_regression" and gap["end"] == 1000.9 and gap["seq_from"] == gap["seq_to"] == 4
     assert abs(gap["start"] - (1000.9 - tol - 0.01)) < 1e-6
+    (node,) = client.get("/v1/nodes").json()["nodes"]
+    assert node["backdated"]["batches"] == 3 and node["backdated"]["max_s"] == pytest.approx(tol + 0.01)
 
 
 def test_a_recorded_trace_in_agent_batches_has_no_time_regression(agent, client):
@@ -226,3 +233,9 @@ def test_the_real_agents_batches_never_trip_the_time_regression(tmp_path, client
         assert 4.0 < back < TIME_REGRESSION_TOLERANCE_S, back    # the case the tolerance is there for
     else:
         assert back <= 0.0, back                                  # on one clock: never back at all
+    # the node's counters say the same: none back-dated on one clock; the offset driver's, seen and bounded
+    (row,) = client.get("/v1/nodes").json()["nodes"]
+    if back > 0:
+        assert row["backdated"]["batches"] >= 1 and row["backdated"]["max_s"] == pytest.approx(back)
+    else:
+        assert row["backdated"] == {"batches": 0, "max_s": None}

@@ -51,13 +51,15 @@ def _silent(last_seen: float | None, since: float, interval_s: float, now: float
 def list_nodes(conn: sqlite3.Connection, now: float | None = None) -> list[dict]:
     now = time.time() if now is None else now
     out = []
-    for nid, name, enrolled_at, last_seq, last_seen, last_t, interval_s in conn.execute(
-            "SELECT node_id, name, enrolled_at, last_seq, last_seen, last_t, interval_s FROM nodes ORDER BY name"
+    for nid, name, enrolled_at, last_seq, last_seen, last_t, interval_s, back_n, back_s in conn.execute(
+            "SELECT node_id, name, enrolled_at, last_seq, last_seen, last_t, interval_s, backdated_batches, "
+            "backdated_max_s FROM nodes ORDER BY name"
     ).fetchall():
         devices = devices_of(conn, nid) if last_seq is not None else []
         out.append({"node": name, "enrolled_at": enrolled_at, "last_seen": last_seen, "last_seq": last_seq,
                     "last_sample_t": last_t, "interval_s": interval_s, "devices": devices,
-                    "silent": _silent(last_seen, enrolled_at, interval_s, now)})
+                    "silent": _silent(last_seen, enrolled_at, interval_s, now),
+                    "backdated": {"batches": back_n, "max_s": back_s}})
     return out
 
 

@@ -145,6 +145,13 @@ ALTER TABLE samples ADD COLUMN gpm_fp16_util_pct REAL;
 ALTER TABLE samples ADD COLUMN gpm_integer_util_pct REAL;
 """
 
+# Back-dated batches: how many of a node's batches started before its latest sample already stored,
+# and by how much at most (store.py; time regressions beyond the tolerance are also unmonitored).
+_V12 = """
+ALTER TABLE nodes ADD COLUMN backdated_batches INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN backdated_max_s REAL;
+"""
+
 # (version, DDL). Append only: never edit a migration that has shipped.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -158,6 +165,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (9, _V9),  # samples: GPM FP32, FP16 and integer pipe utilization
     (10, _LEAD_DDL),  # verdicts.lead_p: the single-device lead's P(training) per window, served summarised
     (11, _LEAD_INDEX_DDL),  # the windows the lead spoke on, so a long job's lead summary reads only those
+    (12, _V12),  # nodes.backdated_batches, backdated_max_s: batches stamped before samples already received
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

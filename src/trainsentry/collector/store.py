@@ -35,6 +35,13 @@ it, is recorded as unmonitored (``time_regression``, ``seq_from`` = ``seq_to`` =
 the batch's own transaction. Such a batch is never also a silence (its first sample is not after
 the latest one), and the node's latest sample time stays where it was, so silence after it is still
 measured from the latest sample.
+
+Back-dating within the tolerance is not unmonitored (an NVML stamp a few seconds off the host clock
+does it honestly), but it is not silent either: every batch whose first sample is stamped before the
+node's latest stored sample, by any amount, is counted on the node (``backdated_batches``, and the
+most seconds back, ``backdated_max_s``), served with the node (``GET /v1/nodes``). The real agent on
+a steady clock never does it (tests/collector/test_collector_gaps.py): a node that does it often, by
+seconds, is writing into windows already judged.
 """
 
 from __future__ import annotations
@@ -429,6 +436,10 @@ class Store:
             new_last_t = t_last if last_t is None or (t_last is not None and t_last > last_t) else last_t
             c.execute("UPDATE nodes SET last_seq = ?, last_digest = ?, last_seen = ?, last_t = ?, interval_s = ? "
                       "WHERE node_id = ?", (batch.seq, batch.digest, now, new_last_t, batch.interval_s, node_id))
+            if last_t is not None and t_first is not None and t_first < last_t:
+                c.execute("UPDATE nodes SET backdated_batches = backdated_batches + 1, "
+                          "backdated_max_s = max(coalesce(backdated_max_s, 0), ?) WHERE node_id = ?",
+                          (last_t - t_first, node_id))
             c.execute("COMMIT")
             if self._checkpointer is not None:
                 self._checkpointer.poke(node_id, batch.seq)
