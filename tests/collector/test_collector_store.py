@@ -102,14 +102,23 @@ def test_migration_10_adds_the_lead_to_verdicts_and_keeps_them(tmp_path, monkeyp
     assert v["state"] == "inference" and v["lead_p"] is None
     # a summary over windows judged before the lead was stored: it spoke on none of them
     assert verdicts.lead_summary(conn, "node", "n", 0, 10, 0.75) == {
-        "start": 0, "end": 10, "threshold": 0.75, "windows_spoken": 0, "like_training": 0, "p_max": None, "last": None}
+        "start": 0, "end": 10, "threshold": 0.75, "windows_spoken": 0, "like_training": 0, "seconds_like_training": 0.0,
+        "p_max": None, "last": None}
     # windows the lead spoke on are summed from the partial index alone (migration 11), whatever the history
     conn.executemany("INSERT INTO verdicts (scope, subject, t_start, t_end, state, p_training, detector, artifact, "
                      "evidence, job, computed_at, lead_p) VALUES ('node', 'n', ?, ?, 'inference', 0.1, 'fused', NULL, "
                      "'[]', NULL, 9, ?)", [(t - 8, t, p) for t, p in ((10, 0.9), (12, None), (14, 0.2), (16, None))])
     assert verdicts.lead_summary(conn, "node", "n", 0, 20, 0.75) == {
-        "start": 0, "end": 20, "threshold": 0.75, "windows_spoken": 2, "like_training": 1, "p_max": 0.9,
-        "last": {"t_end": 14, "p": 0.2}}
+        "start": 0, "end": 20, "threshold": 0.75, "windows_spoken": 2, "like_training": 1, "seconds_like_training": 8.0,
+        "p_max": 0.9, "last": {"t_end": 14, "p": 0.2}}
+    # overlapping windows that read like training cover their union once: [2, 10] and [4, 12] are 10 s, not 16
+    conn.execute("UPDATE verdicts SET lead_p = 0.8 WHERE t_end = 12")
+    assert verdicts.lead_summary(conn, "node", "n", 0, 20, 0.75)["seconds_like_training"] == 10.0
+    # a gap between them is not covered: [2, 10] and [18, 26] are 16 s
+    conn.execute("UPDATE verdicts SET lead_p = NULL WHERE t_end = 12")
+    conn.execute("INSERT INTO verdicts (scope, subject, t_start, t_end, state, p_training, detector, artifact, evidence, "
+                 "job, computed_at, lead_p) VALUES ('node', 'n', 18, 26, 'inference', 0.1, 'fused', NULL, '[]', NULL, 9, 0.95)")
+    assert verdicts.lead_summary(conn, "node", "n", 0, 30, 0.75)["seconds_like_training"] == 16.0
     plan = " ".join(str(r) for r in conn.execute(
         "EXPLAIN QUERY PLAN SELECT count(*), coalesce(sum(lead_p >= 0.75), 0), max(lead_p), max(t_end) FROM verdicts "
         "WHERE scope = 'job' AND subject = 'j' AND t_end >= 0 AND t_end <= 1 AND lead_p IS NOT NULL").fetchall())

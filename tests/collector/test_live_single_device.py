@@ -97,6 +97,13 @@ def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client,
     assert lead["threshold"] == 0.75 and lead["p_max"] == max(v["lead_p"] for v in busy)
     assert lead["last"]["t_end"] == max(v["t_end"] for v in busy) and node_view["state"] != "training"
     assert lead["check_loaded"] is True
+    # the seconds those windows cover, each once: the union of their spans, far below the windows' sum
+    spans = sorted((v["t_start"], v["t_end"]) for v in like)
+    union, reach = 0.0, float("-inf")
+    for t0, t1 in spans:
+        union, reach = union + max(0.0, t1 - max(t0, reach)), max(reach, t1)
+    assert lead["seconds_like_training"] == pytest.approx(union)
+    assert lead["seconds_like_training"] < sum(t1 - t0 for t0, t1 in spans), lead
     # the fleet overview carries the latest window's lead beside the verdict
     over = {n["node"]: n for n in committed_client.get("/v1/overview").json()["nodes"]}["node-a"]
     assert over["lead_p"] == node_view["lead_p"] and over["state"] != "training"

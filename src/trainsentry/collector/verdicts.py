@@ -204,8 +204,10 @@ def jobs_with_latest(conn: sqlite3.Connection) -> list[dict]:
 def lead_summary(conn: sqlite3.Connection, scope: str, subject: str, start: float, end: float,
                  threshold: float) -> dict:
     """The single-device lead over the windows ending in [start, end] (8 s windows every 2 s: they
-    overlap): how many it spoke on, how many of those read like training (P ≥ threshold), the highest
-    P and the latest window it spoke on. Read from the partial index ``verdicts_lead`` alone."""
+    overlap): how many it spoke on, how many of those read like training (P ≥ threshold), the seconds
+    those windows cover together (their union: overlapping windows counted once), the highest P and
+    the latest window it spoke on. The counts come from the partial index ``verdicts_lead`` alone; the
+    seconds read the like-training windows' rows."""
     n, like, p_max, t_last = conn.execute(
         "SELECT count(*), coalesce(sum(lead_p >= ?), 0), max(lead_p), max(t_end) FROM verdicts "
         "WHERE scope = ? AND subject = ? AND t_end >= ? AND t_end <= ? AND lead_p IS NOT NULL",
@@ -215,8 +217,15 @@ def lead_summary(conn: sqlite3.Connection, scope: str, subject: str, start: floa
         (p_last,) = conn.execute("SELECT lead_p FROM verdicts WHERE scope = ? AND subject = ? AND t_end = ?",
                                  (scope, subject, t_last)).fetchone()
         last = {"t_end": t_last, "p": p_last}
+    covered, reach = 0.0, float("-inf")
+    if like:
+        for t0, t1 in conn.execute("SELECT t_start, t_end FROM verdicts WHERE scope = ? AND subject = ? AND t_end >= ? "
+                                   "AND t_end <= ? AND lead_p >= ? ORDER BY t_start",
+                                   (scope, subject, start, end, threshold)):
+            covered += max(0.0, t1 - max(t0, reach))
+            reach = max(reach, t1)
     return {"start": start, "end": end, "threshold": threshold, "windows_spoken": n, "like_training": like,
-            "p_max": p_max, "last": last}
+            "seconds_like_training": covered, "p_max": p_max, "last": last}
 
 
 def timeline(conn: sqlite3.Connection, scope: str, subject: str, start: float, end: float,

@@ -13,7 +13,8 @@ mostly the busiest GPU's; an idle second GPU still shows in the dispersion stati
 multi-device training included (a training GPU's activity looks the same whoever it exchanges
 with). Training keeps tensor cores and DRAM busy together (forward, backward and optimizer step);
 decode is DRAM-bound with little tensor-core work. Batched forward passes at the power cap
-(embedding, long-prompt prefill) can look like training to 10 Hz counters, which is why this is a
+(embedding, long-prompt prefill) and input attribution (a backward pass through frozen weights, as
+LoRA fine-tuning also runs) can look like training to 10 Hz counters, which is why this is a
 lead in the evidence and not a verdict: it changes no P(training) and raises no alert. Its rates on
 unseen configurations are in docs/one-gpu.md (``fused+single-device``, the same trees behind the
 gate's complement, scored by ``trainsentry eval-transfer``).
@@ -106,7 +107,9 @@ class SingleDeviceCheck:
                 f"P(training) = {p:.2f}")
         if p >= self.threshold:
             return (head + ": like training. A lead, not a verdict: on one device, batched forward passes "
-                    "(embedding, long-prompt prefill) can read the same at 10 Hz (docs/one-gpu.md)")
+                    "(embedding, long-prompt prefill) and backward passes through frozen weights (input "
+                    "attribution, which LoRA fine-tuning computes too) can read the same at 10 Hz; these "
+                    "counters do not see whether weights change (docs/one-gpu.md)")
         return head + ": not like training"
 
     def describe(self) -> dict:
