@@ -467,3 +467,24 @@ def test_two_benign_roots_keep_runs_with_the_same_id_apart(data, tmp_path):
     ids = [r.run_id for r in two["benign"]]
     assert len(ids) == 2 * len(one["benign"]) == len(set(ids))
     assert {r.run_id for r in one["benign"]} == {i.split("/")[-1] for i in ids}
+
+
+def test_a_setting_run_with_overrides_is_named_by_what_they_changed():
+    """Runs of one workload that a campaign overrode differently are different settings: the red team's
+    faster-server online learning (redteam-x1-fast.yaml) must not be pooled with the original runs."""
+    from trainsentry.redteam.rounds import _setting
+    from trainsentry.workloads import registry  # noqa: F401  (registers every workload)
+    from trainsentry.workloads.base import WORKLOADS
+
+    cfg = WORKLOADS["adv.online.full-k8"].resolve(toy=False)
+    fast = {"run_id": "adv.online.full-k8-32b87b-r0", "toy": False,
+            "labels": {"workload": "adv.online.full-k8", "config": {**cfg, "decode_len": 16, "k": 2}}}
+    assert _setting("adv.online.full-k8", "online", fast) == "full-k8 decode_len=16 k=2"
+    plain = {**fast, "run_id": "adv.online.full-k8-base-r0", "labels": {**fast["labels"], "config": cfg}}
+    assert _setting("adv.online.full-k8", "online", plain) == "full-k8"
+    # a run recorded without overrides keeps its name even if a registered default moved since
+    moved = {**plain, "labels": {**plain["labels"], "config": {**cfg, "decode_len": 999}}}
+    assert _setting("adv.online.full-k8", "online", moved) == "full-k8"
+    # a workload no longer registered, or no manifest: the suffix alone
+    assert _setting("adv.gone.s1", "gone", {**fast, "labels": {"workload": "adv.gone.s1", "config": {}}}) == "s1"
+    assert _setting("adv.online.full-k8", "online") == "full-k8"

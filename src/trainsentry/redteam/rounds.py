@@ -152,11 +152,28 @@ def _runs_under(root: Path) -> list[Path]:
     return iter_runs(root)
 
 
-def _setting(workload: str, strategy: str) -> str:
+def _setting(workload: str, strategy: str, manifest: dict | None = None) -> str:
+    """The setting's name: the workload's suffix (``adv.online.full-k8`` → ``full-k8``), plus every
+    config key a campaign override changed from the registered workload (``full-k8 decode_len=16 k=2``),
+    so runs of one workload with different overrides are scored as the different settings they are. A
+    run without overrides (run id ``<workload>-base-r<n>``) is never renamed, even if a registered
+    default changed after it was recorded."""
+    name = workload
     for prefix in (f"adv.{strategy}.", "adv."):
         if workload.startswith(prefix):
-            return workload[len(prefix):]
-    return workload
+            name = workload[len(prefix):]
+            break
+    labels = (manifest or {}).get("labels") or {}
+    run_id = str((manifest or {}).get("run_id", ""))
+    if run_id.startswith(f"{workload}-base-r"):   # the campaign gave no overrides (lab.campaign names it so)
+        return name
+    from ..workloads.base import WORKLOADS
+    from ..workloads import registry  # noqa: F401  (registers every workload)
+    if workload not in WORKLOADS or not isinstance(labels.get("config"), dict):
+        return name
+    registered = WORKLOADS[workload].resolve(toy=bool((manifest or {}).get("toy")))
+    changed = {k: v for k, v in labels["config"].items() if k in registered and registered[k] != v}
+    return " ".join([name] + [f"{k}={v}" for k, v in sorted(changed.items())])
 
 
 def discover(benign_dirs: list[Path], adversarial_dirs: list[Path], cache_dir: Path, advance=None) -> dict:
@@ -187,7 +204,7 @@ def discover(benign_dirs: list[Path], adversarial_dirs: list[Path], cache_dir: P
             advance()
     for d in adv_paths:
         r = _load(d, cache_dir)
-        adv.append(AdvRun(r, d, r.family, _setting(r.workload, r.family)))
+        adv.append(AdvRun(r, d, r.family, _setting(r.workload, r.family, _manifest(d))))
         if advance:
             advance()
     if len({r.is_training for r in benign}) < 2:
