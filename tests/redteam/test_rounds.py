@@ -488,3 +488,21 @@ def test_a_setting_run_with_overrides_is_named_by_what_they_changed():
     # a workload no longer registered, or no manifest: the suffix alone
     assert _setting("adv.gone.s1", "gone", {**fast, "labels": {"workload": "adv.gone.s1", "config": {}}}) == "s1"
     assert _setting("adv.online.full-k8", "online") == "full-k8"
+
+
+def test_a_page_on_other_runs_cites_no_earlier_delivery_nor_a_strategy_it_never_ran(tmp_path):
+    """The one-GPU red team (data/redteam-x1) was never scored by the first delivery, nor does it run the
+    surrogate-gated workload: its page must not point to results/redteam-v1-round1.json or explain it."""
+    from types import SimpleNamespace
+
+    from trainsentry.redteam.rounds import SURROGATE_WORKLOAD, earlier_deliveries, limits
+
+    assert [e["results"] for e in earlier_deliveries([Path("/x/data/redteam-r1")])] == ["results/redteam-v1-round1.json"]
+    assert earlier_deliveries([Path("/x/data/redteam-x1")]) == []
+    proxy = [SimpleNamespace(run=SimpleNamespace(workload="adv.whitebox.proxy-lora"))]
+    assert not any(t.startswith(SURROGATE_WORKLOAD) for t in limits(proxy, None))
+    assert any(t.startswith(SURROGATE_WORKLOAD) for t in limits(
+        proxy + [SimpleNamespace(run=SimpleNamespace(workload=SURROGATE_WORKLOAD))], None))
+    camp = tmp_path / "c.yaml"    # planned but not recorded yet: the limit still concerns the campaign
+    camp.write_text(f"name: c\nnproc: 2\nruns:\n- {{workload: {SURROGATE_WORKLOAD}}}\n")
+    assert any(t.startswith(SURROGATE_WORKLOAD) for t in limits(proxy, camp))

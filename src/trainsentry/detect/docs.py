@@ -290,9 +290,9 @@ Run accuracy / inference FPR / training detection / median time to alert (s), me
   88.2 % / 11.1;
 * `fused` without absolute activity levels (watts, percent busy, GiB, clocks, temperatures; shape, ratios
   and balance kept: `fused-shape`): 93.4 % / 3.2 % / 88.8 % / 9.0 — better than `fused` with the veto
-  by 0.7 points on these splits; found after the final evaluation had started. Confirmed on the 200
-  seed-0 splits beside `fused` (`trainsentry eval --splits 200 --seed 0 --detector fused --detector
-  fused-shape --no-lofo --out results/confirm-seed0-fused-shape --docs ''`): 93.0 % / 3.8 % / 88.4 % / 9.0
+  by 0.7 points on these splits; found after the final evaluation had started. Confirmed on 200
+  seed-0 splits of the 102 runs then recorded, beside `fused` (`trainsentry eval --splits 200 --seed 0 --detector fused --detector
+  fused-shape --no-lofo --out results/confirm-seed0-fused-shape --docs ''`): 92.9 % / 3.8 % / 88.4 % / 9.0
   against `fused`'s 92.8 % / 3.1 % / 87.5 % / 9.0 — 0.2 points more accuracy for 0.6 points more
   inference false positives, so not adopted;
 * a second, ungated path for training on one device (`fused+single-device`: where the exchange gate is

@@ -70,8 +70,10 @@ ZERO_ALERT_ALPHA = 0.05
 # fits; its PCIe channel in comm-rules was added knowing the host-sync strategy) and delivered again.
 # Round 1 of the first delivery, on the same recorded runs, is kept in EARLIER_DELIVERIES.
 DELIVERED_FEATURE_VERSION = 3
+# ``adversarial``: the directory name of the recorded runs that delivery was scored on; a page scoring
+# other runs (data/redteam-x1) does not cite it.
 EARLIER_DELIVERIES = ({"feature_version": 1, "code": "8b4aad8", "results": "results/redteam-v1-round1.json",
-                       "rounds": [1]},)
+                       "rounds": [1], "adversarial": "redteam-r1"},)
 EFFECTIVENESS = "(1 - run_detection) / (1 + max(gpu_hour_overhead, 0)), in the last round"
 BLUE_SIDE = ("training data only: each round refits the same detectors (same features, same alert rule, same "
              "thresholds) with more adversarial runs in the fitting data; no feature, rule or threshold changes")
@@ -87,14 +89,30 @@ def blue_side(feature_version: int = FEATURE_VERSION) -> str:
             "but the hardened features fitted on benign runs only; alert rule and thresholds unchanged")
 
 
+SURROGATE_WORKLOAD = "adv.whitebox.surrogate-lora"
 LIMITS = ["The evader does not adapt between rounds: every round re-scores the same recorded runs, so rounds 2 "
           "and later measure how a detector hardened with other strategies' runs generalises to a strategy it never "
           "saw, not an arms race. An adaptive evader would record new runs against the hardened detector.",
-          "adv.whitebox.surrogate-lora gates its training with a saved surrogate only when the campaign passes "
+          f"{SURROGATE_WORKLOAD} gates its training with a saved surrogate only when the campaign passes "
           "overrides {surrogate_path: FILE} (`trainsentry redteam surrogate` writes one: models/redteam-surrogate.json, "
           "the fused detector's copy fitted on data/h200 judging the windows of data/h200 and data/redteam-r1, "
           "learned from what the workload measures of itself over the detector's 8 s window); without it the workload "
           "falls back to the proxy scorer and the run is flagged in its setting's notes."]
+
+
+def earlier_deliveries(adversarial_dirs) -> list[dict]:
+    """The earlier deliveries scored on these recorded runs (by directory name), none for other runs."""
+    names = {Path(d).name for d in adversarial_dirs}
+    return [dict(e) for e in EARLIER_DELIVERIES if e["adversarial"] in names]
+
+
+def limits(adv: list["AdvRun"], campaign: Path | None) -> list[str]:
+    """LIMITS that concern these runs: the surrogate's only where its workload was recorded or planned."""
+    workloads = {a.run.workload for a in adv}
+    if campaign:
+        from ..lab.campaign import Campaign
+        workloads |= {e["workload"] for e in Campaign.load(Path(campaign)).runs}
+    return [t for t in LIMITS if not t.startswith(SURROGATE_WORKLOAD) or SURROGATE_WORKLOAD in workloads]
 
 
 # Why a loss penalty can be null (redteam.cost.penalty_at_common_point): the cost note says it, and an
@@ -613,14 +631,14 @@ def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, 
                         "held_out_units": {a.strategy: a.unit for a in adv},
                         "feature_version": FEATURE_VERSION, "delivered_feature_version": DELIVERED_FEATURE_VERSION,
                         "round_1_as_delivered": FEATURE_VERSION == DELIVERED_FEATURE_VERSION,
-                        "earlier_deliveries": [dict(e) for e in EARLIER_DELIVERIES],
+                        "earlier_deliveries": earlier_deliveries(adversarial_dirs),
                         "detector_targets": {k: target_text(t) for k, t in TARGETS.items()},
                         "detector_targets_source": TARGETS_SOURCE,
                         "hardening": {str(r): hardening(r) for r in range(1, n_rounds + 1)},
                         "gpu_hour_overhead": "baseline tokens per GPU-hour / adversary's - 1 (GPU-hours per token "
                                              "against the DDP baseline it names)",
                         "loss_basis": LOSS_BASIS, "evader_adapts": False, "blue_side_changes": blue_side(),
-                        "limits": LIMITS,
+                        "limits": limits(adv, campaign),
                         "effectiveness": EFFECTIVENESS},
            "rounds": rounds}
     doc["ranking"], doc["unranked"] = rank_strategies(doc)
