@@ -372,3 +372,47 @@ def test_inference_or_other_is_read_from_the_tensor_core_share_of_sm_activity(te
     bare = {k: v for k, v in row.items() if k not in (TENSOR_KEY, SM_KEY)}
     assert classify(True, 0.1, bare, 0.5)[0] == ("other" if exchange else "inference")
     assert classify(True, 0.9, row, 0.5)[0] == "training"      # the detector's answer comes first
+
+
+@pytest.mark.parametrize("wild", [2 ** 63, 1e19, -2 ** 63 - 1])
+def test_a_wild_counter_value_neither_stops_the_live_verdicts_nor_goes_unsaid(db, client, agent, wild):
+    """The wire takes any |v| < 2**64 in any metric and the store keeps it; the live tables hold
+    integer metrics as int64. One such value per batch once stopped every verdict of the node from
+    that batch on, silently (the window clock had moved, the table build raised on the bus): the
+    tables now read it as missing, and whatever else fails in judging is recorded as unjudged."""
+    stream = batches(DDP)
+    for i, b in enumerate(stream):
+        if i >= 20:
+            b = [dict(s, m=dict(s["m"])) for s in b]
+            b[0]["m"]["energy_mj"] = wild
+        assert agent.send(b).status_code == 200
+    assert client.app.state.bus.drain(30.0)
+    last_end = max(v["t_end"] for v in timeline(client, "node-a"))
+    assert last_end >= max(s["t"] for s in stream[-1]) - 2.0, last_end - T0   # judged to the end
+    live = get(client, "/v1/live")
+    assert live["caught_up"]["judge_errors"] == 0 and get(client, "/v1/stats")["bus"]["errors"] == 0
+    assert get(client, "/v1/nodes/node-a/verdict")["state"] == "training"
+
+
+def test_an_error_while_judging_is_recorded_as_unjudged_and_the_next_windows_are_judged(client, agent, monkeypatch):
+    """Defence in depth: an exception inside judging (here a detector that raises once) leaves an
+    unjudged span with the error, not a silent hole, and the node's later windows are judged."""
+    live = client.app.state.live
+    real, calls = live.judge_node, {"n": 0}
+
+    def flaky(node, st, ends):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise RuntimeError("boom in the detector")
+        return real(node, st, ends)
+    monkeypatch.setattr(live, "judge_node", flaky)
+    for b in batches(DDP):
+        assert agent.send(b).status_code == 200
+    assert client.app.state.bus.drain(30.0)
+    body = get(client, "/v1/nodes/node-a/verdict")
+    (u,) = [u for u in body["unjudged"] if "boom in the detector" in u["reason"]]
+    assert "could not be judged: RuntimeError" in u["reason"]
+    assert get(client, "/v1/live")["caught_up"]["judge_errors"] == 1
+    ends = [v["t_end"] for v in timeline(client, "node-a")]
+    assert max(ends) > u["end"]                                  # later windows judged as usual
+    assert not any(u["start"] + 8.0 <= e <= u["end"] for e in ends)  # the failed ones were not

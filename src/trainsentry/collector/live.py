@@ -293,7 +293,7 @@ class LiveProcessor:
         self._node_ids: dict[str, int] = {}
         self._stopping = False
         self._read_failures: dict[str, int] = {}
-        self.caught_up = {"batches": 0, "samples": 0, "read_errors": 0, "unjudged": 0}
+        self.caught_up = {"batches": 0, "samples": 0, "read_errors": 0, "unjudged": 0, "judge_errors": 0}
         if unjudged:  # the part of a backlog older than the catch-up horizon: said, with the skip
             self._mark_unjudged(unjudged)
         for a in V.alerts(self.conn, "job", open_only=True):  # a job that ends must clear its open alert
@@ -650,7 +650,25 @@ class LiveProcessor:
                                        f"ahead to {st.t_latest:.1f}, completing {n + len(ends)} windows at once, and "
                                        f"at most {cfg.max_catchup} (the latest) are judged at once"})
             self.caught_up["unjudged"] += 1
-        st.table = st.build_table(node, cfg.loopback_as_link)
+        try:
+            self._judge(node, st, ends, unjudged)
+        except Exception as e:  # noqa: BLE001  (whatever a node's samples do to the judging, it is said)
+            # The window clock has moved past these windows: they are recorded as unjudged with the
+            # error, never silently lost, and the node's next windows are judged as usual.
+            log.exception("live: windows ending %.1f..%.1f of node %s could not be judged", ends[0], ends[-1], node)
+            self.caught_up["judge_errors"] += 1
+            span = {"node": node, "start": ends[0] - cfg.window_s, "end": ends[-1], "seq_from": st.seq, "seq_to": st.seq,
+                    "reason": f"{len(ends)} windows (ending {ends[0]:.1f} to {ends[-1]:.1f}) could not be judged: "
+                              f"{type(e).__name__}: {str(e)[:200]}"}
+            try:
+                if self.conn.in_transaction:
+                    self.conn.rollback()
+                self._mark_unjudged(unjudged + [span])
+            except Exception:  # noqa: BLE001
+                log.exception("live: could not record the unjudged windows of node %s either", node)
+
+    def _judge(self, node: str, st: NodeState, ends: list[float], unjudged: list[dict]) -> None:
+        st.table = st.build_table(node, self.cfg.loopback_as_link)
         out: dict = {"verdicts": [], "new": [], "updated": {}}
         node_verdicts = self.judge_node(node, st, ends)
         job_verdicts, job_rows, merges = self.jobs.update(node, ends[-1], self, node_verdicts)

@@ -170,6 +170,10 @@ def restore(conn: sqlite3.Connection, cfg, make_state, now: float | None = None
         st.gaps = [(s, e, r) for s, e, r in conn.execute(
             "SELECT start_t, end_t, reason FROM unmonitored WHERE node_id = ? AND end_t >= ? AND recorded_at <= ? ORDER BY rowid",
             (node_id, since, received))]
-        st.table = st.build_table(name, cfg.loopback_as_link)  # a peer's view for jobs across nodes
+        try:
+            st.table = st.build_table(name, cfg.loopback_as_link)  # a peer's view for jobs across nodes
+        except Exception:  # noqa: BLE001  (one node's samples never stop the collector from starting)
+            log.exception("warm: node %s's buffer could not be rebuilt as a table; its next batch rebuilds it", name)
+            st.table = None
         n += len(samples)
     return nodes, n, {"states": len(restored), "unusable": unusable}, backlog, unjudged

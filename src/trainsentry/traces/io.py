@@ -114,8 +114,32 @@ def thin_counters(table: pa.Table, periods: dict[str, float]) -> pa.Table:
     return columns_to_table(cols)
 
 
+_INT_FIELDS = tuple(f.name for f in SCHEMA if pa.types.is_integer(f.type))
+_INT64_MIN, _INT64_END = -2 ** 63, 2 ** 63
+
+
+def _int64_or_none(v):
+    """An integer column's value as int64 can hold it, else missing. The wire accepts |v| < 2**64 (NVML
+    counters are unsigned 64-bit) and any number in any metric; the store keeps such a value (as REAL).
+    No real counter reads that high, so a trace reads it as a reading it does not have."""
+    if isinstance(v, int):
+        return v if _INT64_MIN <= v < _INT64_END else None
+    if isinstance(v, float):
+        return int(v) if math.isfinite(v) and _INT64_MIN <= v < _INT64_END else None
+    return None
+
+
 def columns_to_table(cols: dict[str, list]) -> pa.Table:
-    return pa.Table.from_pydict({f.name: cols.get(f.name, [None] * len(cols["t"])) for f in SCHEMA}, schema=SCHEMA)
+    """Columns (lists) in :data:`SCHEMA`. A value an integer column cannot hold (beyond int64, or not a
+    finite number) is read as missing, so one wild value a node sent never stops a table from being
+    built (the live collector builds one per window: collector/live.py)."""
+    data = {f.name: cols.get(f.name, [None] * len(cols["t"])) for f in SCHEMA}
+    try:
+        return pa.Table.from_pydict(data, schema=SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):   # rare: checked value by value only then
+        for name in _INT_FIELDS:
+            data[name] = [None if v is None else _int64_or_none(v) for v in data[name]]
+        return pa.Table.from_pydict(data, schema=SCHEMA)
 
 
 def validate_manifest(manifest: dict) -> None:
