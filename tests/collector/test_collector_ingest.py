@@ -8,7 +8,7 @@ import orjson
 import pytest
 from conftest import counts, gpu_samples, rejections
 
-from trainsentry.wire.batch import digest, new_key, sign, verify
+from trainsentry.wire.batch import NODE_HEADER, SIGNATURE_HEADER, digest, new_key, sign, verify
 
 
 def test_chain_of_batches_is_stored_and_listed(agent, client, db):
@@ -53,6 +53,10 @@ def test_every_bad_batch_is_refused_counted_and_the_server_keeps_serving(agent, 
         (lambda: agent.client.post("/v1/batches", content=good), 401, "missing_node"),
         (lambda: agent.client.post("/v1/batches", content=good, headers={"X-TS-Node": "node-a"}),
          401, "missing_signature"),
+        # a signature header that is not ASCII, or not 64 hex digits: refused like any wrong one
+        (lambda: agent.client.post("/v1/batches", content=good, headers=[
+            (NODE_HEADER.encode(), b"node-a"), (SIGNATURE_HEADER.encode(), b"\xe9" * 64)]), 401, "bad_signature"),
+        (lambda: agent.post(good, signature="00"), 401, "bad_signature"),
         # signed by the node but broken: truncated before signing, not JSON, bad fields
         (lambda: agent.post(good[:-20]), 400, "bad_json"),
         (lambda: agent.post(b"this is not json"), 400, "bad_json"),
@@ -80,7 +84,7 @@ def test_every_bad_batch_is_refused_counted_and_the_server_keeps_serving(agent, 
         _assert_refused(send(), status, code, db, before, i)
     rejected = client.get("/v1/stats").json()
     assert sum(rejected["since_start"]["rejected"].values()) == len(cases)
-    assert rejected["total"]["rejected"]["bad_signature"] == 3
+    assert rejected["total"]["rejected"]["bad_signature"] == 5
     # ... and the collector still accepts the genuine next batch
     r = agent.post(good)
     assert r.status_code == 200 and r.json()["seq"] == 1

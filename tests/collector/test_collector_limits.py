@@ -61,6 +61,27 @@ def test_a_node_cannot_create_devices_without_bound(store):
     assert store.conn.execute("SELECT COUNT(*) FROM devices").fetchone()[0] == 0
 
 
+def test_a_restart_does_not_count_a_nodes_devices_twice(tmp_path):
+    """The devices a node already has are known to a restarted store: a node with more than half the
+    bound once got too_many_devices on every batch after a restart (its devices counted twice)."""
+    db = tmp_path / "c.db"
+    store = Store(db)
+    key = store.enroll("n1")
+    t = time.time() - 10
+    n = MAX_DEVICES_PER_NODE // 2 + 2
+    prev = GENESIS_PREV
+    for seq in range(3):
+        if seq == 2:   # the collector restarts
+            store.close()
+            store = Store(db)
+        body, sig = _batch(key, seq, prev, [{"dev": f"eth{i}", "kind": "net", "t": t + seq, "m": {"net_tx_bytes": 1}}
+                                            for i in range(n)])
+        assert store.ingest("n1", sig, body).seq == seq
+        prev = digest(body)
+    assert store.conn.execute("SELECT COUNT(*) FROM devices").fetchone()[0] == n
+    store.close()
+
+
 def _audit(path) -> list[tuple]:
     c = sqlite3.connect(path)
     try:

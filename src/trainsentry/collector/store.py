@@ -261,7 +261,9 @@ class Store:
                 "SELECT node_id, last_seq FROM nodes WHERE last_seq IS NOT NULL").fetchall())
             self._checkpointer.poke()
         self._keys: dict[str, tuple[int, bytes]] = {}  # name -> (node_id, key); refreshed on a miss
-        self._devices: set[tuple[int, str]] = set()     # (node_id, device) known to be in `devices`
+        # (node_id, device) known to be in `devices`: those an earlier process stored too, or a restart
+        # would count a node's devices twice against MAX_DEVICES_PER_NODE and refuse it for good
+        self._devices: set[tuple[int, str]] = set(self.conn.execute("SELECT node_id, device FROM devices"))
         # refusals of the current minute per (enrolled node or "", code): rows written, and the rest
         # as (count, last time, status), written as one row when the minute is over
         self._rejection_minute = -1

@@ -101,9 +101,14 @@ def sign(key: str | bytes, body: bytes) -> str:
 
 
 def verify(key: str | bytes, body: bytes, signature: str | None) -> bool:
+    """Whether ``signature`` is this key's HMAC of ``body``. Anything that is not a 64-character hex
+    string (non-ASCII bytes a client put in the header included) is simply not a match."""
     if not signature:
         return False
-    return hmac.compare_digest(sign(key, body), signature.strip().lower())
+    sig = signature.strip().lower()
+    if len(sig) != 64 or not sig.isascii():
+        return False
+    return hmac.compare_digest(sign(key, body), sig)
 
 
 def digest(body: bytes) -> str:
