@@ -81,6 +81,73 @@ def test_silent_node_is_reported_open_ended(client, key, db):
     assert client.get("/v1/nodes").json()["nodes"][0]["silent"] is True
 
 
+def test_a_hole_inside_one_batch_is_a_silence(agent, client):
+    """An agent that stalled mid-batch, or a node bridging a dark stretch with one sample: the hole
+    between consecutive samples of one batch is recorded like one between batches."""
+    agent.send(gpu_samples(1000.0))                                   # .. 1000.9
+    r = agent.send(gpu_samples(1001.0, n=1) + gpu_samples(1047.0))    # one sample, then 46 s of nothing
+    assert r.json()["unmonitored"] == [{"start": 1001.0, "end": 1047.0, "reason": "silence",
+                                        "seq_from": None, "seq_to": None}]
+    # a batch spread evenly over its span has no hole, however long it is
+    r = agent.send(gpu_samples(1048.0, n=40, dt=0.5))
+    assert r.status_code == 200 and "unmonitored" not in r.json()
+    assert _closed(client) == [(1001.0, 1047.0, "silence", None, None)]
+
+
+def test_a_long_declared_interval_does_not_postpone_a_silent_node(db, key, client):
+    """The 10 s cap on the node's stated interval holds for a node silent now too: declaring an hour
+    once left it 'not silent' for three hours."""
+    a = Agent(client, "node-a", key, interval_s=3600.0)
+    now = time.time()
+    a.send(gpu_samples(now - 1.0, n=2))
+    c = sqlite3.connect(db)
+    try:
+        later = now + 60.0
+        (got,) = query.unmonitored(c, "node-a", 0, 2e9, now=later)
+        assert got["open"] and got["reason"] == "silence"
+        assert query.list_nodes(c, now=later)[0]["silent"] is True
+        assert query.list_nodes(c, now=now + 1.0)[0]["silent"] is False
+    finally:
+        c.close()
+
+
+def test_empty_batches_are_no_evidence_that_a_node_is_monitored(db, key, client):
+    """A node that keeps its chain going with batches of no samples is silent: its open interval
+    starts at its last sample, as if it had sent nothing."""
+    a = Agent(client, "node-a", key, interval_s=1.0)
+    now = time.time()
+    a.send(gpu_samples(now - 20.0, n=2))
+    c = sqlite3.connect(db)
+    try:
+        c.execute("UPDATE nodes SET last_data_seen = ?", (now - 19.0,))   # as if sent then; empty batches since
+        c.commit()
+        for _ in range(3):
+            assert a.send([]).status_code == 200
+        (got,) = query.unmonitored(c, "node-a", 0, 2e9)
+        assert got["open"] and got["reason"] == "silence" and got["start"] == round(now - 20.0 + 0.1, 6)
+        assert query.list_nodes(c)[0]["silent"] is True
+    finally:
+        c.close()
+
+
+def test_a_sample_stamped_ahead_cannot_push_a_silence_out_of_sight(db, key, client):
+    """A node that stamps one sample minutes ahead and goes dark: its open silence starts no later than
+    the clock tolerance after the collector received that sample, not at the stamp in the future."""
+    a = Agent(client, "node-a", key, interval_s=1.0)
+    now = time.time()
+    a.send(gpu_samples(now - 1.0, n=2) + gpu_samples(now + 290.0, n=1))
+    c = sqlite3.connect(db)
+    try:
+        (data_seen,) = c.execute("SELECT last_data_seen FROM nodes").fetchone()
+        intervals = query.unmonitored(c, "node-a", 0, now + 30.0, now=now + 30.0)
+        (got,) = [i for i in intervals if i["open"]]
+        assert got["start"] <= data_seen + TIME_REGRESSION_TOLERANCE_S < now + 30.0
+        # and the stretch the sample bridged is a silence of its own (a hole inside the batch)
+        assert [(i["reason"], i["end"]) for i in intervals if not i["open"]] == [("silence", round(now + 290.0, 6))]
+    finally:
+        c.close()
+
+
 def test_enrolled_node_that_never_reported_is_silent_since_enrolment(db, key):
     store = Store(db)
     try:

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .store import SILENCE_FACTOR
+from .store import silence_after
 
 STATES = ("idle", "inference", "training", "other", "unmonitored")
 RECENT_S = 3600.0  # "unmonitored in the last hour" counts over this window
@@ -22,7 +22,7 @@ RECENT_S = 3600.0  # "unmonitored in the last hour" counts over this window
 
 def node_rows(conn: sqlite3.Connection, now: float) -> list[dict]:
     """Per node: last seen, devices, and whether it is unmonitored now (silent or stuck behind a hole)."""
-    nodes = conn.execute("SELECT node_id, name, enrolled_at, last_seq, last_seen, last_t, interval_s "
+    nodes = conn.execute("SELECT node_id, name, enrolled_at, last_seq, last_seen, last_t, interval_s, last_data_seen "
                          "FROM nodes ORDER BY name").fetchall()
     devices: dict[int, dict[str, int]] = {}
     for nid, kind, n in conn.execute("SELECT node_id, kind, COUNT(*) FROM devices GROUP BY node_id, kind"):
@@ -33,12 +33,12 @@ def node_rows(conn: sqlite3.Connection, now: float) -> list[dict]:
                                   (now - RECENT_S,)):
         recent[nid] = recent.get(nid, 0.0) + (min(e, now) - max(s, now - RECENT_S))
     out = []
-    for nid, name, enrolled_at, last_seq, last_seen, last_t, interval_s in nodes:
+    for nid, name, enrolled_at, last_seq, last_seen, last_t, interval_s, data_seen in nodes:
         since = last_seen if last_seen is not None else enrolled_at
         reason = None
         if stuck.get(name) is not None and stuck[name] > since:
             reason = "seq_hole"
-        elif now - since > SILENCE_FACTOR * interval_s:
+        elif now - (data_seen if data_seen is not None else enrolled_at) > silence_after(interval_s):
             reason = "silence" if last_seq is not None else "never_reported"
         out.append({"node": name, "last_seen": last_seen, "last_sample_t": last_t, "interval_s": interval_s,
                     "devices": devices.get(nid, {}), "unmonitored": reason,

@@ -17,7 +17,7 @@ import numpy as np
 from ..traces.rates import derive_rates
 from ..traces.schema import COUNTERS, METRICS
 from .schema import SAMPLE_METRICS
-from .store import SILENCE_FACTOR
+from .store import TIME_REGRESSION_TOLERANCE_S, silence_after
 
 MAX_BUCKETS = 20_000
 MAX_ROWS = 2_000_000
@@ -44,21 +44,22 @@ def devices_of(conn: sqlite3.Connection, nid: int) -> list[str]:
     return [r[0] for r in conn.execute("SELECT device FROM devices WHERE node_id = ? ORDER BY device", (nid,))]
 
 
-def _silent(last_seen: float | None, since: float, interval_s: float, now: float) -> bool:
-    return now - (last_seen if last_seen is not None else since) > SILENCE_FACTOR * interval_s
+def _silent(last_data_seen: float | None, since: float, interval_s: float, now: float) -> bool:
+    """No batch carrying samples for longer than a silence (an empty batch is no evidence)."""
+    return now - (last_data_seen if last_data_seen is not None else since) > silence_after(interval_s)
 
 
 def list_nodes(conn: sqlite3.Connection, now: float | None = None) -> list[dict]:
     now = time.time() if now is None else now
     out = []
-    for nid, name, enrolled_at, last_seq, last_seen, last_t, interval_s, back_n, back_s in conn.execute(
+    for nid, name, enrolled_at, last_seq, last_seen, last_t, interval_s, back_n, back_s, data_seen in conn.execute(
             "SELECT node_id, name, enrolled_at, last_seq, last_seen, last_t, interval_s, backdated_batches, "
-            "backdated_max_s FROM nodes ORDER BY name"
+            "backdated_max_s, last_data_seen FROM nodes ORDER BY name"
     ).fetchall():
         devices = devices_of(conn, nid) if last_seq is not None else []
         out.append({"node": name, "enrolled_at": enrolled_at, "last_seen": last_seen, "last_seq": last_seq,
                     "last_sample_t": last_t, "interval_s": interval_s, "devices": devices,
-                    "silent": _silent(last_seen, enrolled_at, interval_s, now),
+                    "silent": _silent(data_seen, enrolled_at, interval_s, now),
                     "backdated": {"batches": back_n, "max_s": back_s}})
     return out
 
@@ -73,16 +74,22 @@ def unmonitored(conn: sqlite3.Connection, node: str, start: float, end: float,
            for s, e, r, a, b in conn.execute(
                "SELECT start_t, end_t, reason, seq_from, seq_to FROM unmonitored "
                "WHERE node_id = ? AND end_t >= ? AND start_t <= ? ORDER BY start_t", (nid, start, end))]
-    enrolled_at, last_seq, last_seen, last_t, interval_s = conn.execute(
-        "SELECT enrolled_at, last_seq, last_seen, last_t, interval_s FROM nodes WHERE node_id = ?", (nid,)).fetchone()
-    # The open interval starts at the last evidence we hold: the latest sample time, else enrolment.
-    open_start = last_t if last_t is not None else (last_seen if last_seen is not None else enrolled_at)
+    enrolled_at, last_seq, last_seen, last_t, interval_s, data_seen = conn.execute(
+        "SELECT enrolled_at, last_seq, last_seen, last_t, interval_s, last_data_seen FROM nodes WHERE node_id = ?",
+        (nid,)).fetchone()
+    # The open interval starts at the last evidence we hold: the latest sample time, else enrolment;
+    # never later than the clock tolerance after the collector received that sample (a node that
+    # stamped one sample minutes ahead and went dark would otherwise open its silence in the future,
+    # out of every range asked for until then)
+    open_start = last_t if last_t is not None else (data_seen if data_seen is not None else enrolled_at)
+    if data_seen is not None:
+        open_start = min(open_start, data_seen + TIME_REGRESSION_TOLERANCE_S)
     stuck = conn.execute("SELECT MAX(at) FROM rejections WHERE node = ? AND code = 'out_of_order' AND at > ?",
                          (node, last_seen if last_seen is not None else enrolled_at)).fetchone()[0]
     reason = None
     if stuck is not None:
         reason = "seq_hole"  # the node is talking, but every batch skips one we never got
-    elif _silent(last_seen, enrolled_at, interval_s, now):
+    elif _silent(data_seen, enrolled_at, interval_s, now):
         reason = "silence"
     if reason and open_start <= end:
         out.append({"start": open_start, "end": None, "reason": reason, "seq_from": None if last_seq is None

@@ -152,6 +152,13 @@ ALTER TABLE nodes ADD COLUMN backdated_batches INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN backdated_max_s REAL;
 """
 
+# The server time of the last batch that carried samples: a node sending empty batches is silent
+# (store.py, query.py). Nodes stored before it start from their last batch.
+_V13 = """
+ALTER TABLE nodes ADD COLUMN last_data_seen REAL;
+UPDATE nodes SET last_data_seen = last_seen;
+"""
+
 # (version, DDL). Append only: never edit a migration that has shipped.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -166,6 +173,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (10, _LEAD_DDL),  # verdicts.lead_p: the single-device lead's P(training) per window, served summarised
     (11, _LEAD_INDEX_DDL),  # the windows the lead spoke on, so a long job's lead summary reads only those
     (12, _V12),  # nodes.backdated_batches, backdated_max_s: batches stamped before samples already received
+    (13, _V13),  # nodes.last_data_seen: when the last batch carrying samples was committed (server clock)
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -22,8 +22,13 @@ Chain rules (``E`` = last accepted seq + 1, or 0 for a node's first batch):
   checked (its batch never arrived). Otherwise ``out_of_order`` (409) with ``expected_seq`` so the
   agent resends from there.
 
-Silence: when a batch's first sample is more than 3 × ``interval_s`` after the node's latest
-sample, the span between them is recorded as unmonitored (``silence``).
+Silence: when a batch's first sample is more than 3 × ``interval_s`` (capped at 10 s:
+:func:`silence_after`) after the node's latest sample, the span between them is recorded as
+unmonitored (``silence``); so is every hole between consecutive samples inside one batch longer
+than that plus the 5 s clock tolerance (an agent that stalled mid-batch, or a node bridging a dark
+stretch with one sample stamped ahead; the tolerance because a device whose NVML stamps run a few
+seconds off the host clock leaves an honest hole that long beside the host-stamped readings). A batch without samples is no evidence: it keeps the chain going but not the node's
+``last_data_seen``, from which the read API measures a node that is silent now.
 
 Time regression: the chain orders batches, not their samples' times. A batch that continues the
 chain but whose first sample is stamped more than ``TIME_REGRESSION_TOLERANCE_S`` before the node's
@@ -63,6 +68,13 @@ SILENCE_FACTOR = 3.0  # no data for this many batch intervals = unmonitored
 # The node states its own batch interval; for silence it is capped, or a node could declare an hour
 # and go quiet for three unrecorded.
 MAX_SILENCE_INTERVAL_S = 10.0
+
+
+def silence_after(interval_s: float) -> float:
+    """Seconds without samples that make a silence, for a node stating this batch interval: the one
+    rule behind recorded silences (ingest) and a node silent now (query, overview)."""
+    return SILENCE_FACTOR * min(interval_s, MAX_SILENCE_INTERVAL_S)
+
 # A sample stamped further ahead of the collector's clock than this is refused: one far-future
 # timestamp would otherwise move the node's "last sample" past every real one and hide silences.
 MAX_FUTURE_S = 300.0
@@ -409,9 +421,15 @@ class Store:
                     c.execute("ROLLBACK")
                     raise IngestError(409, "chain_broken", f"prev does not match the digest of batch "
                                       f"{batch.seq - 1}", expected_prev=want_prev, expected_seq=expected)
-            if not gaps and last_t is not None and t_first is not None \
-                    and t_first - last_t > SILENCE_FACTOR * min(interval_s, MAX_SILENCE_INTERVAL_S):
+            if not gaps and last_t is not None and t_first is not None and t_first - last_t > silence_after(interval_s):
                 gaps.append((node_id, last_t, t_first, "silence", None, None, now))
+            # holes inside the batch: longer than a silence plus the clock tolerance, since a device whose
+            # NVML stamps run up to that far off the host clock leaves an honest hole that long between
+            # its readings and the host-stamped ones beside them (sorted only when one can exist)
+            hole = silence_after(batch.interval_s) + TIMESTAMP_TOLERANCE_S
+            if t_first is not None and t_last - t_first > hole:
+                times = sorted(set(ts))
+                gaps.extend((node_id, a, b, "silence", None, None, now) for a, b in zip(times, times[1:]) if b - a > hole)
             if last_t is not None and t_first is not None and last_t - t_first > TIME_REGRESSION_TOLERANCE_S:
                 # (never with a silence: that needs t_first after last_t)
                 gaps.append((node_id, t_first, last_t, TIME_REGRESSION, batch.seq, batch.seq, now))
@@ -436,8 +454,9 @@ class Store:
             if gaps:
                 c.executemany(_INSERT_GAP, gaps)
             new_last_t = t_last if last_t is None or (t_last is not None and t_last > last_t) else last_t
-            c.execute("UPDATE nodes SET last_seq = ?, last_digest = ?, last_seen = ?, last_t = ?, interval_s = ? "
-                      "WHERE node_id = ?", (batch.seq, batch.digest, now, new_last_t, batch.interval_s, node_id))
+            c.execute("UPDATE nodes SET last_seq = ?, last_digest = ?, last_seen = ?, last_t = ?, interval_s = ?, "
+                      "last_data_seen = CASE WHEN ? THEN ? ELSE last_data_seen END WHERE node_id = ?",
+                      (batch.seq, batch.digest, now, new_last_t, batch.interval_s, n_rows > 0, now, node_id))
             if last_t is not None and t_first is not None and t_first < last_t:
                 c.execute("UPDATE nodes SET backdated_batches = backdated_batches + 1, "
                           "backdated_max_s = max(coalesce(backdated_max_s, 0), ?) WHERE node_id = ?",
