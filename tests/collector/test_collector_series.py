@@ -72,3 +72,16 @@ def test_bad_series_requests(agent, client, params, status, code):
 
 def test_series_of_unknown_node_is_404(client):
     assert client.get("/v1/nodes/ghost/series").status_code == 404
+
+
+def test_a_range_over_the_row_limit_is_refused(agent, client, monkeypatch):
+    """50 samples in range: refused under a limit of 25 (read up to one row past it, not all of them:
+    query.series), served under 50."""
+    from trainsentry.collector import query
+    for k in range(5):
+        agent.send(gpu_samples(1000.0 + k, n=10))
+    monkeypatch.setattr(query, "MAX_ROWS", 25)
+    r = client.get("/v1/nodes/node-a/series", params={"start": 1000.0, "end": 1006.0})
+    assert r.status_code == 400 and r.json()["error"] == "too_many_rows"
+    monkeypatch.setattr(query, "MAX_ROWS", 50)
+    assert client.get("/v1/nodes/node-a/series", params={"start": 1000.0, "end": 1006.0}).status_code == 200

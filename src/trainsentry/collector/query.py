@@ -150,7 +150,10 @@ def series(conn: sqlite3.Connection, node: str, start: float, end: float, step: 
     before = select.replace("FROM batches b", "FROM (SELECT * FROM batches WHERE node_id = :nid AND t_last < :start "
                                               "ORDER BY t_last DESC LIMIT 1) b")
     prior = conn.execute(before, args).fetchall()
-    rows = prior + conn.execute(select + " AND b.t_last >= :start AND b.t_first < :end AND s.t < :end", args).fetchall()
+    # read at most one row past the limit: a range over it is refused before it is all in memory
+    cur = conn.execute(select + " AND b.t_last >= :start AND b.t_first < :end AND s.t < :end", args)
+    rows = prior + cur.fetchmany(max(1, MAX_ROWS + 1 - len(prior)))
+    cur.close()
     if len(rows) > MAX_ROWS:
         raise QueryError(400, "too_many_rows", f"range holds more than {MAX_ROWS} samples; narrow it")
     rows.sort(key=lambda r: (r[0], r[2]))
