@@ -244,6 +244,28 @@ def test_two_nodes_with_simultaneous_ddp_form_one_job(db, client, agent):
     assert client.get("/v1/jobs/nope").status_code == 404
 
 
+@pytest.mark.parametrize("batch_s", [1.0, 4.0])
+def test_a_job_is_judged_at_every_window_of_its_nodes_whatever_the_batch_length(db, client, batch_s):
+    """A batch that completes several windows judges the job at each (it was judged at the last one
+    only: 10 s batches gave a job one verdict per five windows, and its 3-of-5 alert needed three
+    batches); here a job of two nodes judged on their union, in 1 s and 4 s batches."""
+    keys = enroll(db, "node-b", "node-c")
+    agents = {n: Agent(client, n, k, interval_s=batch_s) for n, k in keys.items()}
+    stream = batches(DDP, batch_s=batch_s, network=True)    # both nodes: the same DDP job
+    for b in stream:
+        for n in ("node-b", "node-c"):
+            assert agents[n].send(b).status_code == 200
+    assert client.app.state.bus.drain(30.0)
+    jobs = get(client, "/v1/jobs")["jobs"]
+    (job,) = [j for j in jobs if j["nodes"] == ["node-b", "node-c"]]
+    busy = [v["t_end"] for v in timeline(client, "node-b") if v["job"] == job["job"]]
+    got = get(client, f"/v1/jobs/{job['job']}")
+    ends = [v["t_end"] for v in got["verdicts"]]
+    assert len(busy) >= 5 and set(busy) <= set(ends), (sorted(set(busy) - set(ends)), batch_s)
+    assert ends == sorted(set(ends))                     # each window once, in order
+    assert not any(got["unjudged"].values()) and get(client, "/v1/live")["caught_up"]["judge_errors"] == 0
+
+
 @pytest.mark.parametrize("b_idle_s, b_lag", [(12.0, 3), (11.0, 0), (11.0, 2)],
                          ids=["peer-3-batches-behind", "peer-started-1s-earlier", "earlier-and-behind"])
 def test_a_node_judged_before_its_peer_leaves_no_job_behind(db, client, agent, b_idle_s, b_lag):

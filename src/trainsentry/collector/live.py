@@ -671,7 +671,7 @@ class LiveProcessor:
         st.table = st.build_table(node, self.cfg.loopback_as_link)
         out: dict = {"verdicts": [], "new": [], "updated": {}}
         node_verdicts = self.judge_node(node, st, ends)
-        job_verdicts, job_rows, merges = self.jobs.update(node, ends[-1], self, node_verdicts)
+        job_verdicts, job_rows, merges = self.jobs.update(node, ends, self, node_verdicts)
         for old, new, _ in merges:
             self._merge_tracks(old, new, ends[-1], out)
         for v in node_verdicts:  # (an idle window in a pause names the job it may resume: judge_node)

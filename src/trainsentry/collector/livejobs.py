@@ -184,11 +184,15 @@ class JobTracker:
             groups.setdefault(root(n), []).append(n)
         return [sorted(g) for g in groups.values()], why
 
-    def update(self, node: str, e: float, proc, node_verdicts: list[dict]
+    def update(self, node: str, ends: list[float], proc, node_verdicts: list[dict]
                ) -> tuple[list[dict], list[dict], list[tuple[str, str, list[str]]]]:
-        """Regroup after ``node`` was judged up to ``e``; (job verdicts, job rows) for its job, and
-        the jobs merged into another (see :meth:`_merges`)."""
+        """Regroup after ``node`` was judged at the windows ending at ``ends`` (in order); (job verdicts,
+        job rows) for its job, and the jobs merged into another (see :meth:`_merges`). The job gets a
+        verdict at every one of those windows that every member has reached and it has not had yet: a
+        batch completing several windows judges the job at each, not only at the last, and a window a
+        lagging member had not reached is judged when that member's own windows get there."""
         cfg, nodes = self.cfg, proc.nodes
+        e = ends[-1]
         me = nodes[node]
         if me.active_since is None:
             return self.idle_verdicts(node, e, proc), [], []
@@ -213,22 +217,28 @@ class JobTracker:
             if job not in self.judged_until:  # first sight since start: the store knows (a restart)
                 last = V.latest(proc.conn, "job", job)
                 self.judged_until[job] = last["t_end"] if last else -math.inf
-            if self.judged_until[job] >= e or any(nodes[m].last_end < e - 1e-6 for m in members):
-                continue  # already judged here, or a member has not reached this window yet
-            self.judged_until[job] = e
+            # windows not judged here yet that every member has reached (a lagging member's own
+            # windows bring the job's verdicts there later)
+            todo = [x for x in ends if x > self.judged_until[job] + 1e-6
+                    and all(nodes[m].last_end >= x - 1e-6 for m in members)]
+            if not todo:
+                continue
+            self.judged_until[job] = todo[-1]
             if len(members) == 1:
-                mine = next((v for v in reversed(node_verdicts) if abs(v["t_end"] - e) < 1e-6), None)
-                if mine is not None:
-                    verdicts.append({**mine, "scope": "job", "subject": job, "job": job,
-                                     "evidence": [f"job of one node ({node}): the node's verdict", *mine["evidence"]]})
+                for x in todo:
+                    mine = next((v for v in reversed(node_verdicts) if abs(v["t_end"] - x) < 1e-6), None)
+                    if mine is not None:
+                        verdicts.append({**mine, "scope": "job", "subject": job, "job": job,
+                                         "evidence": [f"job of one node ({node}): the node's verdict", *mine["evidence"]]})
                 continue
             reasons = [r for pair, r in why.items() if pair <= set(members)]
-            table = union_table({m: nodes[m].table for m in members}, job, e - cfg.window_s - 1.0, e)
-            rows_f = window_features(table, e - cfg.window_s, e)
             gaps = [g for m in members for g in nodes[m].gaps]
             extra = [f"job of {len(members)} nodes ({', '.join(members)}), judged on the union of their samples",
                      *reasons]
-            verdicts += proc.judge_rows("job", job, rows_f, [e], lambda _e: True, gaps, extra,
-                                        job_of=lambda _e, j=job: j, table=table)
+            for x in todo:
+                table = union_table({m: nodes[m].table for m in members}, job, x - cfg.window_s - 1.0, x)
+                rows_f = window_features(table, x - cfg.window_s, x)
+                verdicts += proc.judge_rows("job", job, rows_f, [x], lambda _e: True, gaps, extra,
+                                            job_of=lambda _e, j=job: j, table=table)
         # a job this node left for another (not merged into it) ended: its open alert must clear
         return verdicts + self.idle_verdicts(node, e, proc), rows, merges
