@@ -45,3 +45,28 @@ def test_a_full_queue_drops_events_and_sends_one_catch_up_notice_per_node(monkey
 def test_the_queue_size_must_hold_an_event():
     with pytest.raises(ValueError):
         CommitBus(0)
+
+
+def test_the_queue_is_bounded_by_samples_too(monkeypatch):
+    """Few events of huge batches reach the sample bound long before the event bound: the rest are
+    dropped (catch-up notice), so a node making its batches large cannot grow the queue's memory."""
+    monkeypatch.setenv("TRAINSENTRY_BUS_SAMPLES", "100")
+    bus = CommitBus()
+    seen, gate = [], threading.Event()
+
+    def slow(e: CommittedBatch) -> None:
+        gate.wait(10)
+        seen.append((e.node, e.seq, e.from_store, len(e.samples)))
+    bus.subscribe(slow)
+    big = lambda seq, n: CommittedBatch("a", seq, "d", 0.0, [{"t": float(seq)}] * n, [])  # noqa: E731
+    bus.publish(big(0, 150))         # taken by the dispatcher at once: a lone event over the bound passes
+    while bus.stats()["queued"]:
+        pass
+    bus.publish(big(1, 150))         # the queue is empty: queued though over the bound alone
+    bus.publish(big(2, 10))          # 150 + 10 > 100: dropped
+    assert bus.stats()["queued_samples"] == 150 and bus.stats()["dropped"] == 1
+    gate.set()
+    assert bus.drain(10)
+    assert [s for s in seen if not s[2]] == [("a", 0, False, 150), ("a", 1, False, 150)]
+    assert [s[:2] for s in seen if s[2]] == [("a", 2)] and bus.stats()["queued_samples"] == 0
+    bus.close()

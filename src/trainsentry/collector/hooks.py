@@ -5,8 +5,11 @@ dispatcher thread, in commit order per node, *after* the batch is committed and 
 critical path: a slow or failing subscriber never delays or fails an acknowledgement. Duplicates
 are not published.
 
-The queue is bounded (10,000 events; ``TRAINSENTRY_BUS_QUEUE`` sets another size). When subscribers
-fall behind and it is full, an event is not queued: it is counted (``dropped``) and its node is
+The queue is bounded twice: 10,000 events (``TRAINSENTRY_BUS_QUEUE``) and 500,000 samples in the
+queued events together (``TRAINSENTRY_BUS_SAMPLES``), so its memory does not grow with the size of
+the batches nodes send (one event larger than the bound alone is still queued when the queue is
+empty). When subscribers fall behind and either
+bound is reached, an event is not queued: it is counted (``dropped``) and its node is
 remembered with the highest seq dropped; once the dispatcher has handed on the event it is busy
 with, every subscriber gets one **catch-up notice** per such node: a :class:`CommittedBatch` with
 ``from_store=True`` and no samples, meaning "this node's batches up to ``seq`` are committed: read
@@ -30,6 +33,8 @@ log = logging.getLogger("trainsentry.collector.hooks")
 
 QUEUE_ENV = "TRAINSENTRY_BUS_QUEUE"     # events queued at most (default 10,000); tests force overflows
 DEFAULT_QUEUE = 10_000
+SAMPLES_ENV = "TRAINSENTRY_BUS_SAMPLES"  # samples in the queued events together, at most (default 500,000)
+DEFAULT_SAMPLES = 500_000
 _WAKE = object()                         # wakes the dispatcher for catch-up notices
 
 
@@ -48,12 +53,15 @@ Subscriber = Callable[[CommittedBatch], None]
 
 
 class CommitBus:
-    def __init__(self, maxsize: int | None = None):
+    def __init__(self, maxsize: int | None = None, max_samples: int | None = None):
         if maxsize is None:
             maxsize = int(os.environ.get(QUEUE_ENV, DEFAULT_QUEUE))
-        if maxsize < 1:
-            raise ValueError("the commit bus needs room for at least one event")
-        self.maxsize = maxsize
+        if max_samples is None:
+            max_samples = int(os.environ.get(SAMPLES_ENV, DEFAULT_SAMPLES))
+        if maxsize < 1 or max_samples < 1:
+            raise ValueError("the commit bus needs room for at least one event and one sample")
+        self.maxsize, self.max_samples = maxsize, max_samples
+        self._queued_samples = 0   # samples in the events queued now (guarded by _lock)
         self._subscribers: list[Subscriber] = []
         self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
         self._thread: threading.Thread | None = None
@@ -74,8 +82,13 @@ class CommitBus:
     def publish(self, event: CommittedBatch) -> None:
         if not self._subscribers:
             return  # nothing listens: no queueing cost on the ingest path
+        n = len(event.samples)
         try:
-            self._queue.put_nowait(event)
+            with self._lock:
+                if self._queued_samples and self._queued_samples + n > self.max_samples:
+                    raise queue.Full
+                self._queue.put_nowait(event)
+                self._queued_samples += n
         except queue.Full:
             # Not queued, not forgotten: the node gets a catch-up notice once the dispatcher is free.
             # (The queue is full, so the dispatcher has events ahead of it and looks at _behind after
@@ -119,6 +132,9 @@ class CommitBus:
             event = self._queue.get()
             if event is None:
                 return
+            if isinstance(event, CommittedBatch):
+                with self._lock:
+                    self._queued_samples -= len(event.samples)
             try:
                 if event is not _WAKE:
                     self._hand(event)
@@ -142,6 +158,6 @@ class CommitBus:
             self._thread = None
 
     def stats(self) -> dict:
-        return {"subscribers": len(self._subscribers), "maxsize": self.maxsize, "delivered": self.delivered,
-                "dropped": self.dropped, "catch_up_notices": self.notices, "errors": self.errors,
-                "queued": self._queue.qsize()}
+        return {"subscribers": len(self._subscribers), "maxsize": self.maxsize, "max_samples": self.max_samples,
+                "delivered": self.delivered, "dropped": self.dropped, "catch_up_notices": self.notices,
+                "errors": self.errors, "queued": self._queue.qsize(), "queued_samples": self._queued_samples}

@@ -572,18 +572,22 @@ class LiveProcessor:
             try:
                 node_id = self._node_id(node)
                 rows = warm.stored_batches(self.conn, node_id, st.seq, upto)
-                read = [(seq, warm.batch_samples(self.conn, node_id, lo, hi), warm.batch_gaps(self.conn, node_id, rcv))
-                        for seq, rcv, lo, hi, _, _ in rows]
             except sqlite3.Error as e:
                 self._read_failed(node, st, upto, e)
                 return
-            self._read_failures.pop(node, None)
             if not rows:
+                self._read_failures.pop(node, None)
                 st.seq = upto  # the seqs left were declared lost: never stored, recorded as unmonitored
                 return
-            for seq, samples, gaps in read:
+            for seq, rcv, lo, hi, _, _ in rows:
                 if self._stopping:
                     return
+                try:  # one batch's samples in memory at a time, however large the node made its batches
+                    samples, gaps = warm.batch_samples(self.conn, node_id, lo, hi), warm.batch_gaps(self.conn, node_id, rcv)
+                except sqlite3.Error as e:
+                    self._read_failed(node, st, upto, e)
+                    return
+                self._read_failures.pop(node, None)
                 self.caught_up["batches"] += 1
                 self.caught_up["samples"] += len(samples)
                 self._consume(node, st, seq, samples, gaps)
