@@ -164,11 +164,16 @@ class NodeState:
         # samples older than the window never enter (a node could otherwise stamp them old and grow
         # the buffer without bound: the trim below only looks at the left end)
         tail = self.samples[-1]["t"] if self.samples else -math.inf
-        self.samples.extend(s for s in samples if s["t"] >= cutoff)
-        if samples and samples[0]["t"] < tail:   # stamped before samples already held: reorder once
-            ordered = sorted(self.samples, key=_T_DEV)
+        new = [s for s in samples if s["t"] >= cutoff]
+        if new and new[0]["t"] < tail:
+            # stamped before samples already held: merge in time order first, then keep the latest
+            # MAX_BUFFER_SAMPLES, so a full buffer drops its oldest samples by time (as the store
+            # reads them back after a restart), not whichever sat at the left end of the deque
+            ordered = sorted([*self.samples, *new], key=_T_DEV)[-MAX_BUFFER_SAMPLES:]
             self.samples.clear()
             self.samples.extend(ordered)
+        else:
+            self.samples.extend(new)   # in order: the deque's bound drops the oldest by time
         while self.samples and self.samples[0]["t"] < cutoff:
             self.samples.popleft()
 
