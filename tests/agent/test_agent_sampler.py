@@ -127,3 +127,20 @@ def test_the_agent_seals_batches_through_non_finite_readings(tmp_path):
     summary = agent.run()
     assert summary.batches_sealed >= 4 and summary.dropped_values >= 10
     assert summary.pending_samples == summary.samples_read
+
+
+@pytest.mark.parametrize("batch_s, ok", [(0.1, True), (10.0, True), (10.5, False), (60.0, False), (0.0, False)])
+def test_the_streaming_agent_refuses_batches_longer_than_the_collectors_silence_rule_allows(tmp_path, batch_s, ok):
+    """The collector caps a node's stated interval at 10 s for its silence rule (3 intervals without
+    samples): an agent sealing 60 s batches would read as silent between them, so it is refused with
+    the reason instead. Recording a trace without a collector (Sampler) keeps longer batches."""
+    from trainsentry.agent.node import AgentConfig
+    from trainsentry.collector.store import MAX_SILENCE_INTERVAL_S
+    assert MAX_SILENCE_INTERVAL_S == 10.0
+    make = lambda: AgentConfig(collector_url="http://127.0.0.1:9", node="n1", key="00" * 32,  # noqa: E731
+                               spool_path=tmp_path / "spool.db", batch_s=batch_s)
+    if ok:
+        assert make().batch_s == batch_s
+    else:
+        with pytest.raises(ValueError, match="silent"):
+            make()

@@ -244,14 +244,17 @@ def test_two_nodes_with_simultaneous_ddp_form_one_job(db, client, agent):
     assert client.get("/v1/jobs/nope").status_code == 404
 
 
-@pytest.mark.parametrize("batch_s", [1.0, 4.0])
+@pytest.mark.parametrize("batch_s", [1.0, 4.0, 6.0])
 def test_a_job_is_judged_at_every_window_of_its_nodes_whatever_the_batch_length(db, client, batch_s):
     """A batch that completes several windows judges the job at each (it was judged at the last one
     only: 10 s batches gave a job one verdict per five windows, and its 3-of-5 alert needed three
     batches); here a job of two nodes judged on their union, in 1 s and 4 s batches."""
     keys = enroll(db, "node-b", "node-c")
     agents = {n: Agent(client, n, k, interval_s=batch_s) for n, k in keys.items()}
-    stream = batches(DDP, batch_s=batch_s, network=True)    # both nodes: the same DDP job
+    # both nodes: the same DDP job, starting between two window ends (13.3 s: a batch holds windows
+    # ending before it, which belong to no job)
+    plan = [("idle", 13.3, IDLE_MEM_BYTES), ("ddp", 22.0, 20 * GIB)]
+    stream = batches(plan, batch_s=batch_s, network=True)
     for b in stream:
         for n in ("node-b", "node-c"):
             assert agents[n].send(b).status_code == 200
@@ -263,6 +266,7 @@ def test_a_job_is_judged_at_every_window_of_its_nodes_whatever_the_batch_length(
     ends = [v["t_end"] for v in got["verdicts"]]
     assert len(busy) >= 5 and set(busy) <= set(ends), (sorted(set(busy) - set(ends)), batch_s)
     assert ends == sorted(set(ends))                     # each window once, in order
+    assert min(ends) > job["start_t"], (min(ends) - T0, job["start_t"] - T0)   # none before the job began
     assert not any(got["unjudged"].values()) and get(client, "/v1/live")["caught_up"]["judge_errors"] == 0
 
 
@@ -438,3 +442,26 @@ def test_an_error_while_judging_is_recorded_as_unjudged_and_the_next_windows_are
     ends = [v["t_end"] for v in timeline(client, "node-a")]
     assert max(ends) > u["end"]                                  # later windows judged as usual
     assert not any(u["start"] + 8.0 <= e <= u["end"] for e in ends)  # the failed ones were not
+
+
+def test_a_failed_write_leaves_no_alert_that_exists_only_in_memory(client, agent, monkeypatch):
+    """The write of a batch's verdicts fails (the database locked, say) after the alert rule voted on
+    them: the votes and any alert they opened are forgotten with them and read back from the store,
+    so no alert is open in memory without a row, blocking the real one."""
+    live = client.app.state.live
+    real, calls = live.writer.write, {"n": 0}
+
+    def flaky(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 8:   # the write of the window whose votes open the alert in this DDP stream
+            raise __import__("sqlite3").OperationalError("database is locked")
+        return real(*a, **kw)
+    monkeypatch.setattr(live.writer, "write", flaky)
+    for b in batches(DDP):
+        assert agent.send(b).status_code == 200
+    assert client.app.state.bus.drain(30.0)
+    for (scope, subject), tr in live.tracks.items():
+        assert tr.open is None or tr.open.get("id") is not None, (scope, subject, tr.open)
+    stored = get(client, "/v1/nodes/node-a/alerts")["alerts"]
+    assert [a for a in stored if a["cleared_t"] is None], stored       # the alert was raised after all
+    assert get(client, "/v1/live")["caught_up"]["judge_errors"] == 1

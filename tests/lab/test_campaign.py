@@ -22,7 +22,8 @@ def _campaign(tmp_path: Path) -> Path:
     # workload but idle counts steps and goes on until it has one (idle counts none: it would never stop)
     spec = {"name": "toy", "node": "cpu-test", "hz": 10, "seconds": 2.5, "gap_s": 1.0, "pre_s": 0.5,
             "post_s": 0.3, "toy": True,
-            "runs": [{"workload": w, **({} if w.startswith("other.idle") else {"min_steps": 1})} for w in WORKLOADS]}
+            "runs": [{"workload": w, **({} if w.startswith("other.idle") else {"min_steps": 1}),
+                      **({"overrides": {"gen_len": 3}} if w.startswith("infer.generate") else {})} for w in WORKLOADS]}
     path = tmp_path / "toy.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -32,10 +33,14 @@ def _campaign(tmp_path: Path) -> Path:
 def test_campaign_records_labeled_runs_and_resumes(tmp_path):
     path = _campaign(tmp_path)
     written = run_campaign(path, tmp_path / "data", sources=["net"], progress=lambda *_: None)
-    assert sorted(p.name.split("-base-")[0] for p in written) == sorted(WORKLOADS)
+    assert sorted(p.name.rsplit("-", 2)[0] for p in written) == sorted(WORKLOADS)
     for run_dir in iter_runs(tmp_path / "data" / "toy"):
         table, manifest = read_trace(run_dir)
         assert manifest["labels"]["class"] in ("training", "inference", "other")
+        # the campaign's overrides as written, beside the resolved config (red-team settings are named by them)
+        generate = manifest["labels"]["workload"].startswith("infer.generate")
+        assert manifest["labels"]["overrides"] == ({"gen_len": 3} if generate else {})
+        assert not generate or manifest["labels"]["config"]["gen_len"] == 3
         assert manifest["record_start"] < manifest["start"] < manifest["end"] < manifest["record_end"]
         t = table.column("t").to_numpy()
         assert t.min() >= manifest["record_start"] and t.max() <= manifest["record_end"]

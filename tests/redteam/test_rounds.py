@@ -488,6 +488,10 @@ def test_a_setting_run_with_overrides_is_named_by_what_they_changed():
     # a workload no longer registered, or no manifest: the suffix alone
     assert _setting("adv.gone.s1", "gone", {**fast, "labels": {"workload": "adv.gone.s1", "config": {}}}) == "s1"
     assert _setting("adv.online.full-k8", "online") == "full-k8"
+    # a manifest that keeps the campaign's overrides is named from them alone, registry or not
+    kept = {**fast, "labels": {**fast["labels"], "config": {}, "overrides": {"k": 2, "decode_len": 16}}}
+    assert _setting("adv.online.full-k8", "online", kept) == "full-k8 decode_len=16 k=2"
+    assert _setting("adv.online.full-k8", "online", {**kept, "labels": {**kept["labels"], "overrides": {}}}) == "full-k8"
 
 
 def test_a_page_on_other_runs_cites_no_earlier_delivery_nor_a_strategy_it_never_ran(tmp_path):

@@ -60,6 +60,13 @@ class AgentConfig:
     drain_s: float = 10.0          # at a clean stop, how long to wait for the spool to empty
     http_timeout_s: float = 10.0
 
+    def __post_init__(self):
+        from ..wire.batch import MAX_BATCH_INTERVAL_S
+        if not 0 < self.batch_s <= MAX_BATCH_INTERVAL_S:
+            raise ValueError(f"batch_s must be in (0, {MAX_BATCH_INTERVAL_S:g}] s, got {self.batch_s:g}: the collector "
+                             f"counts a node silent after 3 batch intervals of at most {MAX_BATCH_INTERVAL_S:g} s "
+                             "without samples, so longer batches would read as silences between them")
+
 
 @dataclass
 class AgentSummary:

@@ -83,18 +83,25 @@ class CommitBus:
         if not self._subscribers:
             return  # nothing listens: no queueing cost on the ingest path
         n = len(event.samples)
-        try:
-            with self._lock:
-                if self._queued_samples and self._queued_samples + n > self.max_samples:
-                    raise queue.Full
-                self._queue.put_nowait(event)
-                self._queued_samples += n
-        except queue.Full:
+        with self._lock:
+            if not (self._queued_samples and self._queued_samples + n > self.max_samples):
+                try:
+                    self._queue.put_nowait(event)
+                    self._queued_samples += n
+                    return
+                except queue.Full:
+                    pass
             # Not queued, not forgotten: the node gets a catch-up notice once the dispatcher is free.
-            # (The queue is full, so the dispatcher has events ahead of it and looks at _behind after
-            # each of them: the notice is always sent, and before drain() returns.)
+            # Marked under the lock the dispatcher reads _behind with, then the dispatcher is woken:
+            # with few events queued (the sample bound) it may otherwise have handed them all and be
+            # waiting, and the notice would wait for the next event (a node's last batch, for good).
             self.dropped += 1
-            self._mark(event.node, event.seq)
+            if event.seq > self._behind.get(event.node, -1):
+                self._behind[event.node] = event.seq
+        try:
+            self._queue.put_nowait(_WAKE)
+        except queue.Full:
+            pass  # full of events: the dispatcher looks at the notices after each of them
 
     def resync(self, node: str, seq: int) -> None:
         """Send subscribers a catch-up notice for ``node`` up to ``seq`` (batches already committed)."""

@@ -636,9 +636,9 @@ class LiveProcessor:
         for i, piece in enumerate(pieces):
             if i == len(pieces) - 1:
                 st.seq = seq  # (a snapshot written by an earlier piece still owes this batch)
-            self._feed(node, st, piece, gaps if i == 0 else [])
+            self._feed(node, st, piece, gaps if i == 0 else [], seq)
 
-    def _feed(self, node: str, st: NodeState, samples: list[dict], gaps: list[dict]) -> None:
+    def _feed(self, node: str, st: NodeState, samples: list[dict], gaps: list[dict], seq: int | None = None) -> None:
         cfg = self.cfg
         st.add(samples, cfg.buffer_s)
         st.gaps.extend((g["start"], g["end"], g["reason"]) for g in gaps)
@@ -661,9 +661,16 @@ class LiveProcessor:
             # error, never silently lost, and the node's next windows are judged as usual.
             log.exception("live: windows ending %.1f..%.1f of node %s could not be judged", ends[0], ends[-1], node)
             self.caught_up["judge_errors"] += 1
-            span = {"node": node, "start": ends[0] - cfg.window_s, "end": ends[-1], "seq_from": st.seq, "seq_to": st.seq,
+            span = {"node": node, "start": ends[0] - cfg.window_s, "end": ends[-1], "seq_from": seq, "seq_to": seq,
                     "reason": f"{len(ends)} windows (ending {ends[0]:.1f} to {ends[-1]:.1f}) could not be judged: "
                               f"{type(e).__name__}: {str(e)[:200]}"}
+            # what judging changed in memory but did not store (alert votes, an alert opened without a
+            # row, how far the node's jobs were judged) is forgotten, so it is read back from the store
+            jobs = {st.job, st.last_job, st.paused_in} - {None}
+            for key in [k for k in self.tracks if k == ("node", node) or (k[0] == "job" and k[1] in jobs)]:
+                del self.tracks[key]
+            for j in jobs:
+                self.jobs.judged_until.pop(j, None)
             try:
                 if self.conn.in_transaction:
                     self.conn.rollback()

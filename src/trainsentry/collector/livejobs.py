@@ -217,10 +217,14 @@ class JobTracker:
             if job not in self.judged_until:  # first sight since start: the store knows (a restart)
                 last = V.latest(proc.conn, "job", job)
                 self.judged_until[job] = last["t_end"] if last else -math.inf
-            # windows not judged here yet that every member has reached (a lagging member's own
-            # windows bring the job's verdicts there later)
-            todo = [x for x in ends if x > self.judged_until[job] + 1e-6
-                    and all(nodes[m].last_end >= x - 1e-6 for m in members)]
+            # windows not judged here yet, ending after the job's latest segment began (on its earliest
+            # member), that every member has reached (a lagging member's own windows bring the job's
+            # verdicts there later). A batch's windows before that segment were idle or a pause: they
+            # are the node verdicts' (abstaining in a pause), never votes of the job
+            seg = min((nodes[m].track.seg_start if nodes[m].track.seg_start is not None else nodes[m].active_since)
+                      for m in members)
+            lo = max(self.judged_until[job], seg)
+            todo = [x for x in ends if x > lo + 1e-6 and all(nodes[m].last_end >= x - 1e-6 for m in members)]
             if not todo:
                 continue
             self.judged_until[job] = todo[-1]
@@ -235,8 +239,8 @@ class JobTracker:
             gaps = [g for m in members for g in nodes[m].gaps]
             extra = [f"job of {len(members)} nodes ({', '.join(members)}), judged on the union of their samples",
                      *reasons]
-            for x in todo:
-                table = union_table({m: nodes[m].table for m in members}, job, x - cfg.window_s - 1.0, x)
+            table = union_table({m: nodes[m].table for m in members}, job, todo[0] - cfg.window_s - 1.0, todo[-1])
+            for x in todo:   # one union for the batch's windows, cut per window
                 rows_f = window_features(table, x - cfg.window_s, x)
                 verdicts += proc.judge_rows("job", job, rows_f, [x], lambda _e: True, gaps, extra,
                                             job_of=lambda _e, j=job: j, table=table)

@@ -60,14 +60,14 @@ from operator import itemgetter
 from pathlib import Path
 
 from ..telemetry.nvml import TIMESTAMP_TOLERANCE_S
-from ..wire.batch import GENESIS_PREV, Batch, BatchError, new_key, parse_batch, verify
+from ..wire.batch import GENESIS_PREV, MAX_BATCH_INTERVAL_S, Batch, BatchError, new_key, parse_batch, verify
 from .checkpoint import Checkpointer
 from .schema import SAMPLE_COLUMNS, SAMPLE_KEY_COLUMNS, SAMPLE_METRICS, open_db
 
 SILENCE_FACTOR = 3.0  # no data for this many batch intervals = unmonitored
 # The node states its own batch interval; for silence it is capped, or a node could declare an hour
 # and go quiet for three unrecorded.
-MAX_SILENCE_INTERVAL_S = 10.0
+MAX_SILENCE_INTERVAL_S = MAX_BATCH_INTERVAL_S   # 10 s: the agent refuses longer batches (agent/node.py)
 
 
 def silence_after(interval_s: float) -> float:

@@ -140,12 +140,16 @@ def cut_run(readings: list, truth: dict, campaign: Campaign, out_root: Path, com
     rows = [r for r in readings if lo <= r.t <= hi]
     if not rows:
         return None
+    # the campaign's overrides of the registered config, as written (the config is the resolved one):
+    # a red-team setting is named by them (redteam.rounds._setting), whatever the registry says later
+    overrides = next((r["overrides"] for r in campaign.expand() if r["run_id"] == truth["run_id"]), None)
     manifest = {
         "run_id": truth["run_id"], "node": campaign.node, "campaign": campaign.name,
         "start": truth["start"], "end": truth["end"], "record_start": lo, "record_end": hi,
         "sample_hz": campaign.hz, "devices": sorted({r.device for r in rows}),
         "labels": {"workload": truth["workload"], "class": truth["class"], "family": truth["family"],
-                   "config": truth["config"], "ranks": truth["ranks"]},
+                   "config": truth["config"], "ranks": truth["ranks"],
+                   **({"overrides": overrides} if overrides is not None else {})},
         "ground_truth": truth["ground_truth"], "machine": {**machine, "device": truth.get("device")},
         "command": command, "toy": campaign.toy,
     }

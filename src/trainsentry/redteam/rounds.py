@@ -173,15 +173,20 @@ def _runs_under(root: Path) -> list[Path]:
 def _setting(workload: str, strategy: str, manifest: dict | None = None) -> str:
     """The setting's name: the workload's suffix (``adv.online.full-k8`` → ``full-k8``), plus every
     config key a campaign override changed from the registered workload (``full-k8 decode_len=16 k=2``),
-    so runs of one workload with different overrides are scored as the different settings they are. A
-    run without overrides (run id ``<workload>-base-r<n>``) is never renamed, even if a registered
-    default changed after it was recorded."""
+    so runs of one workload with different overrides are scored as the different settings they are.
+    Runs recorded since the manifest keeps the overrides (``labels.overrides``) are named from them
+    alone; for older ones the config is compared with the registry's, except for a run without
+    overrides (run id ``<workload>-base-r<n>``), never renamed even if a registered default changed
+    after it was recorded. (Five older runs with their own length and no overrides carry a hashed tag:
+    they keep their names only while the registry's defaults do.)"""
     name = workload
     for prefix in (f"adv.{strategy}.", "adv."):
         if workload.startswith(prefix):
             name = workload[len(prefix):]
             break
     labels = (manifest or {}).get("labels") or {}
+    if isinstance(labels.get("overrides"), dict):   # recorded since 2026-12-01: the overrides as written
+        return " ".join([name] + [f"{k}={v}" for k, v in sorted(labels["overrides"].items())])
     run_id = str((manifest or {}).get("run_id", ""))
     if run_id.startswith(f"{workload}-base-r"):   # the campaign gave no overrides (lab.campaign names it so)
         return name

@@ -96,6 +96,13 @@ def encode_batch(node: str, seq: int, prev: str, samples: list[dict], created: f
     return canonical_bytes(obj)
 
 
+# The longest batch interval a streaming agent may use: the collector caps the interval a node states
+# at this for its silence rule (3 intervals without samples are unmonitored; collector/store.py), so a
+# node cannot declare an hour and go quiet for three. An agent sealing longer batches would read as
+# silent between them. (The wire itself accepts up to 3600 s: older agents, recorded traces.)
+MAX_BATCH_INTERVAL_S = 10.0
+
+
 def sign(key: str | bytes, body: bytes) -> str:
     return hmac.new(_key_bytes(key), body, hashlib.sha256).hexdigest()
 
