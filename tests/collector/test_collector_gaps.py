@@ -148,6 +148,24 @@ def test_a_sample_stamped_ahead_cannot_push_a_silence_out_of_sight(db, key, clie
         c.close()
 
 
+def test_a_device_that_stops_reporting_while_its_node_goes_on_is_served_as_silent(agent, client):
+    """A node that leaves one GPU out of its batches (a failing NVML source, or an agent patched to
+    hide a GPU that trains) is not silent, but that GPU is: /v1/nodes and the node's verdict name it."""
+    for k in range(5):                              # both GPUs, 1000 .. 1004.9
+        agent.send(gpu_samples(1000.0 + k) + gpu_samples(1000.0 + k, dev="gpu1"))
+    for k in range(5, 12):                          # gpu1 no more: 7 s is not yet a silence (3 s + 5 s of
+        agent.send(gpu_samples(1000.0 + k))         # clock tolerance) ...
+    assert client.get("/v1/nodes").json()["nodes"][0]["silent_devices"] == []
+    for k in range(12, 15):                         # ... 10 s is
+        agent.send(gpu_samples(1000.0 + k))
+    (node,) = client.get("/v1/nodes").json()["nodes"]
+    assert node["silent_devices"] == [{"device": "gpu1", "kind": "gpu", "last_t": 1004.9}], node
+    assert client.get("/v1/nodes/node-a/verdict").json()["silent_devices"] == node["silent_devices"]
+    # it reports again: no longer silent
+    agent.send(gpu_samples(1015.0) + gpu_samples(1015.0, dev="gpu1"))
+    assert client.get("/v1/nodes").json()["nodes"][0]["silent_devices"] == []
+
+
 def test_enrolled_node_that_never_reported_is_silent_since_enrolment(db, key):
     store = Store(db)
     try:
@@ -302,6 +320,7 @@ def test_the_real_agents_batches_never_trip_the_time_regression(tmp_path, client
         assert back <= 0.0, back                                  # on one clock: never back at all
     # the node's counters say the same: none back-dated on one clock; the offset driver's, seen and bounded
     (row,) = client.get("/v1/nodes").json()["nodes"]
+    assert row["silent_devices"] == []    # every device reports throughout, offset stamps or not
     if back > 0:
         assert row["backdated"]["batches"] >= 1 and row["backdated"]["max_s"] == pytest.approx(back)
     else:

@@ -49,6 +49,18 @@ def _silent(last_data_seen: float | None, since: float, interval_s: float, now: 
     return now - (last_data_seen if last_data_seen is not None else since) > silence_after(interval_s)
 
 
+def silent_devices(conn: sqlite3.Connection, nid: int, node_last_t: float | None, interval_s: float) -> list[dict]:
+    """Devices of the node whose latest sample lies further behind the node's latest sample than a
+    silence plus the clock tolerance (a GPU's NVML stamps may run up to 5 s off the host clock): a
+    device the agent stopped reporting (a failing source, or a node leaving one GPU out) while the
+    rest of the node goes on. Whatever that device does meanwhile is unmonitored."""
+    if node_last_t is None:
+        return []
+    cutoff = node_last_t - silence_after(interval_s) - TIME_REGRESSION_TOLERANCE_S
+    return [{"device": d, "kind": k, "last_t": t} for d, k, t in conn.execute(
+        "SELECT device, kind, last_t FROM devices WHERE node_id = ? AND last_t < ? ORDER BY device", (nid, cutoff))]
+
+
 def list_nodes(conn: sqlite3.Connection, now: float | None = None) -> list[dict]:
     now = time.time() if now is None else now
     out = []
@@ -60,6 +72,7 @@ def list_nodes(conn: sqlite3.Connection, now: float | None = None) -> list[dict]
         out.append({"node": name, "enrolled_at": enrolled_at, "last_seen": last_seen, "last_seq": last_seq,
                     "last_sample_t": last_t, "interval_s": interval_s, "devices": devices,
                     "silent": _silent(data_seen, enrolled_at, interval_s, now),
+                    "silent_devices": silent_devices(conn, nid, last_t, interval_s),
                     "backdated": {"batches": back_n, "max_s": back_s}})
     return out
 

@@ -159,6 +159,13 @@ ALTER TABLE nodes ADD COLUMN last_data_seen REAL;
 UPDATE nodes SET last_data_seen = last_seen;
 """
 
+# Each device's latest sample time (the agent's clock): a device that stops reporting while its node
+# goes on is served as silent (query.silent_devices). Devices stored before it start from first_t.
+_V14 = """
+ALTER TABLE devices ADD COLUMN last_t REAL;
+UPDATE devices SET last_t = first_t;
+"""
+
 # (version, DDL). Append only: never edit a migration that has shipped.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -174,6 +181,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (11, _LEAD_INDEX_DDL),  # the windows the lead spoke on, so a long job's lead summary reads only those
     (12, _V12),  # nodes.backdated_batches, backdated_max_s: batches stamped before samples already received
     (13, _V13),  # nodes.last_data_seen: when the last batch carrying samples was committed (server clock)
+    (14, _V14),  # devices.last_t: each device's latest sample, so a device that stops reporting is seen
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -52,6 +52,7 @@ seconds, is writing into windows already judged.
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -102,7 +103,8 @@ _DETAIL_MAX = 500
 _INSERT_SAMPLE = f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
 _INSERT_BATCH = ("INSERT INTO batches (node_id, seq, digest, prev, received_at, n_samples, t_first, t_last, "
                  "first_sample, last_sample, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-_INSERT_DEVICE = "INSERT OR IGNORE INTO devices (node_id, device, kind, first_t) VALUES (?, ?, ?, ?)"
+_INSERT_DEVICE = "INSERT OR IGNORE INTO devices (node_id, device, kind, first_t, last_t) VALUES (?, ?, ?, ?, ?)"
+_DEVICE_SEEN = "UPDATE devices SET last_t = max(coalesce(last_t, ?), ?) WHERE node_id = ? AND device = ?"
 _INSERT_REJECTION = "INSERT INTO rejections (at, node, status, code, remote, detail, n) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _INSERT_GAP = ("INSERT INTO unmonitored (node_id, start_t, end_t, reason, seq_from, seq_to, recorded_at) "
                "VALUES (?, ?, ?, ?, ?, ?, ?)")
@@ -365,7 +367,7 @@ class Store:
         for s in samples:
             d = s["dev"]
             if d in unknown and (d not in first or s["t"] < first[d][3]):
-                first[d] = (node_id, d, s["kind"], s["t"])
+                first[d] = (node_id, d, s["kind"], s["t"], s["t"])
         return list(first.values())
 
     def _commit(self, node_id: int, batch: Batch) -> Accepted:
@@ -449,6 +451,12 @@ class Store:
                     raise RuntimeError("sample ids of one batch are not contiguous")  # cannot happen below 2**63
                 if new_devices:
                     c.executemany(_INSERT_DEVICE, new_devices)
+                # each device's latest sample: one that stops reporting while the node goes on is seen
+                latest: dict[str, float] = {}
+                for dev, t in zip(map(_DEV, samples), ts):
+                    if t > latest.get(dev, -math.inf):
+                        latest[dev] = t
+                c.executemany(_DEVICE_SEEN, [(t, t, node_id, dev) for dev, t in latest.items()])
             c.execute(_INSERT_BATCH, (node_id, batch.seq, batch.digest, batch.prev, now, n_rows,
                                       t_first, t_last, first, last, batch.body))
             if gaps:

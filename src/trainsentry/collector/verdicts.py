@@ -299,6 +299,10 @@ def add_routes(app, col, proc) -> None:
 
     _unmonitored = query.unmonitored
 
+    def _silent_devices(conn, nid: int) -> list[dict]:
+        last_t, interval_s = conn.execute("SELECT last_t, interval_s FROM nodes WHERE node_id = ?", (nid,)).fetchone()
+        return query.silent_devices(conn, nid, last_t, interval_s)
+
     def _unjudged(conn, node: str, start: float, end: float) -> list[dict]:
         # recorded spans, plus an open one while the processor still owes the node stored batches
         return unjudged(conn, node, start, end) + proc.not_judged_yet(node)
@@ -315,11 +319,12 @@ def add_routes(app, col, proc) -> None:
     def get_verdict(node: str) -> Response:
         conn = col.reader()
         try:
-            query.node_id(conn, node)
+            nid = query.node_id(conn, node)
             v = latest(conn, "node", node)
             now = time.time()
             body = {"node": node, "detector": proc.detector.name, "artifact": proc.artifact,
-                    "alerts_open": alerts(conn, "node", node, open_only=True)}
+                    "alerts_open": alerts(conn, "node", node, open_only=True),
+                    "silent_devices": _silent_devices(conn, nid)}
             if v is None:
                 body.update(state=None, p_training=None, evidence=[f"no window judged yet: a node needs "
                                                                    f"{proc.cfg.window_s:.0f} s of samples"],
