@@ -151,14 +151,16 @@ def test_a_sample_stamped_ahead_cannot_push_a_silence_out_of_sight(db, key, clie
 def test_a_device_that_stops_reporting_while_its_node_goes_on_is_served_as_silent(agent, client):
     """A node that leaves one GPU out of its batches (a failing NVML source, or an agent patched to
     hide a GPU that trains) is not silent, but that GPU is: /v1/nodes and the node's verdict name it."""
-    for k in range(5):                              # both GPUs, 1000 .. 1004.9
-        agent.send(gpu_samples(1000.0 + k) + gpu_samples(1000.0 + k, dev="gpu1"))
+    veth = lambda t: [{"dev": "veth1", "kind": "net", "t": t, "m": {"net_tx_bytes": 1}}]  # noqa: E731
+    for k in range(5):                              # both GPUs, 1000 .. 1004.9, and a container's veth
+        agent.send(gpu_samples(1000.0 + k) + gpu_samples(1000.0 + k, dev="gpu1") + veth(1000.0 + k))
     for k in range(5, 12):                          # gpu1 no more: 7 s is not yet a silence (3 s + 5 s of
         agent.send(gpu_samples(1000.0 + k))         # clock tolerance) ...
     assert client.get("/v1/nodes").json()["nodes"][0]["silent_devices"] == []
     for k in range(12, 15):                         # ... 10 s is
         agent.send(gpu_samples(1000.0 + k))
     (node,) = client.get("/v1/nodes").json()["nodes"]
+    # (the veth is gone too, but interfaces come and go with containers: not listed)
     assert node["silent_devices"] == [{"device": "gpu1", "kind": "gpu", "last_t": 1004.9}], node
     assert client.get("/v1/nodes/node-a/verdict").json()["silent_devices"] == node["silent_devices"]
     # it reports again: no longer silent

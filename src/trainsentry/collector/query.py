@@ -50,15 +50,18 @@ def _silent(last_data_seen: float | None, since: float, interval_s: float, now: 
 
 
 def silent_devices(conn: sqlite3.Connection, nid: int, node_last_t: float | None, interval_s: float) -> list[dict]:
-    """Devices of the node whose latest sample lies further behind the node's latest sample than a
-    silence plus the clock tolerance (a GPU's NVML stamps may run up to 5 s off the host clock): a
-    device the agent stopped reporting (a failing source, or a node leaving one GPU out) while the
-    rest of the node goes on. Whatever that device does meanwhile is unmonitored."""
+    """GPUs and IB ports of the node whose latest sample lies further behind the node's latest sample
+    than a silence plus the clock tolerance (a GPU's NVML stamps may run up to 5 s off the host clock):
+    a device the agent stopped reporting (a failing source, a GPU fallen off the bus, or a node
+    leaving out the GPU that trains) while the rest of the node goes on. Whatever it does meanwhile is
+    unmonitored. Network interfaces are left out: they come and go with containers (the agent drops a
+    vanished one, telemetry/net.py), and a gone ``veth`` would be listed for good."""
     if node_last_t is None:
         return []
     cutoff = node_last_t - silence_after(interval_s) - TIME_REGRESSION_TOLERANCE_S
     return [{"device": d, "kind": k, "last_t": t} for d, k, t in conn.execute(
-        "SELECT device, kind, last_t FROM devices WHERE node_id = ? AND last_t < ? ORDER BY device", (nid, cutoff))]
+        "SELECT device, kind, last_t FROM devices WHERE node_id = ? AND kind IN ('gpu', 'ib') AND last_t < ? "
+        "ORDER BY device", (nid, cutoff))]
 
 
 def list_nodes(conn: sqlite3.Connection, now: float | None = None) -> list[dict]:

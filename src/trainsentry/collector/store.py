@@ -27,8 +27,11 @@ Silence: when a batch's first sample is more than 3 × ``interval_s`` (capped at
 unmonitored (``silence``); so is every hole between consecutive samples inside one batch longer
 than that plus the 5 s clock tolerance (an agent that stalled mid-batch, or a node bridging a dark
 stretch with one sample stamped ahead; the tolerance because a device whose NVML stamps run a few
-seconds off the host clock leaves an honest hole that long beside the host-stamped readings). A batch without samples is no evidence: it keeps the chain going but not the node's
-``last_data_seen``, from which the read API measures a node that is silent now.
+seconds off the host clock leaves an honest hole that long beside the host-stamped readings). A
+batch without samples is no evidence: it keeps the chain going but not the node's
+``last_data_seen``, from which the read API measures a node that is silent now. Each device's latest
+sample is kept too (``devices.last_t``): a GPU the node stops reporting while the rest goes on is
+served as silent (``query.silent_devices``).
 
 Time regression: the chain orders batches, not their samples' times. A batch that continues the
 chain but whose first sample is stamped more than ``TIME_REGRESSION_TOLERANCE_S`` before the node's
