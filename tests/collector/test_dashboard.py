@@ -122,6 +122,23 @@ def test_overview_reports_every_node_with_devices_last_seen_and_unmonitored(db, 
     # with no live engine attached there is no verdict: state stays empty, not invented
     assert by["node-a"]["state"] is None and doc["counts"]["pending"] == 1
     assert by["node-b"]["state"] == "unmonitored" and by["node-b"]["unmonitored"] == "never_reported"
+    assert by["node-a"]["silent_devices"] == [] and by["node-b"]["silent_devices"] == []
+
+
+def test_overview_names_a_gpu_the_node_stopped_reporting(db, client, agent):
+    """The node goes on, one GPU does not: the overview names it, by query.silent_devices' rule."""
+    from trainsentry.collector import query
+    t0 = time.time() - 30
+    assert agent.send(gpu_samples(t0) + gpu_samples(t0, dev="gpu1")).status_code == 200
+    assert agent.send(gpu_samples(t0 + 12.0)).status_code == 200      # gpu1 silent for 12 s
+    (n,) = client.get("/v1/overview").json()["nodes"]
+    assert n["silent_devices"] == ["gpu1"] and n["unmonitored"] is None
+    c = __import__("sqlite3").connect(db)
+    try:
+        assert [d["device"] for d in query.silent_devices(c, 1, *c.execute(
+            "SELECT last_t, interval_s FROM nodes").fetchone())] == n["silent_devices"]
+    finally:
+        c.close()
 
 
 def test_overview_marks_a_silent_node_unmonitored_and_keeps_its_last_verdict(db, agent, client):

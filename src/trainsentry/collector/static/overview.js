@@ -29,11 +29,14 @@
     const state = TS.badge(n.state);
     if (n.state === "unmonitored" && n.last_verdict) state.title = "last verdict: " + n.last_verdict + " (" + n.unmonitored + ")";
     const job = n.job ? TS.el("a", { href: "/dashboard/jobs/" + encodeURIComponent(n.job) }, n.job) : "—";
+    // GPUs the node stopped reporting while it goes on: what they do is unmonitored
+    const silent = (n.silent_devices || []).length ? TS.el("span", { class: "alerts", title: "no samples from these " +
+      "devices while the node reports: unmonitored" }, " silent: " + n.silent_devices.join(", ")) : "";
     return TS.el("tr", { "data-node": n.node, "data-state": n.state || "pending" },
       TS.el("td", {}, link), TS.el("td", {}, state), pCell(n),
       TS.el("td", { title: TS.clock(n.last_seen) }, TS.ago(n.last_seen, now)),
       TS.el("td", { class: "num" + (n.alerts ? " alerts" : "") }, n.alerts || 0), TS.el("td", {}, job),
-      TS.el("td", {}, devs || "—"));
+      TS.el("td", {}, devs || "—", silent));
   }
 
   function jobRow(j, now) {
