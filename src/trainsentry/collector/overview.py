@@ -14,7 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from .store import TIME_REGRESSION_TOLERANCE_S, silence_after
+from . import query
+from .store import silence_after
 
 STATES = ("idle", "inference", "training", "other", "unmonitored")
 RECENT_S = 3600.0  # "unmonitored in the last hour" counts over this window
@@ -28,8 +29,9 @@ def node_rows(conn: sqlite3.Connection, now: float) -> list[dict]:
     for nid, kind, n in conn.execute("SELECT node_id, kind, COUNT(*) FROM devices GROUP BY node_id, kind"):
         devices.setdefault(nid, {})[kind] = n
     stuck = dict(conn.execute("SELECT node, MAX(at) FROM rejections WHERE code = 'out_of_order' GROUP BY node"))
-    gpu_last: dict[int, list[tuple[str, float]]] = {}   # GPUs and IB ports: query.silent_devices' rule, one query
-    for nid, dev, t in conn.execute("SELECT node_id, device, last_t FROM devices WHERE kind IN ('gpu', 'ib')"):
+    gpu_last: dict[int, list[tuple[str, float]]] = {}   # query.silent_devices for the fleet, in one query
+    for nid, dev, t in conn.execute("SELECT node_id, device, last_t FROM devices WHERE kind IN (?, ?)",
+                                    query.SILENT_DEVICE_KINDS):
         gpu_last.setdefault(nid, []).append((dev, t))
     recent: dict[int, float] = {}
     for nid, s, e in conn.execute("SELECT node_id, start_t, end_t FROM unmonitored WHERE end_t >= ?",
@@ -43,7 +45,7 @@ def node_rows(conn: sqlite3.Connection, now: float) -> list[dict]:
             reason = "seq_hole"
         elif now - (data_seen if data_seen is not None else enrolled_at) > silence_after(interval_s):
             reason = "silence" if last_seq is not None else "never_reported"
-        cutoff = None if last_t is None else last_t - silence_after(interval_s) - TIME_REGRESSION_TOLERANCE_S
+        cutoff = query.device_silence_cutoff(last_t, interval_s)
         silent = sorted(d for d, t in gpu_last.get(nid, []) if cutoff is not None and t is not None and t < cutoff)
         out.append({"node": name, "last_seen": last_seen, "last_sample_t": last_t, "interval_s": interval_s,
                     "devices": devices.get(nid, {}), "silent_devices": silent, "unmonitored": reason,

@@ -49,6 +49,14 @@ def _silent(last_data_seen: float | None, since: float, interval_s: float, now: 
     return now - (last_data_seen if last_data_seen is not None else since) > silence_after(interval_s)
 
 
+SILENT_DEVICE_KINDS = ("gpu", "ib")
+
+
+def device_silence_cutoff(node_last_t: float | None, interval_s: float) -> float | None:
+    """A GPU or IB port whose latest sample is before this is silent (:func:`silent_devices`)."""
+    return None if node_last_t is None else node_last_t - silence_after(interval_s) - TIME_REGRESSION_TOLERANCE_S
+
+
 def silent_devices(conn: sqlite3.Connection, nid: int, node_last_t: float | None, interval_s: float) -> list[dict]:
     """GPUs and IB ports of the node whose latest sample lies further behind the node's latest sample
     than a silence plus the clock tolerance (a GPU's NVML stamps may run up to 5 s off the host clock):
@@ -56,12 +64,12 @@ def silent_devices(conn: sqlite3.Connection, nid: int, node_last_t: float | None
     leaving out the GPU that trains) while the rest of the node goes on. Whatever it does meanwhile is
     unmonitored. Network interfaces are left out: they come and go with containers (the agent drops a
     vanished one, telemetry/net.py), and a gone ``veth`` would be listed for good."""
-    if node_last_t is None:
+    cutoff = device_silence_cutoff(node_last_t, interval_s)
+    if cutoff is None:
         return []
-    cutoff = node_last_t - silence_after(interval_s) - TIME_REGRESSION_TOLERANCE_S
     return [{"device": d, "kind": k, "last_t": t} for d, k, t in conn.execute(
-        "SELECT device, kind, last_t FROM devices WHERE node_id = ? AND kind IN ('gpu', 'ib') AND last_t < ? "
-        "ORDER BY device", (nid, cutoff))]
+        "SELECT device, kind, last_t FROM devices WHERE node_id = ? AND kind IN (?, ?) AND last_t < ? "
+        "ORDER BY device", (nid, *SILENT_DEVICE_KINDS, cutoff))]
 
 
 def list_nodes(conn: sqlite3.Connection, now: float | None = None) -> list[dict]:
