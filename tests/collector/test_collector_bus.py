@@ -14,8 +14,8 @@ def ev(node: str, seq: int) -> CommittedBatch:
     return CommittedBatch(node, seq, "d", 0.0, [{"t": float(seq)}], [])
 
 
-def test_a_full_queue_drops_events_and_sends_one_catch_up_notice_per_node(monkeypatch):
-    monkeypatch.setenv("TRAINSENTRY_BUS_QUEUE", "2")
+def slow_bus() -> tuple[CommitBus, list, threading.Event]:
+    """A bus whose one subscriber holds each event until the gate opens, recording what it was handed."""
     bus = CommitBus()
     seen, gate = [], threading.Event()
 
@@ -23,6 +23,12 @@ def test_a_full_queue_drops_events_and_sends_one_catch_up_notice_per_node(monkey
         gate.wait(10)
         seen.append((e.node, e.seq, e.from_store, len(e.samples)))
     bus.subscribe(slow)
+    return bus, seen, gate
+
+
+def test_a_full_queue_drops_events_and_sends_one_catch_up_notice_per_node(monkeypatch):
+    monkeypatch.setenv("TRAINSENTRY_BUS_QUEUE", "2")
+    bus, seen, gate = slow_bus()
     bus.publish(ev("a", 0))          # taken by the dispatcher, which waits on the gate ...
     while bus.stats()["queued"]:
         pass
@@ -51,13 +57,7 @@ def test_the_queue_is_bounded_by_samples_too(monkeypatch):
     """Few events of huge batches reach the sample bound long before the event bound: the rest are
     dropped (catch-up notice), so a node making its batches large cannot grow the queue's memory."""
     monkeypatch.setenv("TRAINSENTRY_BUS_SAMPLES", "100")
-    bus = CommitBus()
-    seen, gate = [], threading.Event()
-
-    def slow(e: CommittedBatch) -> None:
-        gate.wait(10)
-        seen.append((e.node, e.seq, e.from_store, len(e.samples)))
-    bus.subscribe(slow)
+    bus, seen, gate = slow_bus()
     big = lambda seq, n: CommittedBatch("a", seq, "d", 0.0, [{"t": float(seq)}] * n, [])  # noqa: E731
     bus.publish(big(0, 150))         # taken by the dispatcher at once: a lone event over the bound passes
     while bus.stats()["queued"]:
