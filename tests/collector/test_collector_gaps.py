@@ -162,7 +162,15 @@ def test_a_device_that_stops_reporting_while_its_node_goes_on_is_served_as_silen
     (node,) = client.get("/v1/nodes").json()["nodes"]
     # (the veth is gone too, but interfaces come and go with containers: not listed)
     assert node["silent_devices"] == [{"device": "gpu1", "kind": "gpu", "last_t": 1004.9}], node
-    assert client.get("/v1/nodes/node-a/verdict").json()["silent_devices"] == node["silent_devices"]
+    verdict = client.get("/v1/nodes/node-a/verdict").json()
+    assert verdict["silent_devices"] == node["silent_devices"]
+    # and the windows judged while it was silent say so in their evidence (the live processor)
+    assert client.app.state.bus.drain(30.0)
+    body = client.get("/v1/nodes/node-a/verdicts", params={"start": 990, "end": 1020}).json()
+    named = [v["t_end"] for v in body["verdicts"] if any(l.startswith("devices silent in this window") and
+                                                         "gpu1 (last at 1004.9)" in l for l in v["evidence"])]
+    assert named and min(named) > 1004.9 + 8.0, named          # only past the silence cutoff
+    assert all(not any("devices silent" in l for l in v["evidence"]) for v in body["verdicts"] if v["t_end"] <= 1012.9)
     # it reports again: no longer silent
     agent.send(gpu_samples(1015.0) + gpu_samples(1015.0, dev="gpu1"))
     assert client.get("/v1/nodes").json()["nodes"][0]["silent_devices"] == []

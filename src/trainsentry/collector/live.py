@@ -54,7 +54,7 @@ from ..detect.segment import HELD_FRAC, MAX_GAP_S, Segment, _runs_with_hysteresi
 from ..features import sliding_windows
 from ..features.comm import ACTIVE_FLOOR_BPS
 from ..features.grid import to_grids
-from . import livejobs, verdicts as V, warm
+from . import livejobs, query, verdicts as V, warm
 from .evidence import detector_lines
 from .hooks import CommittedBatch
 from .nodestate import LOOPBACK_LINK, NodeState
@@ -518,7 +518,10 @@ class LiveProcessor:
             if cfg.loopback_as_link and LOOPBACK_LINK in set(st.table.column("device").to_pylist()) else []
         verdicts = self.judge_rows("node", node, rows, ends, lambda e: active_seg(e) is not None, st.gaps, extra,
                                    table=st.table)
+        quiet = self._silent_devices(node)
         for v in verdicts:
+            if quiet:
+                self._silent_device_line(v, *quiet)
             seg = active_seg(v["t_end"])
             # the job outlives the buffer and its pauses: nodestate.NodeJob keeps it (the offline rule)
             st.track.see(segs, v["t_end"], mem, st.mem_floor)
@@ -541,6 +544,29 @@ class LiveProcessor:
                                         f"{cfg.window_s:.0f} s window lie inside the segment")
         st.last_end = ends[-1]
         return verdicts
+
+    def _silent_devices(self, node: str) -> tuple[list[tuple[str, float]], float] | None:
+        """(GPUs and IB ports with their latest sample time, the node's interval) from the store, or None."""
+        try:
+            nid = self._node_id(node)
+            (interval_s,) = self.conn.execute("SELECT interval_s FROM nodes WHERE node_id = ?", (nid,)).fetchone()
+            devs = self.conn.execute("SELECT device, last_t FROM devices WHERE node_id = ? AND kind IN (?, ?) "
+                                     "AND last_t IS NOT NULL", (nid, *query.SILENT_DEVICE_KINDS)).fetchall()
+        except (sqlite3.Error, TypeError):
+            return None
+        return (devs, interval_s) if devs else None
+
+    @staticmethod
+    def _silent_device_line(v: dict, devs: list[tuple[str, float]], interval_s: float) -> None:
+        """A window whose end lies past the silence cutoff of a GPU's latest sample says so: the verdict
+        rests on the node's other devices (query.silent_devices' rule, at the window's end). A device
+        that reported again after the window (read back late) is not named: its latest sample is later."""
+        cut = query.device_silence_cutoff(v["t_end"], interval_s)
+        quiet = sorted((d, t) for d, t in devs if t < cut)
+        if quiet:
+            v["evidence"].append("devices silent in this window (their latest samples well before it; what they "
+                                 "did is unmonitored, the verdict rests on the node's other devices): " +
+                                 ", ".join(f"{d} (last at {t:.1f})" for d, t in quiet))
 
     # ---- the bus callback and the catch-up from the store ----------------------------------------
     def on_batch(self, ev: CommittedBatch) -> None:
