@@ -132,17 +132,16 @@ def _machine() -> dict:
 
 
 def cut_run(readings: list, truth: dict, campaign: Campaign, out_root: Path, command: str,
-            machine: dict) -> Path | None:
-    """Write one finished run as a trace: the readings in [start − pre_s, end + post_s]."""
+            machine: dict, overrides: dict | None = None) -> Path | None:
+    """Write one finished run as a trace: the readings in [start − pre_s, end + post_s]. ``overrides``:
+    the campaign's overrides of the registered config, as planned (the config is the resolved one);
+    a red-team setting is named by them (redteam.rounds._setting), whatever the registry says later."""
     if not truth.get("ok"):
         return None
     lo, hi = truth["start"] - campaign.pre_s, truth["end"] + campaign.post_s
     rows = [r for r in readings if lo <= r.t <= hi]
     if not rows:
         return None
-    # the campaign's overrides of the registered config, as written (the config is the resolved one):
-    # a red-team setting is named by them (redteam.rounds._setting), whatever the registry says later
-    overrides = next((r["overrides"] for r in campaign.expand() if r["run_id"] == truth["run_id"]), None)
     manifest = {
         "run_id": truth["run_id"], "node": campaign.node, "campaign": campaign.name,
         "start": truth["start"], "end": truth["end"], "record_start": lo, "record_end": hi,
@@ -192,6 +191,8 @@ def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: flo
     t0 = time.time()
     deadline = None if budget_s is None else t0 + budget_s
 
+    planned = {r["run_id"]: r for r in runs}
+
     def harvest(final: bool) -> None:
         """Write every finished run whose trailing idle has been recorded (all of them when final)."""
         for p in sorted(work.glob("*.truth.json")):
@@ -201,7 +202,8 @@ def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: flo
             truth = json.loads(p.read_text())
             if not final and time.time() < truth.get("end", 0.0) + campaign.post_s + 1.5:
                 continue
-            path = cut_run(recorder.snapshot(), truth, campaign, out_root, command, machine)
+            path = cut_run(recorder.snapshot(), truth, campaign, out_root, command, machine,
+                           planned.get(run_id, {}).get("overrides"))
             written[run_id] = path
             if path is not None:
                 progress(f"  {run_id}: written ({truth['end'] - truth['start']:.0f} s)")
