@@ -545,28 +545,26 @@ class LiveProcessor:
         st.last_end = ends[-1]
         return verdicts
 
-    def _silent_devices(self, node: str) -> tuple[list[tuple[str, float]], float] | None:
-        """(GPUs and IB ports with their latest sample time, the node's interval) from the store, or None."""
+    def _silent_devices(self, node: str) -> tuple[list[tuple], float] | None:
+        """(the node's GPUs and IB ports as query.watched_devices reads them, its interval), or None."""
         try:
             nid = self._node_id(node)
             (interval_s,) = self.conn.execute("SELECT interval_s FROM nodes WHERE node_id = ?", (nid,)).fetchone()
-            devs = self.conn.execute("SELECT device, last_t FROM devices WHERE node_id = ? AND kind IN (?, ?) "
-                                     "AND last_t IS NOT NULL", (nid, *query.SILENT_DEVICE_KINDS)).fetchall()
+            devs = query.watched_devices(self.conn, nid)
         except (sqlite3.Error, TypeError):
             return None
         return (devs, interval_s) if devs else None
 
     @staticmethod
-    def _silent_device_line(v: dict, devs: list[tuple[str, float]], interval_s: float) -> None:
-        """A window whose end lies past the silence cutoff of a GPU's latest sample says so: the verdict
-        rests on the node's other devices (query.silent_devices' rule, at the window's end). A device
-        that reported again after the window (read back late) is not named: its latest sample is later."""
-        cut = query.device_silence_cutoff(v["t_end"], interval_s)
-        quiet = sorted((d, t) for d, t in devs if t < cut)
+    def _silent_device_line(v: dict, devs: list[tuple], interval_s: float) -> None:
+        """A window judged while a GPU was silent says so: the verdict rests on the node's other devices
+        (query.silent_among at the window's end). A device that reported again after the window (read
+        back late) is not named: its latest sample is later."""
+        quiet = query.silent_among(devs, v["t_end"], interval_s)
         if quiet:
             v["evidence"].append("devices silent in this window (their latest samples well before it; what they "
                                  "did is unmonitored, the verdict rests on the node's other devices): " +
-                                 ", ".join(f"{d} (last at {t:.1f})" for d, t in quiet))
+                                 ", ".join(f"{d['device']} (last at {d['last_t']:.1f})" for d in quiet))
 
     # ---- the bus callback and the catch-up from the store ----------------------------------------
     def on_batch(self, ev: CommittedBatch) -> None:

@@ -29,10 +29,9 @@ def node_rows(conn: sqlite3.Connection, now: float) -> list[dict]:
     for nid, kind, n in conn.execute("SELECT node_id, kind, COUNT(*) FROM devices GROUP BY node_id, kind"):
         devices.setdefault(nid, {})[kind] = n
     stuck = dict(conn.execute("SELECT node, MAX(at) FROM rejections WHERE code = 'out_of_order' GROUP BY node"))
-    gpu_last: dict[int, list[tuple[str, float]]] = {}   # query.silent_devices for the fleet, in one query
-    for nid, dev, t in conn.execute("SELECT node_id, device, last_t FROM devices WHERE kind IN (?, ?)",
-                                    query.SILENT_DEVICE_KINDS):
-        gpu_last.setdefault(nid, []).append((dev, t))
+    watched: dict[int, list[tuple]] = {}   # query.silent_devices for the fleet, in one query
+    for row in query.watched_devices(conn):
+        watched.setdefault(row[0], []).append(row)
     recent: dict[int, float] = {}
     for nid, s, e in conn.execute("SELECT node_id, start_t, end_t FROM unmonitored WHERE end_t >= ?",
                                   (now - RECENT_S,)):
@@ -45,8 +44,7 @@ def node_rows(conn: sqlite3.Connection, now: float) -> list[dict]:
             reason = "seq_hole"
         elif now - (data_seen if data_seen is not None else enrolled_at) > silence_after(interval_s):
             reason = "silence" if last_seq is not None else "never_reported"
-        cutoff = query.device_silence_cutoff(last_t, interval_s)
-        silent = sorted(d for d, t in gpu_last.get(nid, []) if cutoff is not None and t is not None and t < cutoff)
+        silent = [d["device"] for d in query.silent_among(watched.get(nid, []), last_t, interval_s)]
         out.append({"node": name, "last_seen": last_seen, "last_sample_t": last_t, "interval_s": interval_s,
                     "devices": devices.get(nid, {}), "silent_devices": silent, "unmonitored": reason,
                     "unmonitored_recent_s": round(recent.get(nid, 0.0), 3)})

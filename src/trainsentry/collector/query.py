@@ -52,24 +52,31 @@ def _silent(last_data_seen: float | None, since: float, interval_s: float, now: 
 SILENT_DEVICE_KINDS = ("gpu", "ib")
 
 
-def device_silence_cutoff(node_last_t: float | None, interval_s: float) -> float | None:
-    """A GPU or IB port whose latest sample is before this is silent (:func:`silent_devices`)."""
-    return None if node_last_t is None else node_last_t - silence_after(interval_s) - TIME_REGRESSION_TOLERANCE_S
+def watched_devices(conn: sqlite3.Connection, nid: int | None = None) -> list[tuple[int, str, str, float]]:
+    """(node_id, device, kind, latest sample time) of the GPUs and IB ports of one node, or of every
+    node with ``nid`` None (the overview's one query for the fleet). Network interfaces are left out:
+    they come and go with containers (the agent drops a vanished one, telemetry/net.py), and a gone
+    ``veth`` would read as silent for good."""
+    where = "kind IN (?, ?) AND last_t IS NOT NULL" + ("" if nid is None else " AND node_id = ?")
+    return conn.execute(f"SELECT node_id, device, kind, last_t FROM devices WHERE {where} ORDER BY node_id, device",
+                        (*SILENT_DEVICE_KINDS, *(() if nid is None else (nid,)))).fetchall()
+
+
+def silent_among(devices, at: float | None, interval_s: float) -> list[dict]:
+    """Of ``devices`` (rows of :func:`watched_devices`), those silent at time ``at`` (the node's latest
+    sample, or a window's end): their latest sample lies further before it than a silence plus the
+    clock tolerance (a GPU's NVML stamps may run up to 5 s off the host clock). A device the agent
+    stopped reporting (a failing source, a GPU fallen off the bus, or a node leaving out the GPU that
+    trains) while the rest of the node goes on: whatever it does meanwhile is unmonitored."""
+    if at is None:
+        return []
+    cutoff = at - silence_after(interval_s) - TIME_REGRESSION_TOLERANCE_S
+    return [{"device": d, "kind": k, "last_t": t} for _, d, k, t in devices if t < cutoff]
 
 
 def silent_devices(conn: sqlite3.Connection, nid: int, node_last_t: float | None, interval_s: float) -> list[dict]:
-    """GPUs and IB ports of the node whose latest sample lies further behind the node's latest sample
-    than a silence plus the clock tolerance (a GPU's NVML stamps may run up to 5 s off the host clock):
-    a device the agent stopped reporting (a failing source, a GPU fallen off the bus, or a node
-    leaving out the GPU that trains) while the rest of the node goes on. Whatever it does meanwhile is
-    unmonitored. Network interfaces are left out: they come and go with containers (the agent drops a
-    vanished one, telemetry/net.py), and a gone ``veth`` would be listed for good."""
-    cutoff = device_silence_cutoff(node_last_t, interval_s)
-    if cutoff is None:
-        return []
-    return [{"device": d, "kind": k, "last_t": t} for d, k, t in conn.execute(
-        "SELECT device, kind, last_t FROM devices WHERE node_id = ? AND kind IN (?, ?) AND last_t < ? "
-        "ORDER BY device", (nid, *SILENT_DEVICE_KINDS, cutoff))]
+    """The node's GPUs and IB ports silent as of its latest sample (:func:`silent_among`)."""
+    return silent_among(watched_devices(conn, nid), node_last_t, interval_s)
 
 
 def list_nodes(conn: sqlite3.Connection, now: float | None = None) -> list[dict]:
