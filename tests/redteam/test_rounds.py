@@ -510,3 +510,32 @@ def test_a_page_on_other_runs_cites_no_earlier_delivery_nor_a_strategy_it_never_
     camp = tmp_path / "c.yaml"    # planned but not recorded yet: the limit still concerns the campaign
     camp.write_text(f"name: c\nnproc: 2\nruns:\n- {{workload: {SURROGATE_WORKLOAD}}}\n")
     assert any(t.startswith(SURROGATE_WORKLOAD) for t in limits(proxy, camp))
+
+
+def test_several_campaign_files_are_one_plan(data, tmp_path):
+    """A later file that extends the campaign into the same directory (redteam-x1-fast.yaml after
+    redteam-x1.yaml) is part of the plan: its recorded runs count as planned and recorded, not as
+    "recorded but not in the campaign"; a run id both files plan is counted once."""
+    from trainsentry.redteam.commands import _command
+    from trainsentry.redteam.coverage import campaign_coverage
+    from trainsentry.redteam.rounds import SURROGATE_WORKLOAD, limits
+
+    recorded = {p.name for p in data["adv"].iterdir() if (p / "manifest.json").exists()}
+    first = tmp_path / "first.yaml"
+    first.write_text("name: rt-test\nnproc: 2\nruns:\n- {workload: adv.accum.k8}\n- {workload: adv.split.gap6}\n")
+    later = tmp_path / "later.yaml"
+    later.write_text("name: rt-test\nnproc: 2\nruns:\n- {workload: adv.accum.k32, repeats: 2}\n"
+                     f"- {{workload: adv.accum.k8}}\n- {{workload: {SURROGATE_WORKLOAD}}}\n")
+    alone = campaign_coverage(first, [data["adv"]], recorded)
+    assert "adv.accum.k32-base-r0" in alone["recorded_outside_campaign"]
+    both = campaign_coverage([first, later], [data["adv"]], recorded)
+    assert (both["planned_runs"], both["recorded_runs"]) == (5, 3)
+    assert not {"adv.accum.k32-base-r0", "adv.accum.k32-base-r1", "adv.accum.k8-base-r0"} & set(
+        both["recorded_outside_campaign"])
+    assert both["campaigns"] == [str(first), str(later)] and both["name"] == "rt-test"
+    assert "--campaign first.yaml --campaign later.yaml" in _command(
+        [Path("b")], [Path("a")], 3, Path("o.json"), "d.md", "f", [], "fused", 20, 0, 400,
+        [Path("first.yaml"), Path("later.yaml")])
+    proxy = []   # the surrogate's limit follows the later file's plan too
+    assert not any(t.startswith(SURROGATE_WORKLOAD) for t in limits(proxy, [first]))
+    assert any(t.startswith(SURROGATE_WORKLOAD) for t in limits(proxy, [first, later]))

@@ -26,14 +26,13 @@ def _group() -> None:
 
 def _command(benign: list[Path], adversarial: list[Path], rounds: int, out: Path, docs: str, figures: str,
              detector: list[str], primary: str, splits: int, seed: int, rt_trees: int,
-             campaign: Path | None = None, harden: list[str] = (), flops_model: Path | None = None,
+             campaign: list[Path] = (), harden: list[str] = (), flops_model: Path | None = None,
              flops_results: Path = FLOPS_RESULTS) -> str:
     """The command line that regenerates these outputs (written into the JSON and the page)."""
     parts = ["trainsentry", "redteam", "rounds"]
     parts += [a for d in benign for a in ("--benign", str(d))]
     parts += [a for d in adversarial for a in ("--adversarial", str(d))]
-    if campaign is not None:
-        parts += ["--campaign", str(campaign)]
+    parts += [a for c in campaign for a in ("--campaign", str(c))]
     parts += ["--rounds", str(rounds), "--out", str(out), "--docs", docs, "--figures", figures]
     parts += [a for d in detector for a in ("--detector", d)]
     parts += [a for d in harden for a in ("--harden", d)]
@@ -63,8 +62,9 @@ def rounds(
     seed: int = typer.Option(0, "--seed"),
     rt_trees: int = typer.Option(400, "--rt-trees", help="Trees per stage of rt-baseline (400 as published)"),
     cache: Path | None = typer.Option(None, "--cache", help="Feature cache (default ~/.cache/trainsentry/features)"),
-    campaign: Path | None = typer.Option(None, "--campaign", help="Campaign file: report which of its runs are "
-                                         "recorded, failed or not recorded yet"),
+    campaign: list[Path] = typer.Option([], "--campaign", help="Campaign file: report which of its runs are "
+                                        "recorded, failed or not recorded yet (repeatable: files that extend one "
+                                        "plan are pooled)"),
     harden: list[str] = typer.Option([], "--harden", help="Detectors hardened and re-scored in rounds 2+ "
                                      "(repeatable; default: every evaluated detector; must include --primary)"),
     flops_model: Path | None = typer.Option(None, "--flops-model", help="A saved FLOP model (models/flops.json) "
@@ -86,7 +86,7 @@ def rounds(
         if not d.is_dir():
             console.print(f"[red]redteam rounds: {d}: no such directory[/red]")
             raise typer.Exit(2)
-    for f in (campaign, flops_model):
+    for f in (*campaign, flops_model):
         if f is not None and not f.is_file():
             console.print(f"[red]redteam rounds: {f}: no such file[/red]")
             raise typer.Exit(2)
@@ -97,7 +97,7 @@ def rounds(
             return lambda: prog.advance(task)
         try:
             doc = run_rounds(benign, adversarial, n_rounds, detector or None, primary, splits, seed, rt_trees,
-                             cache or default_cache_dir(), command, progress=step, campaign=campaign,
+                             cache or default_cache_dir(), command, progress=step, campaign=campaign or None,
                              harden=harden or None, flops_model=flops_model, flops_results=flops_results)
         except (InputError, FileNotFoundError) as e:
             prog.stop()

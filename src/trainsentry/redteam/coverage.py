@@ -49,12 +49,16 @@ def family_of(workload: str) -> str | None:
     return parts[1] if len(parts) >= 3 and parts[0] == "adv" else None
 
 
-def campaign_coverage(campaign_path: Path, adversarial_dirs: list[Path], recorded_run_ids: set[str]) -> dict:
-    """The campaign's planned runs split into recorded / failed / not yet run, per issue strategy."""
+def campaign_coverage(campaign_paths: list[Path] | Path, adversarial_dirs: list[Path],
+                      recorded_run_ids: set[str]) -> dict:
+    """The campaigns' planned runs split into recorded / failed / not yet run, per issue strategy. Several
+    files are one plan (a campaign extended by a later file into the same directory): their runs are
+    pooled, a run id planned twice counted once."""
     from ..lab.campaign import Campaign
     from ..lab.summary import campaign_failures
-    camp = Campaign.load(campaign_path)
-    planned = camp.expand()
+    paths = [Path(campaign_paths)] if isinstance(campaign_paths, (str, Path)) else [Path(p) for p in campaign_paths]
+    camps = [Campaign.load(p) for p in paths]
+    planned = list({r["run_id"]: r for c in camps for r in c.expand()}.values())
     failed = {}
     for d in adversarial_dirs:
         for f in campaign_failures(d):
@@ -77,7 +81,8 @@ def campaign_coverage(campaign_path: Path, adversarial_dirs: list[Path], recorde
                           "planned": len(mine)})
     baselines = [r for r in runs if r["family"] is None]
     extra = sorted(recorded_run_ids - {r["run_id"] for r in planned})
-    return {"campaign": str(campaign_path), "name": camp.name, "planned_runs": len(runs),
+    return {"campaign": ", ".join(str(p) for p in paths), "campaigns": [str(p) for p in paths],
+            "name": ", ".join(dict.fromkeys(c.name for c in camps)), "planned_runs": len(runs),
             "recorded_runs": sum(r["status"] == "recorded" for r in runs),
             "failed_runs": sum(r["status"] == "failed to record" for r in runs),
             "not_recorded_runs": sum(r["status"] == "not recorded yet" for r in runs),

@@ -27,7 +27,8 @@ def _coverage(doc: dict) -> list[str]:
         lines += ["No campaign file was given (`--campaign`): the tables cover the recorded runs only, and which "
                   "planned strategies are missing is not known here.", ""]
     else:
-        lines += [f"Campaign `{cov['campaign']}`: {cov['planned_runs']} planned runs, **{cov['recorded_runs']} recorded**, "
+        files = cov.get("campaigns") or [cov["campaign"]]
+        lines += [f"Campaign {' + '.join(f'`{c}`' for c in files)}: {cov['planned_runs']} planned runs, **{cov['recorded_runs']} recorded**, "
                   f"{cov['failed_runs']} failed to record, {cov['not_recorded_runs']} not recorded yet. Only recorded "
                   "runs are scored below: a strategy that is not recorded is neither an evasion nor a failure, it is "
                   "simply not measured yet.", "",

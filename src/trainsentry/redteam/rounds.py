@@ -106,12 +106,19 @@ def earlier_deliveries(adversarial_dirs) -> list[dict]:
     return [dict(e) for e in EARLIER_DELIVERIES if e["adversarial"] in names]
 
 
-def limits(adv: list["AdvRun"], campaign: Path | None) -> list[str]:
+def campaign_files(campaign: list[Path] | Path | None) -> list[Path]:
+    """``--campaign`` as a list of files: none, one, or several that extend one plan."""
+    if campaign is None:
+        return []
+    return [Path(campaign)] if isinstance(campaign, (str, Path)) else [Path(c) for c in campaign]
+
+
+def limits(adv: list["AdvRun"], campaign: list[Path] | Path | None) -> list[str]:
     """LIMITS that concern these runs: the surrogate's only where its workload was recorded or planned."""
     workloads = {a.run.workload for a in adv}
     if campaign:
         from ..lab.campaign import Campaign
-        workloads |= {e["workload"] for e in Campaign.load(Path(campaign)).runs}
+        workloads |= {e["workload"] for c in campaign_files(campaign) for e in Campaign.load(c).runs}
     return [t for t in LIMITS if not t.startswith(SURROGATE_WORKLOAD) or SURROGATE_WORKLOAD in workloads]
 
 
@@ -527,12 +534,12 @@ def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: 
                detectors: list[str] | None = None, primary: str = PRIMARY, n_splits: int = 20, seed: int = 0,
                rt_trees: int = 400, cache_dir: Path | None = None, command: str = "trainsentry redteam rounds",
                factories: dict[str, Callable[[], Detector]] | None = None, progress=None,
-               campaign: Path | None = None, harden: list[str] | None = None, flops_model: Path | None = None,
-               score_flops: bool = True, flops_results: Path | None = None) -> dict:
+               campaign: list[Path] | Path | None = None, harden: list[str] | None = None,
+               flops_model: Path | None = None, score_flops: bool = True, flops_results: Path | None = None) -> dict:
     """Every round's detection per strategy setting, its benign metrics, and the cost; the JSON document.
     ``progress(description, total)`` returns the callable that advances one task. ``harden``: the
     detectors the blue side hardens and re-scores in rounds 2 and later (default: all evaluated);
-    ``campaign``: the campaign file whose planned runs are reported as recorded or not; ``flops_results``:
+    ``campaign``: the campaign file(s) whose planned runs are reported as recorded or not; ``flops_results``:
     the FLOP evaluation's results (results/flops.json), whose best estimator is the FLOP headline."""
     if n_rounds < 1:
         raise InputError("--rounds must be at least 1")
@@ -552,8 +559,10 @@ def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: 
     if harden and (set(harden) - set(names) or primary not in harden):
         raise InputError(f"--harden must name detectors that are evaluated ({names}) and include the primary "
                          f"detector {primary!r}")
-    if campaign is not None and not Path(campaign).is_file():
-        raise InputError(f"{campaign}: no such campaign file")
+    campaign = campaign_files(campaign)
+    for c in campaign:
+        if not c.is_file():
+            raise InputError(f"{c}: no such campaign file")
     if cache_dir is None:
         with tempfile.TemporaryDirectory() as tmp:
             return run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, primary, n_splits, seed, rt_trees,
@@ -616,7 +625,7 @@ def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, 
                        "feature_version": FEATURE_VERSION,
                        "strategies": strategy_entries(adv, detection, trained_on, cost, primary, flops)})
     recorded_ids = {_manifest(Path(d))["run_id"] for d in [*data["baselines_only"]]} | {a.run.run_id for a in adv}
-    coverage = campaign_coverage(Path(campaign), adversarial_dirs, recorded_ids) if campaign else None
+    coverage = campaign_coverage(campaign, adversarial_dirs, recorded_ids) if campaign else None
     doc = {"command": command, "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "data": {"benign_dirs": [str(d) for d in benign_dirs], "adversarial_dirs": [str(d) for d in adversarial_dirs],
                     "benign_runs": len(benign), "benign_configs": len({b.config for b in benign}),

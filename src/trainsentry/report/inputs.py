@@ -49,7 +49,8 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("redteam_x1", "redteam-x1.json", "results",
           "trainsentry redteam rounds --benign data/h200 --benign data/h200x1 --adversarial data/redteam-x1 "
           "--detector fused+single-device --detector rt-baseline --primary fused+single-device "
-          "--harden fused+single-device --campaign configs/campaigns/redteam-x1.yaml --rounds 3 "
+          "--harden fused+single-device --campaign configs/campaigns/redteam-x1.yaml "
+          "--campaign configs/campaigns/redteam-x1-fast.yaml --rounds 3 "
           "--out results/redteam-x1.json --docs docs/redteam-x1.md --figures results/figures/redteam-x1",
           "red-team rounds on a one-GPU node, scored by the single-device trees", optional=True),
     Input("simulator", "simulator.json", "results", "trainsentry simulate all",
