@@ -14,7 +14,9 @@ the page names those found in the data, and the campaigns they came from.
 Every run of the --data roots that has the pipe signals is cut into the detectors' windows (8 s, 2 s
 stride) inside its workload span, on its busiest GPU; ``features.activity.pipe_activity`` gives each
 window's means. Per signal: ROC AUC of training against everything else, over busy windows and over
-runs (run medians), with and without the counter-cases. Nothing is fitted.
+runs (run medians), with and without the counter-cases. Nothing is fitted. Where training and other
+work ran at one shape (width, depth, batch, tokens: LoRA at each attribution configuration's shape,
+configs/campaigns/h200x1-matched.yaml), the page sets them side by side with their DRAM ÷ tensor ratio.
 """
 
 from __future__ import annotations
@@ -71,11 +73,76 @@ def run_windows(run_dir: Path) -> dict | None:
             for i in range(0, len(grid.t) - n + 1, step)]
     labels = m["labels"]
     prec = precision(m.get("ground_truth", {}).get("extra", {}))
+    cfg = labels.get("config") or {}
     # the counter-cases: training without an fp32 master copy, serving outside bf16 (fp32, fp16)
     counter = (labels["class"] == "training" and prec == "bf16") or (labels["class"] != "training" and prec in ("fp32", "fp16"))
     med = {k: _median([w.get(k, np.nan) for w in wins]) for k in SIGNALS + ("gpu_util_pct",)}
     return {"run": run_dir.name, "class": labels["class"], "family": labels["family"], "precision": prec,
-            "counter_case": counter, "median": med, "windows": wins}
+            "counter_case": counter, "median": med, "windows": wins, "shape": shape(cfg),
+            "what": " ".join(str(x) for x in (labels.get("workload", ""), cfg.get("method") or "",
+                                              f"rank {cfg['lora_rank']}" if cfg.get("lora_rank") else "") if x)}
+
+
+def shape(cfg: dict) -> list[int] | None:
+    """The computation's shape, (width, layers, batch, tokens per sequence), from a run's resolved config:
+    a model preset's (workloads.infer_common.MODELS) or the config's own width and depth; attribution
+    keeps its token count in ``text_len`` (its ``seq_len`` is one longer). None when the config lacks one."""
+    from trainsentry.workloads.infer_common import MODELS
+    arch = MODELS.get(cfg.get("model")) or cfg
+    tokens = cfg.get("text_len") or cfg.get("seq_len")
+    key = [arch.get("d_model"), arch.get("n_layers"), cfg.get("batch"), tokens]
+    return key if all(isinstance(v, int) for v in key) else None
+
+
+def matched(runs: list[dict]) -> list[dict]:
+    """Training and non-training runs of one shape side by side: per shape with both, every run's median
+    tensor-core and DRAM activity and their ratio (DRAM ÷ tensor, of the run medians)."""
+    by: dict[tuple, list[dict]] = {}
+    for r in runs:
+        if r["shape"] is not None:
+            by.setdefault(tuple(r["shape"]), []).append(r)
+    out = []
+    for key, rs in sorted(by.items()):
+        if len({r["class"] == "training" for r in rs}) < 2:
+            continue
+        rows = []
+        for r in sorted(rs, key=lambda r: (r["class"], r["family"], r["run"])):
+            t, d = r["median"]["gpm_tensor_util_pct"], r["median"]["gpm_dram_bw_util_pct"]
+            ratio = d / t if np.isfinite(t) and np.isfinite(d) and t > 0 else None
+            rows.append({"run": r["run"], "class": r["class"], "family": r["family"], "what": r["what"],
+                         "precision": r["precision"],
+                         "gpu_util_pct": r["median"]["gpu_util_pct"] if np.isfinite(r["median"]["gpu_util_pct"]) else None,
+                         "tensor": t if np.isfinite(t) else None, "dram": d if np.isfinite(d) else None,
+                         "dram_per_tensor": ratio})
+        out.append({"shape": {"width": key[0], "layers": key[1], "batch": key[2], "tokens": key[3]}, "runs": rows})
+    return out
+
+
+def matched_reading(groups: list[dict]) -> str:
+    """Per training family: in how many shapes every run of it reads a higher DRAM ÷ tensor ratio than
+    every non-training run of the same shape, and the ratios' ranges by family over all matched shapes."""
+    if not groups:
+        return "No shape has both training and other runs."
+    fams = sorted({r["family"] for g in groups for r in g["runs"] if r["class"] == "training"})
+    parts = []
+    for fam in fams:
+        shapes = [g for g in groups if any(r["family"] == fam for r in g["runs"])]
+        above = 0
+        for g in shapes:
+            mine = [r["dram_per_tensor"] for r in g["runs"] if r["family"] == fam and r["dram_per_tensor"] is not None]
+            rest = [r["dram_per_tensor"] for r in g["runs"] if r["class"] != "training" and r["dram_per_tensor"] is not None]
+            above += bool(mine and rest and min(mine) > max(rest))
+        parts.append(f"{fam} training reads a higher DRAM ÷ tensor ratio than every non-training run of its shape "
+                     f"in {above} of {len(shapes)} shapes")
+    span = {}
+    for g in groups:
+        for r in g["runs"]:
+            if r["dram_per_tensor"] is not None:
+                k = r["family"] if r["class"] == "training" else f"{r['class']} {r['family']}"
+                span.setdefault(k, []).append(r["dram_per_tensor"])
+    ranges = "; ".join(f"{k} {min(v):.2f}–{max(v):.2f}" for k, v in sorted(span.items()))
+    return ("; ".join(parts) + f". Ratios over the matched shapes: {ranges}. Across shapes the ranges overlap, "
+            "so the ratio says something only beside a run of the same shape, which an inspector does not know.")
 
 
 def auc(pos: list[float], neg: list[float]) -> float | None:
@@ -218,6 +285,20 @@ def markdown(res: dict) -> str:
         m = r["median"]
         lines.append(f"| {r['run']} | {r['class']} | {r['precision'] or '–'} | {_f(m['gpu_util_pct'], '{:.0f}')} | "
                      + " | ".join(_g(m[s]) for s in SIGNALS) + " |")
+    if res.get("matched"):
+        lines += ["", "## Matched shapes: training beside other work of the same width, depth, batch and length", "",
+                  "Median tensor-core and DRAM activity (% of cycles) of each run of a shape that has both training "
+                  "and other runs; DRAM ÷ tensor is the ratio of the two medians.", "",
+                  "| shape (width × layers, batch × tokens) | run | class | what | precision | GPU util % | "
+                  "`gpm_tensor_util_pct` | `gpm_dram_bw_util_pct` | DRAM ÷ tensor |", "|---|---|---|---|---|---|---|---|---|"]
+        for g in res["matched"]:
+            sh = g["shape"]
+            label = f"{sh['width']} × {sh['layers']}, {sh['batch']} × {sh['tokens']}"
+            for r in g["runs"]:
+                lines.append(f"| {label} | {r['run']} | {r['class']} | {r['what']} | {r['precision'] or '–'} | "
+                             f"{_f(r['gpu_util_pct'], '{:.0f}')} | {_g(r['tensor'])} | {_g(r['dram'])} | "
+                             f"{_f(r['dram_per_tensor'])} |")
+        lines += ["", res["matched_reading"]]
     lines += ["", "## Reading", "",
               f"Without the counter-cases the most separating signal is `{best}` (window AUC {_f(b['window_auc'])}, "
               f"run AUC {_f(b['run_auc'])}). " + res["reading"], "",
@@ -317,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
            "per_run": [{**{k: v for k, v in r.items() if k not in ("windows", "median")},
                         "median": {k: (v if np.isfinite(v) else None) for k, v in r["median"].items()}}
                        for r in sorted(runs, key=lambda r: (r["class"], r["run"]))]}
+    res["matched"] = matched(runs)
+    res["matched_reading"] = matched_reading(res["matched"])
     res["candidates"] = candidates(res["separation"])
     res["above_zero_in"] = above_zero_in(res["groups"])
     res["reading"] = reading(res)

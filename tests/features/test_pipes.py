@@ -29,19 +29,20 @@ def test_pipe_features_are_window_means_and_shares_of_sm_activity():
 
 
 def _trace(root: Path, run_id: str, cls: str, fp32: float, precision: str | None, pipes: bool = True,
-           fp16: float = 0.0) -> None:
+           fp16: float = 0.0, config: dict | None = None, family: str = "f", tensor: float = 50.0,
+           dram: float = 30.0) -> None:
     t = 1_800_000_000.0 + np.arange(300) / 10.0
     cols = {"node": ["n"] * t.size, "device": ["gpu0"] * t.size, "kind": ["gpu"] * t.size, "t": list(t)}
     for m in GPU_METRICS:
         cols[m.name] = [None] * t.size
     cols.update(power_mw=[650_000] * t.size, gpu_util_pct=[97.0] * t.size, gpm_sm_util_pct=[90.0] * t.size,
-                gpm_tensor_util_pct=[50.0] * t.size, gpm_dram_bw_util_pct=[30.0] * t.size)
+                gpm_tensor_util_pct=[tensor] * t.size, gpm_dram_bw_util_pct=[dram] * t.size)
     if pipes:
         cols.update(gpm_fp32_util_pct=list(fp32 + 0.1 * np.sin(t)), gpm_fp16_util_pct=[fp16] * t.size,
                     gpm_integer_util_pct=[9.0] * t.size)
     extra = {"0": {"param_dtype": precision}} if cls == "training" else {"0": {"weights_dtype": f"torch.{precision}"}}
     manifest = {"run_id": run_id, "node": "n", "start": float(t[0]), "end": float(t[-1]), "sample_hz": 10.0,
-                "labels": {"workload": run_id, "class": cls, "family": "f", "config": {}},
+                "labels": {"workload": run_id, "class": cls, "family": family, "config": config or {}},
                 "ground_truth": {"extra": extra}}
     write_trace(root / run_id, cols, manifest)
 
@@ -104,3 +105,39 @@ def test_a_pipe_read_highest_in_training_is_said_so_with_every_group_named(tmp_p
             "of cycles), inference (fp16) (100 %") in reading
     assert "and training (bf16) (100 % of busy windows" in reading
     assert reading.endswith("highest in training (bf16).")
+
+
+def test_matched_shapes_put_training_beside_other_work_of_its_shape(tmp_path):
+    """LoRA at an attribution configuration's exact shape (a preset's width and depth, ``text_len``
+    tokens) is paired with it; a shape without both classes is not listed; the reading counts the shapes
+    where the family's DRAM ÷ tensor ratio is above every other run's, and says the ranges overlap."""
+    main = runpy.run_path(str(SCRIPT))["main"]
+    data = tmp_path / "d"
+    gpt1b = {"model": "gpt1b", "seq_len": 1025, "text_len": 1024, "batch": 16}            # 2048 x 20
+    _trace(data, "attr-1b", "inference", 4.0, "bfloat16", config=gpt1b, family="attribute", tensor=60.0, dram=27.0)
+    _trace(data, "lora-1b", "training", 4.0, "bf16", family="lora", tensor=45.0, dram=40.0,
+           config={"d_model": 2048, "n_layers": 20, "batch": 16, "seq_len": 1024, "lora_rank": 8})
+    _trace(data, "full-1b", "training", 4.0, "bf16", family="single-gpu", tensor=66.0, dram=26.0,
+           config={"d_model": 2048, "n_layers": 20, "batch": 16, "seq_len": 1024})
+    small = {"model": "gpt125m", "seq_len": 513, "text_len": 512, "batch": 64}          # 768 x 12
+    _trace(data, "attr-125m", "inference", 4.0, "bfloat16", config=small, family="attribute", tensor=42.0, dram=40.0)
+    _trace(data, "lora-125m", "training", 4.0, "bf16", family="lora", tensor=25.0, dram=53.0,
+           config={"d_model": 768, "n_layers": 12, "batch": 64, "seq_len": 512, "lora_rank": 8})
+    _trace(data, "lora-alone", "training", 4.0, "bf16", family="lora",        # no other run of this shape
+           config={"d_model": 1024, "n_layers": 4, "batch": 8, "seq_len": 256, "lora_rank": 8})
+    args = ["--data", str(data), "--out", str(tmp_path / "p.json"), "--docs", str(tmp_path / "p.md"),
+            "--figure", str(tmp_path / "p.png")]
+    assert main(args) == 0
+    res = json.loads((tmp_path / "p.json").read_text())
+    shapes = [(g["shape"]["width"], g["shape"]["layers"], g["shape"]["batch"], g["shape"]["tokens"]) for g in res["matched"]]
+    assert shapes == [(768, 12, 64, 512), (2048, 20, 16, 1024)]
+    big = {r["run"]: r for r in res["matched"][1]["runs"]}
+    assert set(big) == {"attr-1b", "lora-1b", "full-1b"}
+    assert abs(big["attr-1b"]["dram_per_tensor"] - 27.0 / 60.0) < 1e-9
+    assert "lora training reads a higher DRAM ÷ tensor ratio than every non-training run of its shape in 2 of 2 " \
+           "shapes" in res["matched_reading"]
+    assert "single-gpu training reads a higher DRAM ÷ tensor ratio than every non-training run of its shape in 0 of 1 " \
+           "shapes" in res["matched_reading"]
+    assert "inference attribute 0.45–0.95" in res["matched_reading"] and "lora 0.89–2.12" in res["matched_reading"]
+    text = (tmp_path / "p.md").read_text()
+    assert "| 2048 × 20, 16 × 1024 | lora-1b | training | lora-1b rank 8 | bf16 | 97 | 45.00 | 40.00 | 0.89 |" in text
