@@ -139,5 +139,9 @@ def test_matched_shapes_put_training_beside_other_work_of_its_shape(tmp_path):
     assert "single-gpu training reads a higher DRAM ÷ tensor ratio than every non-training run of its shape in 0 of 1 " \
            "shapes" in res["matched_reading"]
     assert "inference attribute 0.45–0.95" in res["matched_reading"] and "lora 0.89–2.12" in res["matched_reading"]
+    assert "the ranges overlap" in res["matched_reading"]
+    summ = res["matched_summary"]
+    assert summ["lora"] == {"training": True, "ratio": [40.0 / 45.0, 53.0 / 25.0], "shapes": 2, "above_every_other": 2}
+    assert summ["single-gpu"]["above_every_other"] == 0 and not summ["inference attribute"]["training"]
     text = (tmp_path / "p.md").read_text()
     assert "| 2048 × 20, 16 × 1024 | lora-1b | training | lora-1b rank 8 | bf16 | 97 | 45.00 | 40.00 | 0.89 |" in text
