@@ -193,3 +193,16 @@ def test_the_one_gpu_campaigns_plan_only_one_rank_workloads():
     for name in ("h200x1.yaml", "h200x1-hardneg.yaml", "redteam-x1.yaml"):
         c = Campaign.load(root / name)
         assert c.nproc == 1 and len(c.expand()) >= 10
+
+
+def test_lora_targets_are_checked_when_the_campaign_is_planned(tmp_path):
+    """An adapter set the workload would refuse at launch (query without value) is refused at planning,
+    before any GPU time is spent; the committed query-and-value campaign plans."""
+    path = tmp_path / "qv.yaml"
+    path.write_text(yaml.safe_dump({"name": "qv", "nproc": 1, "runs": [
+        {"workload": "train.lora.single-r8-w1536", "overrides": {"lora_targets": ["attn.q"]}}]}))
+    with pytest.raises(ValueError, match="lora_targets"):
+        Campaign.load(path).expand()
+    root = Path(__file__).resolve().parents[2] / "configs" / "campaigns"
+    runs = Campaign.load(root / "h200x1-lora-qv.yaml").expand()
+    assert len(runs) == 5 and all(r["overrides"]["lora_targets"] == ["attn.q", "attn.v"] for r in runs)

@@ -240,3 +240,33 @@ def test_lora_starts_from_the_base_model_and_trains_only_adapters():
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in name for name in trainable)
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) == n
+
+
+def test_lora_on_query_and_value_only_matches_its_formula_and_refuses_other_sets():
+    """``lora_targets`` (PEFT's default: query and value): adapters on those projections only, and the
+    analytic FLOPs follow them: what leaving adapters out saves is, to the FLOP, what torch's own counter
+    measures on one training step (the rest of the step is test_lora_flops_match_frozen_base_formula's)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from trainsentry.workloads.lora import TARGETS
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=64, n_layers=3, n_heads=4, n_kv_heads=2, seq_len=32)
+    measured, analytic = {}, {}
+    for targets in (TARGETS, ("attn.v", "attn.q"), ("attn.q", "attn.k", "attn.v")):
+        model = GPT(cfg)
+        n = apply_lora(model, rank=4, targets=targets)
+        wrapped = {name.split(".", 2)[-1].rsplit(".", 1)[0] for name, p in model.named_parameters() if p.requires_grad}
+        assert wrapped == set(targets)
+        assert sum(p.numel() for p in model.parameters() if p.requires_grad) == n
+        x = torch.randint(0, 256, (2, 32))
+        with FlopCounterMode(display=False) as fc:
+            model(x).float().logsumexp(-1).mean().backward()
+        measured[targets], analytic[targets] = fc.get_total_flops(), lora_flops_per_token(cfg, 4, 32, targets) * x.numel()
+    qv, qkv = ("attn.v", "attn.q"), ("attn.q", "attn.k", "attn.v")
+    for more in (TARGETS, qkv):
+        assert measured[more] - measured[qv] == pytest.approx(analytic[more] - analytic[qv], rel=1e-9)
+        assert measured[more] > measured[qv]
+    for bad in (("attn.q",), ("attn.q", "attn.v", "mlp.gate")):
+        with pytest.raises(ValueError, match="lora_targets"):
+            apply_lora(GPT(cfg), rank=4, targets=bad)

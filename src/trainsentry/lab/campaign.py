@@ -79,6 +79,9 @@ class Campaign:
                 raise ValueError(f"workload {name!r} needs {WORKLOADS[name].min_ranks} ranks; "
                                  f"campaign {self.name!r} launches {self.nproc}")
             overrides = entry.get("overrides") or {}
+            if "lora_targets" in overrides:   # refused here, before a device call, not at launch
+                from ..workloads.lora import check_targets
+                check_targets(overrides["lora_targets"])
             # runs of one workload differ by overrides and, when an entry sets its own, by length
             ident = {**overrides, **({"_seconds": entry["seconds"]} if "seconds" in entry else {})}
             tag = hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:6] if ident else "base"

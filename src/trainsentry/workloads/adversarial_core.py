@@ -25,7 +25,7 @@ from . import parallel as par
 from .base import Context
 from .data import Batches
 from .flops import measure
-from .lora import apply_lora, lora_flops_per_token
+from .lora import TARGETS, apply_lora, check_targets, lora_flops_per_token
 from .model import loss_fn, n_params
 from .train import _record_setup, _set_val, _val_loss
 
@@ -48,8 +48,11 @@ class Replica:
         self.model = par.build_model(ctx, self.mcfg)
         analytic = None
         if cfg.get("lora_rank"):
-            ctx.ledger.extra["lora_params"] = apply_lora(self.model, cfg["lora_rank"], cfg.get("lora_alpha", 16.0))
-            analytic = lora_flops_per_token(self.mcfg, cfg["lora_rank"], self.mcfg.seq_len)
+            targets = cfg.get("lora_targets") or TARGETS
+            ctx.ledger.extra["lora_params"] = apply_lora(self.model, cfg["lora_rank"], cfg.get("lora_alpha", 16.0),
+                                                         targets)
+            ctx.ledger.extra["lora_targets"] = list(check_targets(targets))
+            analytic = lora_flops_per_token(self.mcfg, cfg["lora_rank"], self.mcfg.seq_len, targets)
         _record_setup(ctx, cfg, self.model, self.mcfg, analytic)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.opts = par.make_optimizers(ctx, self.model, cfg)

@@ -16,6 +16,19 @@ import torch.nn as nn
 from .model import GPT, ModelConfig
 
 TARGETS = ("attn.q", "attn.k", "attn.v", "attn.o", "mlp.fc1", "mlp.fc2")
+# Adapters on some projections only (``lora_targets``), as PEFT's default of query and value: both must
+# be among them, so every block's first adapter reads the block input and the FLOP formula below holds.
+REQUIRED_TARGETS = ("attn.q", "attn.v")
+
+
+def check_targets(targets) -> tuple[str, ...]:
+    """``lora_targets`` as a tuple in TARGETS order; a clear error for an unknown name or a set without
+    both ``attn.q`` and ``attn.v``."""
+    targets = tuple(targets)
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown or not set(REQUIRED_TARGETS) <= set(targets):
+        raise ValueError(f"lora_targets must be names from {TARGETS} including {REQUIRED_TARGETS}; got {list(targets)}")
+    return tuple(t for t in TARGETS if t in targets)
 
 
 class LoRALinear(nn.Module):
@@ -32,13 +45,15 @@ class LoRALinear(nn.Module):
         return self.base(x) + (x @ self.lora_a.t() @ self.lora_b.t()) * self.scale
 
 
-def apply_lora(model: GPT, rank: int, alpha: float = 16.0) -> int:
-    """Freeze every base weight and wrap the block linears; returns the adapter parameter count."""
+def apply_lora(model: GPT, rank: int, alpha: float = 16.0, targets=TARGETS) -> int:
+    """Freeze every base weight and wrap the block linears named in ``targets`` (all six by default);
+    returns the adapter parameter count."""
+    targets = check_targets(targets)
     for p in model.parameters():
         p.requires_grad_(False)
     n = 0
     for block in model.layers.values():
-        for path in TARGETS:
+        for path in targets:
             parent_name, attr = path.split(".")
             parent = getattr(block, parent_name)
             lora = LoRALinear(getattr(parent, attr), rank, alpha)
@@ -47,25 +62,27 @@ def apply_lora(model: GPT, rank: int, alpha: float = 16.0) -> int:
     return n
 
 
-def lora_flops_per_token(cfg: ModelConfig, rank: int, context: int) -> float:
+def lora_flops_per_token(cfg: ModelConfig, rank: int, context: int, targets=TARGETS) -> float:
     """Analytic FLOPs per token of a LoRA training step (same conventions as ModelConfig).
 
     Forward: base matmuls + attention + adapters. Backward: frozen weights get no weight gradient,
     so each base matmul costs one input-gradient product (2 per weight) instead of two, except the
     first block's q/k/v whose input (embeddings, frozen) needs no gradient at all. Attention backward
     is twice its forward. Each adapter costs its weight gradients (A and B) plus the gradient through
-    B; the gradient through A back to the input is needed everywhere but in the first block.
+    B; the gradient through A back to the input is needed everywhere but in the first block. Only the
+    projections in ``targets`` carry adapters.
     """
+    on = [t in check_targets(targets) for t in TARGETS]
     d, hd, ff, L = cfg.d_model, cfg.head_dim, cfg.ff, cfg.n_layers
     kv = cfg.kv_heads * hd
     shapes = [(d, d), (d, kv), (d, kv), (d, d), (d, ff), (ff, d)]   # (in, out) of q k v o fc1 fc2
     base = sum(i * o for i, o in shapes)
-    adapter = sum(rank * (i + o) for i, o in shapes)
+    adapter = sum(rank * (i + o) for (i, o), a in zip(shapes, on) if a)
     attn = 2 * 2 * context * d                                       # per layer, forward
     head = d * cfg.vocab
     fwd = L * (2 * base + 2 * adapter + attn) + 2 * head
     first_qkv = sum(i * o for i, o in shapes[:3])
-    first_qkv_a = sum(rank * i for i, _ in shapes[:3])
+    first_qkv_a = sum(rank * i for (i, _), a in zip(shapes[:3], on[:3]) if a)
     bwd_base = L * 2 * base - 2 * first_qkv + 2 * head
     bwd_adapter = L * 4 * adapter - 2 * first_qkv_a
     return fwd + bwd_base + bwd_adapter + L * 2 * attn

@@ -19,7 +19,7 @@ from .base import WORKLOADS, Context, Ledger, variants
 from .comm import CollectiveCounter
 from .data import Batches
 from .flops import measure
-from .lora import apply_lora, lora_flops_per_token
+from .lora import TARGETS, apply_lora, check_targets, lora_flops_per_token
 from .model import loss_fn, n_params
 
 CLS = "training"
@@ -90,8 +90,10 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
     ctx.ledger.extra["param_dtype"] = param_dtype
     analytic = None
     if cfg.get("lora_rank"):
-        ctx.ledger.extra["lora_params"] = apply_lora(model, cfg["lora_rank"], cfg.get("lora_alpha", 16.0))
-        analytic = lora_flops_per_token(mcfg, cfg["lora_rank"], mcfg.seq_len)
+        targets = cfg.get("lora_targets") or TARGETS
+        ctx.ledger.extra["lora_params"] = apply_lora(model, cfg["lora_rank"], cfg.get("lora_alpha", 16.0), targets)
+        ctx.ledger.extra["lora_targets"] = list(check_targets(targets))
+        analytic = lora_flops_per_token(mcfg, cfg["lora_rank"], mcfg.seq_len, targets)
     _record_setup(ctx, cfg, model, mcfg, analytic)
     # what the optimizer will update, as the tensors are (not as configured): LoRA adapters follow their base's dtype
     ctx.ledger.extra["trainable_dtypes"] = sorted({str(p.dtype) for p in model.parameters() if p.requires_grad})
