@@ -77,10 +77,25 @@ def run_windows(run_dir: Path) -> dict | None:
     # the counter-cases: training without an fp32 master copy, serving outside bf16 (fp32, fp16)
     counter = (labels["class"] == "training" and prec == "bf16") or (labels["class"] != "training" and prec in ("fp32", "fp16"))
     med = {k: _median([w.get(k, np.nan) for w in wins]) for k in SIGNALS + ("gpu_util_pct",)}
+    targets = cfg.get("lora_targets")
+    short = ", ".join(t.split(".")[-1] for t in targets) if targets else ""
     return {"run": run_dir.name, "class": labels["class"], "family": labels["family"], "precision": prec,
             "counter_case": counter, "median": med, "windows": wins, "shape": shape(cfg),
+            "group": variant(labels["class"], labels["family"], targets),
             "what": " ".join(str(x) for x in (labels.get("workload", ""), cfg.get("method") or "",
-                                              f"rank {cfg['lora_rank']}" if cfg.get("lora_rank") else "") if x)}
+                                              f"rank {cfg['lora_rank']}" if cfg.get("lora_rank") else "",
+                                              f"on {short}" if short else "") if x)}
+
+
+def variant(cls: str, family: str, lora_targets: list | None) -> str:
+    """What the matched-shape comparison keeps apart: a training family, with LoRA's adapter set where it
+    is not every projection (``lora (q, v)``), or other work as "class family"."""
+    from trainsentry.workloads.lora import TARGETS
+    if cls != "training":
+        return f"{cls} {family}"
+    if lora_targets and set(lora_targets) != set(TARGETS):
+        return f"{family} ({', '.join(t.split('.')[-1] for t in TARGETS if t in lora_targets)})"
+    return family
 
 
 def shape(cfg: dict) -> list[int] | None:
@@ -109,7 +124,7 @@ def matched(runs: list[dict]) -> list[dict]:
         for r in sorted(rs, key=lambda r: (r["class"], r["family"], r["run"])):
             t, d = r["median"]["gpm_tensor_util_pct"], r["median"]["gpm_dram_bw_util_pct"]
             ratio = d / t if np.isfinite(t) and np.isfinite(d) and t > 0 else None
-            rows.append({"run": r["run"], "class": r["class"], "family": r["family"], "what": r["what"],
+            rows.append({"run": r["run"], "class": r["class"], "family": r["family"], "group": r["group"], "what": r["what"],
                          "precision": r["precision"],
                          "gpu_util_pct": r["median"]["gpu_util_pct"] if np.isfinite(r["median"]["gpu_util_pct"]) else None,
                          "tensor": t if np.isfinite(t) else None, "dram": d if np.isfinite(d) else None,
@@ -119,46 +134,53 @@ def matched(runs: list[dict]) -> list[dict]:
 
 
 def matched_summary(groups: list[dict]) -> dict:
-    """Per family of the matched shapes (training by family, other work as "class family"): in how many
-    of its shapes every run of a training family reads a higher DRAM ÷ tensor ratio than every
-    non-training run of the same shape (``above_every_other``, of ``shapes``), and the ratios' range over
-    all matched shapes (``ratio``): computed once, read by the page below and by the report."""
-    out: dict[str, dict] = {}
+    """Computed once, read by the page below and by the report. ``groups``: per group of runs (a
+    training family, LoRA by adapter set; other work as "class family"), its DRAM ÷ tensor ratios' range
+    over the matched shapes. ``comparisons``: per training group and other group that share a shape,
+    the shapes they share (both with a ratio), in how many every run of the training group reads a
+    higher ratio than every run of the other (``above``), their ranges over those shapes, and whether
+    the ranges overlap (``overlap``: then no one threshold parts them without knowing the shape)."""
+    ratios: dict[str, dict] = {}
+    per_shape: list[dict[str, list[float]]] = []
     for g in groups:
+        here: dict[str, list[float]] = {}
         for r in g["runs"]:
-            if r["dram_per_tensor"] is None:
+            if r["dram_per_tensor"] is not None:
+                here.setdefault(r["group"], []).append(r["dram_per_tensor"])
+                e = ratios.setdefault(r["group"], {"training": r["class"] == "training", "values": []})
+                e["values"].append(r["dram_per_tensor"])
+        per_shape.append(here)
+    out = {"groups": {k: {"training": e["training"], "ratio": [min(e["values"]), max(e["values"])]}
+                      for k, e in sorted(ratios.items())}, "comparisons": []}
+    for tg in [k for k, e in out["groups"].items() if e["training"]]:
+        for og in [k for k, e in out["groups"].items() if not e["training"]]:
+            shared = [h for h in per_shape if tg in h and og in h]
+            if not shared:
                 continue
-            k = r["family"] if r["class"] == "training" else f"{r['class']} {r['family']}"
-            e = out.setdefault(k, {"training": r["class"] == "training", "ratio": [r["dram_per_tensor"]] * 2})
-            e["ratio"] = [min(e["ratio"][0], r["dram_per_tensor"]), max(e["ratio"][1], r["dram_per_tensor"])]
-    for fam, e in out.items():
-        if not e["training"]:
-            continue
-        shapes = [g for g in groups if any(r["family"] == fam and r["class"] == "training" for r in g["runs"])]
-        above = 0
-        for g in shapes:
-            mine = [r["dram_per_tensor"] for r in g["runs"]
-                    if r["family"] == fam and r["class"] == "training" and r["dram_per_tensor"] is not None]
-            rest = [r["dram_per_tensor"] for r in g["runs"] if r["class"] != "training" and r["dram_per_tensor"] is not None]
-            above += bool(mine and rest and min(mine) > max(rest))
-        e.update(shapes=len(shapes), above_every_other=above)
-    return dict(sorted(out.items()))
+            t = [v for h in shared for v in h[tg]]
+            o = [v for h in shared for v in h[og]]
+            out["comparisons"].append({
+                "training": tg, "other": og, "shapes": len(shared),
+                "above": sum(min(h[tg]) > max(h[og]) for h in shared),
+                "training_ratio": [min(t), max(t)], "other_ratio": [min(o), max(o)],
+                "overlap": min(t) <= max(o) and min(o) <= max(t)})
+    return out
 
 
 def matched_reading(summary: dict) -> str:
     """The matched-shape comparison in words, from :func:`matched_summary`."""
-    if not summary:
-        return "No shape has both training and other runs."
-    parts = [f"{fam} training reads a higher DRAM ÷ tensor ratio than every non-training run of its shape in "
-             f"{e['above_every_other']} of {e['shapes']} shapes" for fam, e in summary.items() if e["training"]]
-    ranges = "; ".join(f"{k} {e['ratio'][0]:.2f}–{e['ratio'][1]:.2f}" for k, e in summary.items())
-    train = [e["ratio"] for e in summary.values() if e["training"]]
-    other = [e["ratio"] for e in summary.values() if not e["training"]]
-    overlap = any(a[0] <= b[1] and b[0] <= a[1] for a in train for b in other)
-    return ("; ".join(parts) + f". Ratios over the matched shapes: {ranges}. "
-            + ("Across shapes the ranges overlap, so the ratio says something only beside a run of the same shape, "
-               "which an inspector does not know." if overlap else
-               "The training and other ranges do not overlap even across shapes, on these few shapes."))
+    comps = summary.get("comparisons") or []
+    if not comps:
+        return "No shape has both training and other runs with the tensor and DRAM signals."
+    parts = [f"{c['training']} training read a higher DRAM ÷ tensor ratio than {c['other']} in {c['above']} of the "
+             f"{c['shapes']} shape(s) they share (ratios {c['training_ratio'][0]:.2f}–{c['training_ratio'][1]:.2f} "
+             f"against {c['other_ratio'][0]:.2f}–{c['other_ratio'][1]:.2f}, "
+             + ("overlapping across shapes)" if c["overlap"] else "apart even across shapes)") for c in comps]
+    out = "; ".join(parts) + "."
+    if any(c["overlap"] and c["above"] == c["shapes"] for c in comps):
+        out += (" Where a training group is above at every shared shape but the ranges overlap across shapes, "
+                "the ratio parts them only beside a run of the same shape, which an inspector does not know.")
+    return out
 
 
 def auc(pos: list[float], neg: list[float]) -> float | None:
@@ -303,8 +325,10 @@ def markdown(res: dict) -> str:
                      + " | ".join(_g(m[s]) for s in SIGNALS) + " |")
     if res.get("matched"):
         lines += ["", "## Matched shapes: training beside other work of the same width, depth, batch and length", "",
-                  "Median tensor-core and DRAM activity (% of cycles) of each run of a shape that has both training "
-                  "and other runs; DRAM ÷ tensor is the ratio of the two medians.", "",
+                  "Median tensor-core and DRAM activity (% of cycles, over each run's windows, busy or not) of each "
+                  "run of a shape that has both training and other runs; DRAM ÷ tensor is the ratio of the two "
+                  "medians. A shape is width, layers, batch and tokens per sequence (heads and feed-forward width "
+                  "aside).", "",
                   "| shape (width × layers, batch × tokens) | run | class | what | precision | GPU util % | "
                   "`gpm_tensor_util_pct` | `gpm_dram_bw_util_pct` | DRAM ÷ tensor |", "|---|---|---|---|---|---|---|---|---|"]
         for g in res["matched"]:

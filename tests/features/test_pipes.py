@@ -109,14 +109,17 @@ def test_a_pipe_read_highest_in_training_is_said_so_with_every_group_named(tmp_p
 
 def test_matched_shapes_put_training_beside_other_work_of_its_shape(tmp_path):
     """LoRA at an attribution configuration's exact shape (a preset's width and depth, ``text_len``
-    tokens) is paired with it; a shape without both classes is not listed; the reading counts the shapes
-    where the family's DRAM ÷ tensor ratio is above every other run's, and says the ranges overlap."""
+    tokens) is paired with it; a shape without both classes is not listed; LoRA on query and value only
+    is its own group; each comparison counts the shared shapes where training is above and says whether
+    the ranges overlap across shapes."""
     main = runpy.run_path(str(SCRIPT))["main"]
     data = tmp_path / "d"
     gpt1b = {"model": "gpt1b", "seq_len": 1025, "text_len": 1024, "batch": 16}            # 2048 x 20
+    lora1b = {"d_model": 2048, "n_layers": 20, "batch": 16, "seq_len": 1024, "lora_rank": 8}
     _trace(data, "attr-1b", "inference", 4.0, "bfloat16", config=gpt1b, family="attribute", tensor=60.0, dram=27.0)
-    _trace(data, "lora-1b", "training", 4.0, "bf16", family="lora", tensor=45.0, dram=40.0,
-           config={"d_model": 2048, "n_layers": 20, "batch": 16, "seq_len": 1024, "lora_rank": 8})
+    _trace(data, "lora-1b", "training", 4.0, "bf16", family="lora", tensor=45.0, dram=40.0, config=lora1b)
+    _trace(data, "lora-qv-1b", "training", 4.0, "bf16", family="lora", tensor=58.0, dram=26.0,
+           config={**lora1b, "lora_targets": ["attn.q", "attn.v"]})
     _trace(data, "full-1b", "training", 4.0, "bf16", family="single-gpu", tensor=66.0, dram=26.0,
            config={"d_model": 2048, "n_layers": 20, "batch": 16, "seq_len": 1024})
     small = {"model": "gpt125m", "seq_len": 513, "text_len": 512, "batch": 64}          # 768 x 12
@@ -132,16 +135,35 @@ def test_matched_shapes_put_training_beside_other_work_of_its_shape(tmp_path):
     shapes = [(g["shape"]["width"], g["shape"]["layers"], g["shape"]["batch"], g["shape"]["tokens"]) for g in res["matched"]]
     assert shapes == [(768, 12, 64, 512), (2048, 20, 16, 1024)]
     big = {r["run"]: r for r in res["matched"][1]["runs"]}
-    assert set(big) == {"attr-1b", "lora-1b", "full-1b"}
+    assert set(big) == {"attr-1b", "lora-1b", "lora-qv-1b", "full-1b"}
     assert abs(big["attr-1b"]["dram_per_tensor"] - 27.0 / 60.0) < 1e-9
-    assert "lora training reads a higher DRAM ÷ tensor ratio than every non-training run of its shape in 2 of 2 " \
-           "shapes" in res["matched_reading"]
-    assert "single-gpu training reads a higher DRAM ÷ tensor ratio than every non-training run of its shape in 0 of 1 " \
-           "shapes" in res["matched_reading"]
-    assert "inference attribute 0.45–0.95" in res["matched_reading"] and "lora 0.89–2.12" in res["matched_reading"]
-    assert "the ranges overlap" in res["matched_reading"]
-    summ = res["matched_summary"]
-    assert summ["lora"] == {"training": True, "ratio": [40.0 / 45.0, 53.0 / 25.0], "shapes": 2, "above_every_other": 2}
-    assert summ["single-gpu"]["above_every_other"] == 0 and not summ["inference attribute"]["training"]
+    assert big["lora-qv-1b"]["group"] == "lora (q, v)" and big["lora-1b"]["group"] == "lora"
+    comps = {(c["training"], c["other"]): c for c in res["matched_summary"]["comparisons"]}
+    assert set(comps) == {("lora", "inference attribute"), ("lora (q, v)", "inference attribute"),
+                          ("single-gpu", "inference attribute")}
+    lora = comps[("lora", "inference attribute")]
+    assert (lora["shapes"], lora["above"], lora["overlap"]) == (2, 2, True)   # 0.89–2.12 against 0.45–0.95
+    assert lora["training_ratio"] == [40.0 / 45.0, 53.0 / 25.0]
+    assert (comps[("lora (q, v)", "inference attribute")]["above"], comps[("single-gpu", "inference attribute")]["above"]) == (0, 0)
+    reading = res["matched_reading"]
+    assert "lora training read a higher DRAM ÷ tensor ratio than inference attribute in 2 of the 2 shape(s)" in reading
+    assert "only beside a run of the same shape" in reading
     text = (tmp_path / "p.md").read_text()
     assert "| 2048 × 20, 16 × 1024 | lora-1b | training | lora-1b rank 8 | bf16 | 97 | 45.00 | 40.00 | 0.89 |" in text
+    assert "| lora-qv-1b | training | lora-qv-1b rank 8 on q, v |" in text
+
+
+def test_matched_shapes_say_when_the_ratio_parts_them_even_across_shapes(tmp_path):
+    main = runpy.run_path(str(SCRIPT))["main"]
+    data = tmp_path / "d"
+    gpt1b = {"model": "gpt1b", "seq_len": 1025, "text_len": 1024, "batch": 16}
+    _trace(data, "attr-1b", "inference", 4.0, "bfloat16", config=gpt1b, family="attribute", tensor=60.0, dram=27.0)
+    _trace(data, "lora-1b", "training", 4.0, "bf16", family="lora", tensor=45.0, dram=40.0,
+           config={"d_model": 2048, "n_layers": 20, "batch": 16, "seq_len": 1024, "lora_rank": 8})
+    args = ["--data", str(data), "--out", str(tmp_path / "p.json"), "--docs", str(tmp_path / "p.md"),
+            "--figure", str(tmp_path / "p.png")]
+    assert main(args) == 0
+    res = json.loads((tmp_path / "p.json").read_text())
+    (c,) = res["matched_summary"]["comparisons"]
+    assert (c["shapes"], c["above"], c["overlap"]) == (1, 1, False)
+    assert "apart even across shapes" in res["matched_reading"] and "only beside" not in res["matched_reading"]

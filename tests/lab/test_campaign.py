@@ -203,6 +203,19 @@ def test_lora_targets_are_checked_when_the_campaign_is_planned(tmp_path):
         {"workload": "train.lora.single-r8-w1536", "overrides": {"lora_targets": ["attn.q"]}}]}))
     with pytest.raises(ValueError, match="lora_targets"):
         Campaign.load(path).expand()
+    for workload, over, match in (("train.single.w1024-l16", {"lora_targets": ["attn.q", "attn.v"]}, "without lora_rank"),
+                                  ("train.lora.single-r8-w1536", {"lora_targets": None}, "must be a list")):
+        path.write_text(yaml.safe_dump({"name": "qv", "nproc": 1, "runs": [{"workload": workload, "overrides": over}]}))
+        with pytest.raises(ValueError, match=match):
+            Campaign.load(path).expand()
+    # the file's order does not make a second configuration
+    orders = []
+    for targets in (["attn.v", "attn.q"], ["attn.q", "attn.v"]):
+        path.write_text(yaml.safe_dump({"name": "qv", "nproc": 1, "runs": [
+            {"workload": "train.lora.single-r8-w1536", "overrides": {"lora_targets": targets}}]}))
+        (run,) = Campaign.load(path).expand()
+        orders.append((run["run_id"], run["overrides"]["lora_targets"]))
+    assert orders[0] == orders[1] and orders[0][1] == ["attn.q", "attn.v"]
     root = Path(__file__).resolve().parents[2] / "configs" / "campaigns"
     runs = Campaign.load(root / "h200x1-lora-qv.yaml").expand()
     assert len(runs) == 5 and all(r["overrides"]["lora_targets"] == ["attn.q", "attn.v"] for r in runs)

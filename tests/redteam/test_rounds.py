@@ -536,6 +536,15 @@ def test_several_campaign_files_are_one_plan(data, tmp_path):
     assert "--campaign first.yaml --campaign later.yaml" in _command(
         [Path("b")], [Path("a")], 3, Path("o.json"), "d.md", "f", [], "fused", 20, 0, 400,
         [Path("first.yaml"), Path("later.yaml")])
+    other = tmp_path / "other.yaml"   # another campaign's file is not part of this plan; a broken one is refused
+    other.write_text("name: rt-other\nnproc: 2\nruns:\n- {workload: adv.accum.k8}\n")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: rt-test\nnproc: 2\nruns: null\n")
+    for files, said in (([first, other], "share its name"), ([first, broken], "not a campaign that plans")):
+        res = CliRunner().invoke(app, ["redteam", "rounds", "--benign", str(data["benign"]), "--adversarial",
+                                       str(data["adv"]), *[a for f in files for a in ("--campaign", str(f))],
+                                       "--out", str(tmp_path / "r.json"), "--cache", str(data["cache"])])
+        assert res.exit_code == 2 and said in " ".join(res.output.split()), res.output
     proxy = []   # the surrogate's limit follows the later file's plan too
     assert not any(t.startswith(SURROGATE_WORKLOAD) for t in limits(proxy, [first]))
     assert any(t.startswith(SURROGATE_WORKLOAD) for t in limits(proxy, [first, later]))

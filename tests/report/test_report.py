@@ -675,18 +675,25 @@ def test_backward_pass_without_update_is_told_only_where_attribution_was_judged(
     said = _backward_without_update(ctx)
     assert [i.value for i in ctx.injected] == [0.5, 9] and "in the fit" not in said
     assert "same computation as fine-tuning adapters" in said   # no matched-shape study: the physical argument
+    (res / "pipes.json").write_text(json.dumps({}))   # a pipes.json written before the matched shapes
+    assert "same computation as fine-tuning adapters" in _backward_without_update(Ctx(res, DATA, True, CONFIGS))
     # the pipes study's matched shapes (results/pipes.json matched_summary): said from its numbers
-    pipes = {"matched_summary": {"lora": {"training": True, "ratio": [0.69, 2.18], "shapes": 3, "above_every_other": 3},
-                                 "inference attribute": {"training": False, "ratio": [0.36, 0.96]}}}
+    comp = {"training": "lora", "other": "inference attribute", "shapes": 3, "above": 3,
+            "training_ratio": [0.69, 2.18], "other_ratio": [0.36, 0.96], "overlap": True}
+    pipes = {"matched_summary": {"comparisons": [
+        {**comp, "training": "single-gpu", "above": 0}, comp]}}
     (res / "pipes.json").write_text(json.dumps(pipes))
     ctx = Ctx(res, DATA, True, CONFIGS)
     said = _backward_without_update(ctx)
     assert [i.value for i in ctx.injected][2:] == [3, 3, 0.69, 2.18, 0.36, 0.96]
+    assert 'matched_summary/comparisons/1/above' in ctx.injected[2].sources[0]
     assert "which an inspector does not know" in said and "evidence that weights change" in said
-    pipes["matched_summary"]["lora"]["above_every_other"] = 2
-    (res / "pipes.json").write_text(json.dumps(pipes))
-    said = _backward_without_update(Ctx(res, DATA, True, CONFIGS))
-    assert "Even at equal shapes that did not part them" in said and "inspector does not know" not in said
+    for above, overlap, words in ((3, False, "apart even across shapes"), (2, True, "parts them only sometimes"),
+                                  (0, True, "it does not part them")):
+        comp.update(above=above, overlap=overlap)
+        (res / "pipes.json").write_text(json.dumps(pipes))
+        said = _backward_without_update(Ctx(res, DATA, True, CONFIGS))
+        assert words in said and "inspector does not know" not in said
     del fam["attribute"]
     (res / "one_gpu.json").write_text(json.dumps(doc))
     assert _backward_without_update(Ctx(res, DATA, True, CONFIGS)) == ""

@@ -48,7 +48,7 @@ class Replica:
         self.model = par.build_model(ctx, self.mcfg)
         analytic = None
         if cfg.get("lora_rank"):
-            targets = cfg.get("lora_targets") or TARGETS
+            targets = TARGETS if cfg.get("lora_targets") is None else cfg["lora_targets"]
             ctx.ledger.extra["lora_params"] = apply_lora(self.model, cfg["lora_rank"], cfg.get("lora_alpha", 16.0),
                                                          targets)
             ctx.ledger.extra["lora_targets"] = list(check_targets(targets))

@@ -1,4 +1,5 @@
-"""LoRA fine-tuning: a low-rank adapter beside each linear layer of the GPT blocks, base frozen.
+"""LoRA fine-tuning: a low-rank adapter beside each linear layer of the GPT blocks (or, with
+``lora_targets``, beside some of them: query and value at least), base frozen.
 
 y = W x + (alpha / r) · B A x, with A [r, in] random and B [out, r] zero, so training starts from the
 base model exactly. Only A and B get gradients, so the gradient all-reduce of a LoRA run is tiny

@@ -90,7 +90,7 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
     ctx.ledger.extra["param_dtype"] = param_dtype
     analytic = None
     if cfg.get("lora_rank"):
-        targets = cfg.get("lora_targets") or TARGETS
+        targets = TARGETS if cfg.get("lora_targets") is None else cfg["lora_targets"]
         ctx.ledger.extra["lora_params"] = apply_lora(model, cfg["lora_rank"], cfg.get("lora_alpha", 16.0), targets)
         ctx.ledger.extra["lora_targets"] = list(check_targets(targets))
         analytic = lora_flops_per_token(mcfg, cfg["lora_rank"], mcfg.seq_len, targets)

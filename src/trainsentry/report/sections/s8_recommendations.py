@@ -51,26 +51,32 @@ def _backward_without_update(ctx) -> str:
 def _matched_shapes(ctx) -> str:
     """Fine-tuning adapters on a frozen base is the same backward pass as attribution, plus the adapters'
     low-rank products and optimizer step: what the one-GPU node showed at equal shapes (results/pipes.json
-    matched_summary, scripts/pipes_study.py), and why it is no inspector's test."""
+    ``matched_summary``, scripts/pipes_study.py; absent from a file written before it), said in one of
+    three ways (above at every shared shape, at some, at none) and, where above everywhere, whether the
+    ranges still overlap across shapes."""
     robust = "; evidence that weights change (attestation of the weights' memory, for instance) would"
-    summ = (ctx.value("pipes", "matched_summary") or {}) if ctx.has("pipes") else {}
-    lora, att = summ.get("lora"), summ.get("inference attribute")
-    if not lora or not att or not lora.get("shapes"):
+    summ = ((ctx.load("pipes") or {}).get("matched_summary") or {}) if ctx.has("pipes") else {}
+    comps = summ.get("comparisons") or []
+    i = next((i for i, c in enumerate(comps) if c["training"] == "lora" and c["other"] == "inference attribute"), None)
+    if i is None:
         return (" It is the same computation as fine-tuning adapters on a frozen base, so no activity counter is "
                 "likely to part them" + robust + ".")
-    path = "matched_summary/lora"
-    both = lora["above_every_other"] == lora["shapes"]
-    return (f" Fine-tuning adapters on a frozen base runs the same backward pass plus the adapters' low-rank "
+    c, path = comps[i], f"matched_summary/comparisons/{i}"
+    n = lambda k, fmt="int": ctx.num("pipes", f"{path}/{k}", fmt)  # noqa: E731
+    said = (f" Fine-tuning adapters on a frozen base runs the same backward pass plus the adapters' low-rank "
             f"products and optimizer step; run at attribution's exact shapes, it read a higher ratio of DRAM to "
-            f"tensor-core activity than every attribution run of its shape in "
-            f"{ctx.num('pipes', path + '/above_every_other', 'int')} of "
-            f"{ctx.num('pipes', path + '/shapes', 'int')} shapes (adapters "
-            f"{ctx.num('pipes', path + '/ratio/0', 'f2')} to {ctx.num('pipes', path + '/ratio/1', 'f2')}, "
-            f"attribution {ctx.num('pipes', 'matched_summary/inference attribute/ratio/0', 'f2')} to "
-            f"{ctx.num('pipes', 'matched_summary/inference attribute/ratio/1', 'f2')}). "
-            + ("That parts them only beside a run of the same shape, which an inspector does not know, and a "
-               "fused adapter kernel would narrow it" if both else "Even at equal shapes that did not part them")
-            + robust + " part them whatever the kernels.")
+            f"tensor-core activity than attribution in {n('above')} of the {n('shapes')} shapes they share "
+            f"(adapters {n('training_ratio/0', 'f2')} to {n('training_ratio/1', 'f2')}, attribution "
+            f"{n('other_ratio/0', 'f2')} to {n('other_ratio/1', 'f2')}). ")
+    if c["above"] == c["shapes"]:
+        said += ("The ranges overlap across shapes, so that parts them only beside a run of the same shape, "
+                 "which an inspector does not know" if c["overlap"] else
+                 "Those few shapes are apart even across shapes, a lead to test on shapes not yet recorded")
+    elif c["above"]:
+        said += "So even at equal shapes it parts them only sometimes"
+    else:
+        said += "So even at equal shapes it does not part them"
+    return said + robust + " part them whatever the kernels."
 
 
 def _pipes(ctx) -> str:
