@@ -533,6 +533,9 @@ def test_several_campaign_files_are_one_plan(data, tmp_path):
     assert not {"adv.accum.k32-base-r0", "adv.accum.k32-base-r1", "adv.accum.k8-base-r0"} & set(
         both["recorded_outside_campaign"])
     assert both["campaigns"] == [str(first), str(later)] and both["name"] == "rt-test"
+    assert both["baselines"] == []   # none planned: the page says so, not "Baseline runs of the campaign: ."
+    from trainsentry.redteam.page import _coverage
+    assert "Baseline runs of the campaign: none planned." in _coverage({"campaign": both})
     assert "--campaign first.yaml --campaign later.yaml" in _command(
         [Path("b")], [Path("a")], 3, Path("o.json"), "d.md", "f", [], "fused", 20, 0, 400,
         [Path("first.yaml"), Path("later.yaml")])

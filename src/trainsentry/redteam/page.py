@@ -37,8 +37,8 @@ def _coverage(doc: dict) -> list[str]:
             cell = lambda xs: ", ".join(f"`{x}`" for x in xs) or "–"  # noqa: E731
             lines.append(f"| {s['issue_strategy']} | {s['title']} | {cell(s['recorded'])} | "
                          f"{cell(s['not_recorded_yet'])} | {cell(s['failed_to_record'])} |")
-        lines += ["", "Baseline runs of the campaign: " + "; ".join(f"`{b['workload']}` ({b['status']})"
-                                                                for b in cov["baselines"]) + "."]
+        lines += ["", "Baseline runs of the campaign: " + ("; ".join(f"`{b['workload']}` ({b['status']})"
+                                                                 for b in cov["baselines"]) or "none planned") + "."]
         if cov["recorded_outside_campaign"]:
             lines += ["", "Recorded but not in the campaign: " + ", ".join(f"`{r}`" for r in cov["recorded_outside_campaign"])
                       + "."]
