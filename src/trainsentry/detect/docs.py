@@ -117,7 +117,12 @@ batched embedding looks the same to them (the single-device path under "Tried an
 lead committed at 4b16cc0, before the second round, found 7 of its 9 training runs and called one of
 its 10 inference runs training (a 50 M embedding model at batch 1024), and 7 of the 10 single-GPU
 red-team runs (`docs/prospective-4b16cc0-redteam-x1.md`; the three it missed ran training steps inside
-a real inference server and took one to three optimizer steps each, `docs/redteam-x1.md`).
+a real inference server and took one to three optimizer steps each, `docs/redteam-x1.md`). The lead
+committed at aad37ec (fitted on 270 runs, attribution among the benign) found all 9 training runs of
+the fifth round, LoRA at attribution's exact shapes among them, and called one of its 8 attribution
+runs training (`docs/prospective-aad37ec-h200x1.md`); of online learning that trains (16-token
+decoding), it found the full-model settings and missed LoRA stepping every 4 served batches
+(`docs/prospective-aad37ec-redteam-x1.md`).
 
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,
