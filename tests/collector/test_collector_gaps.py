@@ -66,7 +66,7 @@ def test_node_stuck_behind_a_hole_is_reported_open(agent, client):
     assert agent.post(agent.body(gpu_samples(1002.0), seq=2)).status_code == 409
     open_ = [i for i in _intervals(client) if i["open"]]
     assert open_ == [{"start": 1000.9, "end": None, "reason": "seq_hole", "seq_from": 1, "seq_to": None,
-                      "open": True}]
+                      "device": None, "open": True}]
     agent.send(gpu_samples(1001.0))   # the agent resends batch 1: the hole is repaired
     assert [i for i in _intervals(client) if i["open"] and i["reason"] == "seq_hole"] == []
 
@@ -171,9 +171,49 @@ def test_a_device_that_stops_reporting_while_its_node_goes_on_is_served_as_silen
                                                          "gpu1 (last at 1004.9)" in l for l in v["evidence"])]
     assert named and min(named) > 1004.9 + 8.0, named          # only past the silence cutoff
     assert all(not any("devices silent" in l for l in v["evidence"]) for v in body["verdicts"] if v["t_end"] <= 1012.9)
-    # it reports again: no longer silent
-    agent.send(gpu_samples(1015.0) + gpu_samples(1015.0, dev="gpu1"))
+    # while silent, the unmonitored intervals list it open, from its latest sample
+    assert [(i["start"], i["end"], i["reason"], i["device"]) for i in _intervals(client) if i["device"]] == [
+        (1004.9, None, "device_silence", "gpu1")]
+    # it reports again: no longer silent, and the span it missed is kept (the ack says so too)
+    r = agent.send(gpu_samples(1015.0) + gpu_samples(1015.0, dev="gpu1"))
+    assert r.json()["devices_unmonitored"] == [{"device": "gpu1", "start": 1004.9, "end": 1015.0}]
+    assert "unmonitored" not in r.json()                      # the node itself was watched throughout
     assert client.get("/v1/nodes").json()["nodes"][0]["silent_devices"] == []
+    assert [(i["start"], i["end"], i["reason"], i["device"], i["open"]) for i in _intervals(client) if i["device"]] == [
+        (1004.9, 1015.0, "device_silence", "gpu1", False)]
+    assert _intervals(client, start=1016.0) == []                    # the time filter applies to it too
+
+
+def test_device_silences_are_kept_only_where_the_node_itself_was_watched(agent, client, db):
+    """A node silence, or declared losses, are the node's own intervals: its GPUs are not listed again
+    for them. A GPU silent inside one batch is kept; a network interface is not watched; and a
+    restarted collector still knows each GPU's latest sample."""
+    nic = lambda t, n=10: [{"dev": "eth0", "kind": "net", "t": round(t + i * 0.1, 6),  # noqa: E731
+                            "m": {"net_tx_bytes": i}} for i in range(n)]
+    agent.send(gpu_samples(1000.0) + gpu_samples(1000.0, dev="gpu1") + nic(1000.0))
+    r = agent.send(gpu_samples(1030.0) + gpu_samples(1030.0, dev="gpu1"))   # the whole node dark 29 s
+    assert [g["reason"] for g in r.json()["unmonitored"]] == ["silence"] and "devices_unmonitored" not in r.json()
+    # gpu1 reports at the start and the end of one long batch, gpu0 throughout: a hole of gpu1's own
+    body = gpu_samples(1031.0, n=200) + gpu_samples(1031.0, n=1, dev="gpu1") + gpu_samples(1050.0, n=1, dev="gpu1")
+    r = agent.send(body)
+    assert r.json()["devices_unmonitored"] == [{"device": "gpu1", "start": 1031.0, "end": 1050.0}]
+    # the NIC went quiet for 50 s while the GPUs went on: not watched, not kept
+    r = agent.send(gpu_samples(1051.0) + gpu_samples(1051.0, dev="gpu1") + nic(1051.0))
+    assert "devices_unmonitored" not in r.json()
+    # a restart: a new process (here a second store on the same database) reads each GPU's latest sample back
+    store = Store(db)
+    try:
+        from trainsentry.wire.batch import encode_batch, sign
+        # gpu0 throughout (the node itself has no hole), gpu1 back after 18 s
+        body = encode_batch("node-a", agent.seq, agent.prev, gpu_samples(1052.0, n=190) +
+                            gpu_samples(1070.0, dev="gpu1"), 1_790_000_000.0, 1.0, None)
+        acc = store.ingest("node-a", sign(agent.key, body), body)
+        assert acc.body()["devices_unmonitored"] == [{"device": "gpu1", "start": 1051.9, "end": 1070.0}]
+        got = [(i["start"], i["end"], i["device"]) for i in query.unmonitored(store.conn, "node-a", 0, 2e9, now=1071.0)
+               if i["reason"] == "device_silence"]
+        assert got == [(1031.0, 1050.0, "gpu1"), (1051.9, 1070.0, "gpu1")]
+    finally:
+        store.close()
 
 
 def test_enrolled_node_that_never_reported_is_silent_since_enrolment(db, key):
@@ -182,7 +222,7 @@ def test_enrolled_node_that_never_reported_is_silent_since_enrolment(db, key):
         enrolled_at = store.conn.execute("SELECT enrolled_at FROM nodes").fetchone()[0]
         got = query.unmonitored(store.conn, "node-a", 0, 2e9, now=enrolled_at + 10)
         assert got == [{"start": enrolled_at, "end": None, "reason": "silence", "seq_from": None, "seq_to": None,
-                        "open": True}]
+                        "device": None, "open": True}]
         assert query.unmonitored(store.conn, "node-a", 0, 2e9, now=enrolled_at + 1) == []
     finally:
         store.close()

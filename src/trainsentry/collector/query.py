@@ -98,13 +98,20 @@ def list_nodes(conn: sqlite3.Connection, now: float | None = None) -> list[dict]
 def unmonitored(conn: sqlite3.Connection, node: str, start: float, end: float,
                 now: float | None = None) -> list[dict]:
     """Recorded intervals overlapping [start, end], plus an open one (``end: null``) for a node that is
-    silent now (no batch for 3 × interval) or stuck behind a sequence hole it has not repaired."""
+    silent now (no batch for 3 × interval) or stuck behind a sequence hole it has not repaired. A GPU or
+    IB port that went unreported while the node went on is listed too (``reason: device_silence``, with
+    ``device``): closed when it reported again, open while it is silent now (:func:`silent_devices`).
+    The node's own intervals have ``device: null``."""
     now = time.time() if now is None else now
     nid = node_id(conn, node)
-    out = [{"start": s, "end": e, "reason": r, "seq_from": a, "seq_to": b, "open": False}
+    out = [{"start": s, "end": e, "reason": r, "seq_from": a, "seq_to": b, "device": None, "open": False}
            for s, e, r, a, b in conn.execute(
                "SELECT start_t, end_t, reason, seq_from, seq_to FROM unmonitored "
                "WHERE node_id = ? AND end_t >= ? AND start_t <= ? ORDER BY start_t", (nid, start, end))]
+    out += [{"start": s, "end": e, "reason": "device_silence", "seq_from": None, "seq_to": None, "device": d,
+             "open": False} for d, s, e in conn.execute(
+                 "SELECT device, start_t, end_t FROM device_silences WHERE node_id = ? AND end_t >= ? AND start_t <= ? "
+                 "ORDER BY start_t", (nid, start, end))]
     enrolled_at, last_seq, last_seen, last_t, interval_s, data_seen = conn.execute(
         "SELECT enrolled_at, last_seq, last_seen, last_t, interval_s, last_data_seen FROM nodes WHERE node_id = ?",
         (nid,)).fetchone()
@@ -124,8 +131,11 @@ def unmonitored(conn: sqlite3.Connection, node: str, start: float, end: float,
         reason = "silence"
     if reason and open_start <= end:
         out.append({"start": open_start, "end": None, "reason": reason, "seq_from": None if last_seq is None
-                    else last_seq + 1, "seq_to": None, "open": True})
-    return out
+                    else last_seq + 1, "seq_to": None, "device": None, "open": True})
+    out += [{"start": d["last_t"], "end": None, "reason": "device_silence", "seq_from": None, "seq_to": None,
+             "device": d["device"], "open": True}
+            for d in silent_devices(conn, nid, last_t, interval_s) if d["last_t"] <= end]
+    return sorted(out, key=lambda i: (i["start"], i["device"] or ""))
 
 
 def _bucket_mean(bucket: np.ndarray, n_buckets: int, values: np.ndarray, weights: np.ndarray | None = None):

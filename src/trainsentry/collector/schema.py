@@ -166,6 +166,19 @@ ALTER TABLE devices ADD COLUMN last_t REAL;
 UPDATE devices SET last_t = first_t;
 """
 
+# The spans a single GPU or IB port went unreported while its node went on (store.py), closed when
+# it reported again; the open one is query.silent_devices. Served by query.unmonitored.
+_V15 = """
+CREATE TABLE device_silences (
+  node_id INTEGER NOT NULL REFERENCES nodes(node_id),
+  device TEXT NOT NULL,
+  start_t REAL NOT NULL,          -- the device's latest sample before the span (agent clock)
+  end_t REAL NOT NULL,            -- its next sample
+  recorded_at REAL NOT NULL       -- the batch's commit time (server clock)
+);
+CREATE INDEX device_silences_by_node ON device_silences(node_id, start_t);
+"""
+
 # (version, DDL). Append only: never edit a migration that has shipped.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -182,6 +195,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (12, _V12),  # nodes.backdated_batches, backdated_max_s: batches stamped before samples already received
     (13, _V13),  # nodes.last_data_seen: when the last batch carrying samples was committed (server clock)
     (14, _V14),  # devices.last_t: each device's latest sample, so a device that stops reporting is seen
+    (15, _V15),  # device_silences: the spans a GPU or IB port went unreported while its node went on
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

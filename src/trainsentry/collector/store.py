@@ -31,7 +31,13 @@ seconds off the host clock leaves an honest hole that long beside the host-stamp
 batch without samples is no evidence: it keeps the chain going but not the node's
 ``last_data_seen``, from which the read API measures a node that is silent now. Each device's latest
 sample is kept too (``devices.last_t``): a GPU the node stops reporting while the rest goes on is
-served as silent (``query.silent_devices``).
+served as silent (``query.silent_devices``). When it reports again, the span it missed is kept
+(``device_silences``, served by ``query.unmonitored`` with ``reason: device_silence`` and the device):
+a GPU or IB port whose first sample in a batch comes more than a silence plus the clock tolerance
+after its latest one, or whose samples inside one batch leave such a hole, where the node's own
+silences and declared losses do not already cover that span. Network interfaces are left out (they
+come and go with containers), and so is the live processor: the node's other devices were watched,
+and the windows judged meanwhile say which were not.
 
 Time regression: the chain orders batches, not their samples' times. A batch that continues the
 chain but whose first sample is stamped more than ``TIME_REGRESSION_TOLERANCE_S`` before the node's
@@ -111,6 +117,10 @@ _DEVICE_SEEN = "UPDATE devices SET last_t = max(coalesce(last_t, ?), ?) WHERE no
 _INSERT_REJECTION = "INSERT INTO rejections (at, node, status, code, remote, detail, n) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _INSERT_GAP = ("INSERT INTO unmonitored (node_id, start_t, end_t, reason, seq_from, seq_to, recorded_at) "
                "VALUES (?, ?, ?, ?, ?, ?, ?)")
+_INSERT_DEVICE_GAP = ("INSERT INTO device_silences (node_id, device, start_t, end_t, recorded_at) "
+                      "VALUES (?, ?, ?, ?, ?)")
+# the device kinds whose silences are kept (query.SILENT_DEVICE_KINDS serves the open ones: the same)
+WATCHED_DEVICE_KINDS = ("gpu", "ib")
 _SQLITE_INT_MAX = 2 ** 63 - 1
 log = logging.getLogger("trainsentry.collector.store")
 _DEV, _KIND, _T, _M = itemgetter("dev"), itemgetter("kind"), itemgetter("t"), itemgetter("m")
@@ -148,6 +158,7 @@ class Accepted:
     n_samples: int
     duplicate: bool = False
     gaps: list[dict] = field(default_factory=list)
+    device_gaps: list[dict] = field(default_factory=list)   # spans single GPUs / IB ports went unreported
     batch: Batch | None = None  # the parsed batch, for post-commit subscribers (None for duplicates)
     received_at: float = 0.0
     stored_seq: int | None = None   # the node's last committed seq (this batch's, unless a duplicate)
@@ -160,6 +171,8 @@ class Accepted:
             out["duplicate"] = True
         if self.gaps:
             out["unmonitored"] = self.gaps
+        if self.device_gaps:
+            out["devices_unmonitored"] = self.device_gaps
         return out
 
 
@@ -281,6 +294,12 @@ class Store:
         # (node_id, device) known to be in `devices`: those an earlier process stored too, or a restart
         # would count a node's devices twice against MAX_DEVICES_PER_NODE and refuse it for good
         self._devices: set[tuple[int, str]] = set(self.conn.execute("SELECT node_id, device FROM devices"))
+        # each watched device's latest sample time as committed (devices.last_t), so a batch finds the span
+        # a GPU went unreported without a query; written after each COMMIT
+        self._device_last: dict[tuple[int, str], float] = {
+            (n, d): t for n, d, t in self.conn.execute(
+                "SELECT node_id, device, last_t FROM devices WHERE kind IN (?, ?) AND last_t IS NOT NULL",
+                WATCHED_DEVICE_KINDS)}
         # refusals of the current minute per (enrolled node or "", code): rows written, and the rest
         # as (count, last time, status), written as one row when the minute is over
         self._rejection_minute = -1
@@ -439,6 +458,7 @@ class Store:
                 # (never with a silence: that needs t_first after last_t)
                 gaps.append((node_id, t_first, last_t, TIME_REGRESSION, batch.seq, batch.seq, now))
             first = last = None
+            device_gaps: list[tuple] = []
             if n_rows:
                 # New rows get max(sample_id)+1, +2, ... : the batch's samples are one contiguous range.
                 first = c.execute("SELECT COALESCE(MAX(sample_id), 0) + 1 FROM samples").fetchone()[0]
@@ -456,10 +476,16 @@ class Store:
                     c.executemany(_INSERT_DEVICE, new_devices)
                 # each device's latest sample: one that stops reporting while the node goes on is seen
                 latest: dict[str, float] = {}
+                earliest: dict[str, float] = {}
                 for dev, t in zip(map(_DEV, samples), ts):
                     if t > latest.get(dev, -math.inf):
                         latest[dev] = t
+                    if t < earliest.get(dev, math.inf):
+                        earliest[dev] = t
                 c.executemany(_DEVICE_SEEN, [(t, t, node_id, dev) for dev, t in latest.items()])
+                device_gaps = self._device_silences(node_id, samples, ts, earliest, latest, gaps, hole, now)
+                if device_gaps:
+                    c.executemany(_INSERT_DEVICE_GAP, device_gaps)
             c.execute(_INSERT_BATCH, (node_id, batch.seq, batch.digest, batch.prev, now, n_rows,
                                       t_first, t_last, first, last, batch.body))
             if gaps:
@@ -483,10 +509,56 @@ class Store:
             raise
         if new_devices:
             self._devices.update((d[0], d[1]) for d in new_devices)
+            self._device_last.update(((node_id, d[1]), d[3]) for d in new_devices if d[2] in WATCHED_DEVICE_KINDS)
+        if n_rows:
+            last_of = self._device_last
+            for dev, t in latest.items():
+                key = (node_id, dev)
+                if key in last_of and t > last_of[key]:
+                    last_of[key] = t
         return Accepted(batch.node, node_id, batch.seq, batch.digest, n_rows, batch=batch, received_at=now,
                         gaps=[{"start": g[1], "end": g[2], "reason": g[3], "seq_from": g[4], "seq_to": g[5]}
                               for g in gaps],
+                        device_gaps=[{"device": g[1], "start": g[2], "end": g[3]} for g in device_gaps],
                         stored_seq=batch.seq, durable_seq=self.durable_seq(node_id))
+
+    def _device_silences(self, node_id: int, samples: list[dict], ts: list[float], earliest: dict[str, float],
+                         latest: dict[str, float], node_gaps: list[tuple], hole: float, now: float) -> list[tuple]:
+        """Rows for ``device_silences``: per GPU or IB port of this batch, the span since its latest
+        committed sample and the holes between its own samples here, each longer than ``hole`` (a
+        silence plus the clock tolerance) once what the node's own unmonitored intervals of this batch
+        (``node_gaps``) cover is taken away. A device new to the store has no span before it."""
+        last_of = self._device_last
+        spans: list[tuple[str, float, float]] = []
+        long = []
+        for dev, t0 in earliest.items():
+            prev = last_of.get((node_id, dev))
+            if prev is not None and t0 - prev > hole:
+                spans.append((dev, prev, t0))
+            if latest[dev] - t0 > hole:
+                long.append(dev)
+        kind: dict[str, str] = {}
+        if long:   # a watched device's own samples spread over more than a hole: look for one between them
+            kind = {s["dev"]: s["kind"] for s in samples}
+            times: dict[str, list[float]] = {d: [] for d in long if kind[d] in WATCHED_DEVICE_KINDS}
+            for d, t in zip(map(_DEV, samples), ts):
+                if d in times:
+                    times[d].append(t)
+            for d, tt in times.items():
+                tt.sort()
+                spans.extend((d, a, b) for a, b in zip(tt, tt[1:]) if b - a > hole)
+        if not spans:
+            return []
+        kind = kind or {s["dev"]: s["kind"] for s in samples}
+        covered = [(g[1], g[2]) for g in node_gaps if g[3] != TIME_REGRESSION]
+        out = []
+        for dev, a, b in spans:
+            if kind.get(dev) not in WATCHED_DEVICE_KINDS:
+                continue
+            seen = sum(max(0.0, min(b, e) - max(a, s)) for s, e in covered)
+            if (b - a) - seen > hole:
+                out.append((node_id, dev, a, b, now))
+        return out
 
     def durable_seq(self, node_id: int) -> int | None:
         """The node's last batch seq known to be on disk (None: none yet, or an in-memory store)."""
