@@ -71,7 +71,7 @@
   }
 
   function showVerdict(v, alerts, gaps) {
-    const open = (gaps || []).find((g) => g.open);
+    const open = (gaps || []).find((g) => g.open && !g.device);   // the node's own; a silent GPU is in the evidence
     const state = open ? "unmonitored" : v && v.state;
     const h = document.getElementById("state");
     const parts = [TS.badge(state), " ", node];
@@ -138,7 +138,11 @@
       TS.api(base + "/verdicts" + q).catch(() => null), TS.api(base + "/alerts").catch(() => null),
       TS.api("/v1/jobs").catch(() => null)]);
     if (!series) { document.getElementById("state").textContent = "unknown node " + node; return; }
-    const shade = (gaps && gaps.intervals) || [];
+    const intervals = (gaps && gaps.intervals) || [];
+    // the node's own unmonitored intervals shade every plot; a GPU's own silences only its panel
+    const shade = intervals.filter((g) => !g.device);
+    const byDevice = {};
+    for (const g of intervals) if (g.device) (byDevice[g.device] = byDevice[g.device] || []).push(g);
     const timeline = (verdicts && verdicts.verdicts) || [];
     showVerdict(verdict, alerts && alerts.alerts, shade);
     document.getElementById("timeline").dataset.verdicts = timeline.length;
@@ -148,10 +152,10 @@
     const jobs2 = [];
     for (const [dev, s] of Object.entries(series.devices)) {
       const p = panel(dev, s.kind);
-      for (const spec of plotsFor(s.kind, s.columns, s.t)) jobs2.push([canvasFor(p, spec.key, spec.title), spec]);
+      for (const spec of plotsFor(s.kind, s.columns, s.t)) jobs2.push([canvasFor(p, spec.key, spec.title), spec, dev]);
     }
     let total = 0;
-    for (const [cv, spec] of jobs2) total += Plot.draw(cv, { t0, t1, shade, marks, ...spec });
+    for (const [cv, spec, dev] of jobs2) total += Plot.draw(cv, { t0, t1, shade: shade.concat(byDevice[dev] || []), marks, ...spec });
     document.body.dataset.points = total;
     document.body.dataset.loaded = "1";
   }
