@@ -216,6 +216,61 @@ def test_device_silences_are_kept_only_where_the_node_itself_was_watched(agent, 
         store.close()
 
 
+def test_device_silences_resist_what_the_node_controls(agent, client):
+    """A node controls its batches: a GPU back one batch after the node's own silence is not charged with
+    it; two short pieces either side of a node silence are not one long one; a later sample that calls
+    the GPU a network interface does not stop it being watched; and the batch that ends a GPU's silence
+    cannot widen the threshold by declaring a longer interval."""
+    both = lambda t, n=10: gpu_samples(t, n=n) + gpu_samples(t, n=n, dev="gpu1")  # noqa: E731
+    agent.send(both(1000.0))
+    r = agent.send(gpu_samples(1030.0))                    # the node dark 29 s: its own silence ...
+    assert [g["reason"] for g in r.json()["unmonitored"]] == ["silence"]
+    r = agent.send(gpu_samples(1031.0) + gpu_samples(1031.0, dev="gpu1"))    # ... gpu1 back one batch later
+    assert "devices_unmonitored" not in r.json(), r.json()
+    # gpu1 last at 1031.9; the node goes on to 1037.9, is dark to 1050, then gpu1 is back at 1056:
+    # 6 s before the node's silence and 6 s after it, each shorter than a silence plus the tolerance
+    agent.send(gpu_samples(1032.0, n=60))
+    r = agent.send(gpu_samples(1050.0, n=60) + gpu_samples(1056.0, dev="gpu1"))
+    assert [g["reason"] for g in r.json()["unmonitored"]] == ["silence"] and "devices_unmonitored" not in r.json()
+    # gpu1 silent 12 s, back as a "net" device in the batch's samples: still a GPU to the collector
+    agent.send(gpu_samples(1057.0, n=120))
+    r = agent.send(gpu_samples(1069.0) + [{"dev": "gpu1", "kind": "net", "t": 1069.0, "m": {"net_tx_bytes": 1}}])
+    assert r.json()["devices_unmonitored"] == [{"device": "gpu1", "start": 1056.9, "end": 1069.0}]
+    # 12 s again, in a batch declaring a 10 s interval (a 15 s threshold by its own rule): the stored 1 s
+    # interval's 8 s still holds
+    agent.send(gpu_samples(1070.0, n=110))
+    agent.interval_s = 10.0
+    r = agent.send(gpu_samples(1081.0) + gpu_samples(1081.0, dev="gpu1"))
+    agent.interval_s = 1.0
+    assert r.json()["devices_unmonitored"] == [{"device": "gpu1", "start": 1069.0, "end": 1081.0}]
+
+
+def test_a_batch_built_to_make_device_silences_costly_is_stored_and_read_right(db, key):
+    """The most samples a batch may carry (wire.batch.MAX_SAMPLES), arranged so that 63 GPU spans each
+    cross some 9,900 separate node holes: the batch is stored, the node's holes are recorded, and
+    nothing of the GPUs' spans is left uncovered (each piece between holes lasts 1 s). The work is
+    linear in spans plus the holes each crosses, inside the writer's transaction."""
+    from trainsentry.wire.batch import GENESIS_PREV, MAX_SAMPLES, digest, encode_batch, sign
+
+    devs = [f"gpu{i}" for i in range(64)]
+    store = Store(db)
+    try:
+        first = encode_batch("node-a", 0, GENESIS_PREV, [s for d in devs for s in gpu_samples(1000.0, n=1, dev=d)],
+                             1_790_000_000.0, 1.0, None)
+        store.ingest("node-a", sign(key, first), first)
+        pairs = (MAX_SAMPLES - 63) // 2          # gpu0 twice a second apart, then 9 s of nothing, ...
+        body = [s for k in range(1, pairs + 1) for s in gpu_samples(1000.0 + 10.0 * k, n=2, dt=1.0)]
+        t_end = 1000.0 + 10.0 * (pairs + 1)
+        body += [s for d in devs[1:] for s in gpu_samples(t_end, n=1, dev=d)]   # ... the others once, at the end
+        second = encode_batch("node-a", 1, digest(first), body, 1_790_000_000.0, 1.0, None)
+        acc = store.ingest("node-a", sign(key, second), second)
+        assert acc.n_samples == len(body) <= MAX_SAMPLES
+        assert len(acc.gaps) == pairs + 1 and acc.device_gaps == []   # the holes, and the silence before the batch
+        assert store.conn.execute("SELECT COUNT(*) FROM device_silences").fetchone()[0] == 0
+    finally:
+        store.close()
+
+
 def test_enrolled_node_that_never_reported_is_silent_since_enrolment(db, key):
     store = Store(db)
     try:

@@ -189,3 +189,29 @@ def test_subscribers_see_committed_batches_not_duplicates(client, agent):
     assert [(e.node, e.seq, len(e.samples)) for e in seen] == [("node-a", 0, 10)]
     # every subscriber but the broken one got the batch once (the app subscribes its live processor too)
     assert bus.stats()["errors"] == 1 and bus.stats()["delivered"] == bus.stats()["subscribers"] - 1
+
+
+def test_migration_15_does_not_make_an_upgrade_look_like_hidden_gpus(tmp_path, monkeypatch):
+    """Migration 14 started each device's last_t at its first_t; where it has not moved, 15 sets it to
+    the node's latest sample, so the first batch after an upgrade from 13 records no GPU as unreported
+    since its first sample. A device whose last_t moved keeps it (its open silence stays visible)."""
+    path = tmp_path / "c.db"
+    with monkeypatch.context() as m:      # a database as version 13 left it: two GPUs, samples to t = 500
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:13])
+        m.setattr(schema, "SCHEMA_VERSION", 13)
+        old = schema.open_db(path)
+        old.execute("INSERT INTO nodes (name, key, enrolled_at, last_t) VALUES ('n', '00', 1, 500.0)")
+        old.executemany("INSERT INTO devices (node_id, device, kind, first_t) VALUES (1, ?, 'gpu', 5.0)",
+                        [("gpu0",), ("gpu1",)])
+        old.close()
+    with monkeypatch.context() as m:      # ... then 14, and gpu1 reported once more before the upgrade to 15
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:14])
+        m.setattr(schema, "SCHEMA_VERSION", 14)
+        v14 = schema.open_db(path)
+        assert v14.execute("SELECT device, last_t FROM devices ORDER BY device").fetchall() == [("gpu0", 5.0), ("gpu1", 5.0)]
+        v14.execute("UPDATE devices SET last_t = 480.0 WHERE device = 'gpu1'")
+        v14.close()
+    conn = schema.open_db(path)
+    assert conn.execute("SELECT device, last_t FROM devices ORDER BY device").fetchall() == [("gpu0", 500.0), ("gpu1", 480.0)]
+    assert conn.execute("SELECT COUNT(*) FROM device_silences").fetchone()[0] == 0
+    conn.close()

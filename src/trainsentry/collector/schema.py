@@ -177,7 +177,12 @@ CREATE TABLE device_silences (
   recorded_at REAL NOT NULL       -- the batch's commit time (server clock)
 );
 CREATE INDEX device_silences_by_node ON device_silences(node_id, start_t);
+UPDATE devices SET last_t = max(last_t, coalesce((SELECT n.last_t FROM nodes n WHERE n.node_id = devices.node_id), last_t))
+  WHERE last_t = first_t;
 """
+# (The UPDATE: migration 14 started each device's last_t at its first_t. Where it has not moved since,
+# the device's real latest sample is unknown; the node's latest stands in for it, or the first batch
+# after the upgrade would record every such GPU as unreported since its first sample.)
 
 # (version, DDL). Append only: never edit a migration that has shipped.
 MIGRATIONS: tuple[tuple[int, str], ...] = (

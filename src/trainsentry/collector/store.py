@@ -34,10 +34,10 @@ sample is kept too (``devices.last_t``): a GPU the node stops reporting while th
 served as silent (``query.silent_devices``). When it reports again, the span it missed is kept
 (``device_silences``, served by ``query.unmonitored`` with ``reason: device_silence`` and the device):
 a GPU or IB port whose first sample in a batch comes more than a silence plus the clock tolerance
-after its latest one, or whose samples inside one batch leave such a hole, where the node's own
-silences and declared losses do not already cover that span. Network interfaces are left out (they
+after its latest one, or whose samples inside one batch leave such a hole, for the parts the node's
+own silences and declared losses do not already cover. Network interfaces are left out (they
 come and go with containers), and so is the live processor: the node's other devices were watched,
-and the windows judged meanwhile say which were not.
+and the windows judged while a device was past the cutoff name it.
 
 Time regression: the chain orders batches, not their samples' times. A batch that continues the
 chain but whose first sample is stamped more than ``TIME_REGRESSION_TOLERANCE_S`` before the node's
@@ -65,6 +65,7 @@ import math
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from bisect import bisect_right
 from itertools import compress, repeat
 from operator import itemgetter
 from pathlib import Path
@@ -483,7 +484,11 @@ class Store:
                     if t < earliest.get(dev, math.inf):
                         earliest[dev] = t
                 c.executemany(_DEVICE_SEEN, [(t, t, node_id, dev) for dev, t in latest.items()])
-                device_gaps = self._device_silences(node_id, samples, ts, earliest, latest, gaps, hole, now)
+                # between batches the stricter of the stored and this batch's interval (a node cannot widen
+                # the rule in the batch that ends a GPU's silence); inside the batch, the batch's own hole
+                between = silence_after(min(interval_s or batch.interval_s, batch.interval_s)) + TIMESTAMP_TOLERANCE_S
+                device_gaps = self._device_silences(node_id, samples, ts, earliest, latest, gaps, between, hole,
+                                                    {d[1] for d in new_devices if d[2] in WATCHED_DEVICE_KINDS}, now)
                 if device_gaps:
                     c.executemany(_INSERT_DEVICE_GAP, device_gaps)
             c.execute(_INSERT_BATCH, (node_id, batch.seq, batch.digest, batch.prev, now, n_rows,
@@ -499,6 +504,7 @@ class Store:
                           "backdated_max_s = max(coalesce(backdated_max_s, 0), ?) WHERE node_id = ?",
                           (last_t - t_first, node_id))
             c.execute("COMMIT")
+            self._remember_devices(node_id, new_devices, latest if n_rows else {})
             if self._checkpointer is not None:
                 self._checkpointer.poke(node_id, batch.seq)
         except IngestError:
@@ -507,57 +513,80 @@ class Store:
             if c.in_transaction:
                 c.execute("ROLLBACK")
             raise
-        if new_devices:
-            self._devices.update((d[0], d[1]) for d in new_devices)
-            self._device_last.update(((node_id, d[1]), d[3]) for d in new_devices if d[2] in WATCHED_DEVICE_KINDS)
-        if n_rows:
-            last_of = self._device_last
-            for dev, t in latest.items():
-                key = (node_id, dev)
-                if key in last_of and t > last_of[key]:
-                    last_of[key] = t
         return Accepted(batch.node, node_id, batch.seq, batch.digest, n_rows, batch=batch, received_at=now,
                         gaps=[{"start": g[1], "end": g[2], "reason": g[3], "seq_from": g[4], "seq_to": g[5]}
                               for g in gaps],
                         device_gaps=[{"device": g[1], "start": g[2], "end": g[3]} for g in device_gaps],
                         stored_seq=batch.seq, durable_seq=self.durable_seq(node_id))
 
-    def _device_silences(self, node_id: int, samples: list[dict], ts: list[float], earliest: dict[str, float],
-                         latest: dict[str, float], node_gaps: list[tuple], hole: float, now: float) -> list[tuple]:
-        """Rows for ``device_silences``: per GPU or IB port of this batch, the span since its latest
-        committed sample and the holes between its own samples here, each longer than ``hole`` (a
-        silence plus the clock tolerance) once what the node's own unmonitored intervals of this batch
-        (``node_gaps``) cover is taken away. A device new to the store has no span before it."""
+    def _remember_devices(self, node_id: int, new_devices: list[tuple], latest: dict[str, float]) -> None:
+        """The caches of what was just committed (called right after COMMIT, before anything that may raise):
+        the devices known, and each watched device's latest sample (as ``_DEVICE_SEEN`` wrote it)."""
+        if new_devices:
+            self._devices.update((d[0], d[1]) for d in new_devices)
+            self._device_last.update(((node_id, d[1]), d[3]) for d in new_devices if d[2] in WATCHED_DEVICE_KINDS)
         last_of = self._device_last
-        spans: list[tuple[str, float, float]] = []
+        for dev, t in latest.items():
+            key = (node_id, dev)
+            if key in last_of and t > last_of[key]:
+                last_of[key] = t
+
+    def _device_silences(self, node_id: int, samples: list[dict], ts: list[float], earliest: dict[str, float],
+                         latest: dict[str, float], node_gaps: list[tuple], between: float, hole: float,
+                         new_watched: set[str], now: float) -> list[tuple]:
+        """Rows for ``device_silences``: per watched device (a GPU or IB port as first stored: the kind
+        a later sample claims changes nothing), the span since its latest committed sample longer than
+        ``between``, and the holes between its own samples in this batch longer than ``hole``; of each,
+        the pieces the node's own unmonitored intervals (this batch's, ``node_gaps``, and those stored
+        before) do not cover, each kept when longer than that threshold. A device new to the store has
+        no span before it. Linear in the batch's samples and spans (a node choosing its timestamps
+        cannot make it quadratic: it runs inside the writer's transaction)."""
+        last_of = self._device_last
+        spans: list[tuple[str, float, float, float]] = []
         long = []
         for dev, t0 in earliest.items():
+            watched = (node_id, dev) in last_of
             prev = last_of.get((node_id, dev))
-            if prev is not None and t0 - prev > hole:
-                spans.append((dev, prev, t0))
-            if latest[dev] - t0 > hole:
+            if prev is not None and t0 - prev > between:
+                spans.append((dev, prev, t0, between))
+            if (watched or dev in new_watched) and latest[dev] - t0 > hole:
                 long.append(dev)
-        kind: dict[str, str] = {}
         if long:   # a watched device's own samples spread over more than a hole: look for one between them
-            kind = {s["dev"]: s["kind"] for s in samples}
-            times: dict[str, list[float]] = {d: [] for d in long if kind[d] in WATCHED_DEVICE_KINDS}
+            times: dict[str, list[float]] = {d: [] for d in long}
             for d, t in zip(map(_DEV, samples), ts):
                 if d in times:
                     times[d].append(t)
             for d, tt in times.items():
                 tt.sort()
-                spans.extend((d, a, b) for a, b in zip(tt, tt[1:]) if b - a > hole)
+                spans.extend((d, a, b, hole) for a, b in zip(tt, tt[1:]) if b - a > hole)
         if not spans:
             return []
-        kind = kind or {s["dev"]: s["kind"] for s in samples}
+        lo, hi = min(sp[1] for sp in spans), max(sp[2] for sp in spans)
         covered = [(g[1], g[2]) for g in node_gaps if g[3] != TIME_REGRESSION]
+        covered += self.conn.execute(   # the node's own intervals stored before (a device back a batch after it)
+            "SELECT start_t, end_t FROM unmonitored WHERE node_id = ? AND reason != ? AND end_t > ? AND start_t < ?",
+            (node_id, TIME_REGRESSION, lo, hi)).fetchall()
+        merged: list[list[float]] = []
+        for a, b in sorted(covered):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        starts = [m[0] for m in merged]
         out = []
-        for dev, a, b in spans:
-            if kind.get(dev) not in WATCHED_DEVICE_KINDS:
-                continue
-            seen = sum(max(0.0, min(b, e) - max(a, s)) for s, e in covered)
-            if (b - a) - seen > hole:
-                out.append((node_id, dev, a, b, now))
+        for dev, a, b, limit in spans:
+            # the uncovered pieces of [a, b]: walk the merged cover from the first interval that may touch it
+            i = max(bisect_right(starts, a) - 1, 0)
+            cur = a
+            while i < len(merged) and merged[i][0] < b:
+                s_, e_ = merged[i]
+                if e_ > cur:
+                    if s_ > cur and s_ - cur > limit:
+                        out.append((node_id, dev, cur, s_, now))
+                    cur = max(cur, e_)
+                i += 1
+            if b - cur > limit:
+                out.append((node_id, dev, cur, b, now))
         return out
 
     def durable_seq(self, node_id: int) -> int | None:
