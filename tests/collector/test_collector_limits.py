@@ -38,6 +38,19 @@ def test_far_future_sample_is_refused_and_stores_nothing(store):
     assert store.ingest("n1", sig, body).n_samples == 1
 
 
+def test_a_sample_before_the_epoch_is_refused_and_stores_nothing(store):
+    """A negative time is no node's clock; an integer one below -2**63 would also overflow the int64
+    columns mid-transaction (an OverflowError, not a clear refusal)."""
+    key = store.enroll("n1")
+    for t in (-1.0, -(2 ** 63) - 5):
+        body, sig = _batch(key, 0, GENESIS_PREV, [{"dev": "gpu0", "kind": "gpu", "t": t, "m": {"power_mw": 1}},
+                                                  {"dev": "gpu0", "kind": "gpu", "t": time.time(), "m": {"power_mw": 1}}])
+        with pytest.raises(IngestError) as e:
+            store.ingest("n1", sig, body)
+        assert e.value.code == "bad_time" and "before the epoch" in e.value.detail
+    assert store.conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 0
+
+
 def test_silence_is_recorded_even_when_the_node_claims_a_long_interval(store):
     key = store.enroll("n1")
     t = time.time() - 1000

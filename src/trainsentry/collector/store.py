@@ -402,6 +402,8 @@ class Store:
         ts = list(map(_T, samples))
         t_first = min(ts) if ts else None
         t_last = max(ts) if ts else None
+        if t_first is not None and t_first < 0:   # (an int below -2**63 would also overflow the int64 columns)
+            raise IngestError(400, "bad_time", f"sample time {t_first:.3f} is before the epoch")
         if t_last is not None and t_last > now + MAX_FUTURE_S:
             raise IngestError(400, "bad_time", f"sample time {t_last:.3f} is {t_last - now:.0f} s ahead of the "
                               f"collector's clock (at most {MAX_FUTURE_S:.0f} s allowed)")
