@@ -565,16 +565,16 @@ def run_rounds(benign_dirs: list[Path], adversarial_dirs: list[Path], n_rounds: 
             raise InputError(f"{c}: no such campaign file")
     if campaign:   # every file must plan, and several must extend one plan (one name, one data directory)
         from ..lab.campaign import Campaign
-        names = {}
+        plan_names = {}
         for c in campaign:
             try:
                 camp = Campaign.load(c)
                 camp.expand()
             except (ValueError, TypeError, KeyError, AttributeError) as e:
                 raise InputError(f"{c}: not a campaign that plans: {e}") from None
-            names[str(c)] = camp.name
-        if len(set(names.values())) > 1:
-            raise InputError(f"--campaign files extend one plan only when they share its name: {names}")
+            plan_names[str(c)] = camp.name
+        if len(set(plan_names.values())) > 1:
+            raise InputError(f"--campaign files extend one plan only when they share its name: {plan_names}")
     if cache_dir is None:
         with tempfile.TemporaryDirectory() as tmp:
             return run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, primary, n_splits, seed, rt_trees,
