@@ -17,7 +17,7 @@ import numpy as np
 from ..traces.rates import derive_rates
 from ..traces.schema import COUNTERS, METRICS
 from .schema import SAMPLE_METRICS
-from .store import TIME_REGRESSION_TOLERANCE_S, silence_after
+from .store import TIME_REGRESSION_TOLERANCE_S, WATCHED_DEVICE_KINDS, hole_after, silence_after
 
 MAX_BUCKETS = 20_000
 MAX_ROWS = 2_000_000
@@ -49,17 +49,13 @@ def _silent(last_data_seen: float | None, since: float, interval_s: float, now: 
     return now - (last_data_seen if last_data_seen is not None else since) > silence_after(interval_s)
 
 
-SILENT_DEVICE_KINDS = ("gpu", "ib")
-
-
 def watched_devices(conn: sqlite3.Connection, nid: int | None = None) -> list[tuple[int, str, str, float]]:
     """(node_id, device, kind, latest sample time) of the GPUs and IB ports of one node, or of every
-    node with ``nid`` None (the overview's one query for the fleet). Network interfaces are left out:
-    they come and go with containers (the agent drops a vanished one, telemetry/net.py), and a gone
-    ``veth`` would read as silent for good."""
+    node with ``nid`` None (the overview's one query for the fleet); network interfaces are left out
+    (store.WATCHED_DEVICE_KINDS)."""
     where = "kind IN (?, ?) AND last_t IS NOT NULL" + ("" if nid is None else " AND node_id = ?")
     return conn.execute(f"SELECT node_id, device, kind, last_t FROM devices WHERE {where} ORDER BY node_id, device",
-                        (*SILENT_DEVICE_KINDS, *(() if nid is None else (nid,)))).fetchall()
+                        (*WATCHED_DEVICE_KINDS, *(() if nid is None else (nid,)))).fetchall()
 
 
 def silent_among(devices, at: float | None, interval_s: float) -> list[dict]:
@@ -70,7 +66,7 @@ def silent_among(devices, at: float | None, interval_s: float) -> list[dict]:
     trains) while the rest of the node goes on: whatever it does meanwhile is unmonitored."""
     if at is None:
         return []
-    cutoff = at - silence_after(interval_s) - TIME_REGRESSION_TOLERANCE_S
+    cutoff = at - hole_after(interval_s)
     return [{"device": d, "kind": k, "last_t": t} for _, d, k, t in devices if t < cutoff]
 
 

@@ -102,6 +102,14 @@ MAX_FUTURE_S = 300.0
 # much, into a window already judged, and the stored samples may then disagree with the verdict
 # given. That is the price of not flagging honest NVML stamp offsets.
 TIME_REGRESSION_TOLERANCE_S = TIMESTAMP_TOLERANCE_S
+
+
+def hole_after(interval_s: float) -> float:
+    """A silence plus the clock tolerance: the gap between samples that is unmonitored where some of
+    them may be stamped by a device's clock (a hole inside one batch, a GPU's own silence recorded at
+    ingest and served open by query.silent_among), since a GPU whose NVML stamps run up to 5 s off the
+    host clock leaves an honest gap that long beside host-stamped readings."""
+    return silence_after(interval_s) + TIME_REGRESSION_TOLERANCE_S
 TIME_REGRESSION = "time_regression"   # the unmonitored reason such a batch is recorded with (live.py reads it)
 MAX_DEVICES_PER_NODE = 256   # GPUs + interfaces + IB ports; a node cannot grow the device table at will
 # Audit rows of their own per (node, code) per minute; the rest of the minute's refusals of that
@@ -120,7 +128,8 @@ _INSERT_GAP = ("INSERT INTO unmonitored (node_id, start_t, end_t, reason, seq_fr
                "VALUES (?, ?, ?, ?, ?, ?, ?)")
 _INSERT_DEVICE_GAP = ("INSERT INTO device_silences (node_id, device, start_t, end_t, recorded_at) "
                       "VALUES (?, ?, ?, ?, ?)")
-# the device kinds whose silences are kept (query.SILENT_DEVICE_KINDS serves the open ones: the same)
+# the device kinds whose silences are kept and served (query.watched_devices): network interfaces come
+# and go with containers (the agent drops a vanished one), and a gone veth would read as silent for good
 WATCHED_DEVICE_KINDS = ("gpu", "ib")
 _SQLITE_INT_MAX = 2 ** 63 - 1
 log = logging.getLogger("trainsentry.collector.store")
@@ -453,7 +462,7 @@ class Store:
             # holes inside the batch: longer than a silence plus the clock tolerance, since a device whose
             # NVML stamps run up to that far off the host clock leaves an honest hole that long between
             # its readings and the host-stamped ones beside them (sorted only when one can exist)
-            hole = silence_after(batch.interval_s) + TIMESTAMP_TOLERANCE_S
+            hole = hole_after(batch.interval_s)
             if t_first is not None and t_last - t_first > hole:
                 times = sorted(set(ts))
                 gaps.extend((node_id, a, b, "silence", None, None, now) for a, b in zip(times, times[1:]) if b - a > hole)
@@ -488,7 +497,7 @@ class Store:
                 c.executemany(_DEVICE_SEEN, [(t, t, node_id, dev) for dev, t in latest.items()])
                 # between batches the stricter of the stored and this batch's interval (a node cannot widen
                 # the rule in the batch that ends a GPU's silence); inside the batch, the batch's own hole
-                between = silence_after(min(interval_s or batch.interval_s, batch.interval_s)) + TIMESTAMP_TOLERANCE_S
+                between = hole_after(min(interval_s or batch.interval_s, batch.interval_s))
                 device_gaps = self._device_silences(node_id, samples, ts, earliest, latest, gaps, between, hole,
                                                     {d[1] for d in new_devices if d[2] in WATCHED_DEVICE_KINDS}, now)
                 if device_gaps:
@@ -547,11 +556,10 @@ class Store:
         spans: list[tuple[str, float, float, float]] = []
         long = []
         for dev, t0 in earliest.items():
-            watched = (node_id, dev) in last_of
-            prev = last_of.get((node_id, dev))
+            prev = last_of.get((node_id, dev))   # None: not a watched device, or new to the store
             if prev is not None and t0 - prev > between:
                 spans.append((dev, prev, t0, between))
-            if (watched or dev in new_watched) and latest[dev] - t0 > hole:
+            if (prev is not None or dev in new_watched) and latest[dev] - t0 > hole:
                 long.append(dev)
         if long:   # a watched device's own samples spread over more than a hole: look for one between them
             times: dict[str, list[float]] = {d: [] for d in long}
