@@ -77,25 +77,24 @@ def run_windows(run_dir: Path) -> dict | None:
     # the counter-cases: training without an fp32 master copy, serving outside bf16 (fp32, fp16)
     counter = (labels["class"] == "training" and prec == "bf16") or (labels["class"] != "training" and prec in ("fp32", "fp16"))
     med = {k: _median([w.get(k, np.nan) for w in wins]) for k in SIGNALS + ("gpu_util_pct",)}
-    targets = cfg.get("lora_targets")
-    short = ", ".join(t.split(".")[-1] for t in targets) if targets else ""
-    return {"run": run_dir.name, "class": labels["class"], "family": labels["family"], "precision": prec,
+    short = adapters(cfg.get("lora_targets"))
+    cls, family = labels["class"], labels["family"]
+    return {"run": run_dir.name, "class": cls, "family": family, "precision": prec,
             "counter_case": counter, "median": med, "windows": wins, "shape": shape(cfg),
-            "group": variant(labels["class"], labels["family"], targets),
+            # what the matched-shape comparison keeps apart: a training family, LoRA by its adapter set
+            # where it is not every projection ("lora (q, v)"), other work as "class family"
+            "group": (f"{family} ({short})" if short else family) if cls == "training" else f"{cls} {family}",
             "what": " ".join(str(x) for x in (labels.get("workload", ""), cfg.get("method") or "",
                                               f"rank {cfg['lora_rank']}" if cfg.get("lora_rank") else "",
                                               f"on {short}" if short else "") if x)}
 
 
-def variant(cls: str, family: str, lora_targets: list | None) -> str:
-    """What the matched-shape comparison keeps apart: a training family, with LoRA's adapter set where it
-    is not every projection (``lora (q, v)``), or other work as "class family"."""
+def adapters(lora_targets: list | None) -> str:
+    """LoRA's adapter set in short (``q, v``, in workloads.lora.TARGETS order), or "" for every projection."""
     from trainsentry.workloads.lora import TARGETS
-    if cls != "training":
-        return f"{cls} {family}"
-    if lora_targets and set(lora_targets) != set(TARGETS):
-        return f"{family} ({', '.join(t.split('.')[-1] for t in TARGETS if t in lora_targets)})"
-    return family
+    if not lora_targets or set(lora_targets) == set(TARGETS):
+        return ""
+    return ", ".join(t.split(".")[-1] for t in TARGETS if t in lora_targets)
 
 
 def shape(cfg: dict) -> list[int] | None:
