@@ -25,8 +25,8 @@ from trainsentry.workloads.infer_serve import SlotPool, decode_pool, prefill_int
 from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute"}
-OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil"}
+INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md"}
+OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil", "spectral"}
 # (configs that need a larger launch than this file's 2 ranks are run in test_ngpu.py)
 MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other") and s.min_ranks <= 2)
 STEPS = 4
@@ -148,6 +148,12 @@ def test_gpu_configs_fit_two_h200():
         if spec.cls != "inference":
             continue
         cfg = spec.resolve(toy=False)
+        if spec.family == "md":   # no language model: edge tensors (a handful per block kept for the backward)
+            edges = cfg["systems"] * cfg["atoms"] * cfg["neighbours"]
+            width = 2 if cfg["precision"] == "bf16" else 4
+            gb = 6 * edges * cfg["features"] * width * cfg["blocks"] / 1e9
+            assert cfg["neighbours"] < cfg["atoms"] and gb < 110, f"{name} needs ~{gb:.0f} GB per GPU"
+            continue
         m = model_config(cfg)
         kv_per_token = 2 * m.n_layers * m.kv_heads * m.head_dim * 2
         if spec.family == "serve":

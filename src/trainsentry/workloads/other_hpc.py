@@ -1,5 +1,6 @@
-"""A scientific-computing look-alike (class ``other``, family ``stencil``): a 3-D Jacobi solver of
-Laplace's equation with its domain split over the GPUs and halo planes exchanged every sweep.
+"""Scientific-computing look-alikes (class ``other``): a 3-D Jacobi solver of Laplace's equation with
+its domain split over the GPUs and halo planes exchanged every sweep (family ``stencil``), and a
+pseudo-spectral solver of 2-D turbulence (family ``spectral``, below ``run_spectral``).
 
 Why it is in the benign corpus: GPU clusters run simulations as well as models, and a domain-
 decomposed solver has the communication signature the detectors read as data-parallel training —
@@ -18,6 +19,7 @@ as the run's residual curve). Bytes are counted where this code hands a plane to
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -98,3 +100,83 @@ variants("other.stencil", "other", "stencil", run_stencil,
              "n2048_z256": {"n": 2048, "nz": 256},
              "n512_z1024_s4": {"n": 512, "nz": 1024, "sweeps": 4, "check_every": 5},
          }, description="3-D Jacobi solver, domain split over the GPUs, halo planes exchanged every sweep")
+
+
+def spectral_grid(n: int, device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Wavenumbers of an n × n periodic box of side 2π in rfft2 layout: kx [n, 1], ky [1, n//2 + 1],
+    k² (with k² = 1 at the mean mode, which carries no flow) and the 2/3-rule dealiasing mask."""
+    kx = torch.fft.fftfreq(n, 1.0 / n, device=device, dtype=dtype).view(n, 1)
+    ky = torch.fft.rfftfreq(n, 1.0 / n, device=device, dtype=dtype).view(1, -1)
+    k2 = kx * kx + ky * ky
+    k2[0, 0] = 1.0
+    keep = (kx.abs() < n / 3) & (ky.abs() < n / 3)
+    return kx, ky, k2, keep
+
+
+def vorticity_rhs(w: torch.Tensor, kx, ky, k2, keep, nu: float) -> torch.Tensor:
+    """∂ω̂/∂t of the 2-D incompressible Navier–Stokes equations in vorticity form, pseudo-spectrally:
+    velocity from the stream function (ψ̂ = ω̂/k²; u = ∂ψ/∂y, v = −∂ψ/∂x), the advection u·∇ω formed in
+    physical space (four inverse FFTs, one forward) and dealiased, viscosity exactly in Fourier space."""
+    n = w.shape[-2]
+    psi = w / k2
+    u = torch.fft.irfft2(1j * ky * psi, s=(n, n))
+    v = torch.fft.irfft2(-1j * kx * psi, s=(n, n))
+    wx = torch.fft.irfft2(1j * kx * w, s=(n, n))
+    wy = torch.fft.irfft2(1j * ky * w, s=(n, n))
+    adv = torch.fft.rfft2(u * wx + v * wy) * keep
+    return -adv - nu * k2 * w
+
+
+def enstrophy(w: torch.Tensor) -> float:
+    """Σ|ω̂|² over the box (rfft2 layout: the modes with ky > 0 stand for two), per field."""
+    e = w.abs().pow(2)
+    return float((e[..., 0].sum() + 2 * e[..., 1:].sum()) / w.shape[0])
+
+
+@torch.inference_mode()
+def run_spectral(ctx: Context, cfg: dict) -> None:
+    """``fields`` independent periodic flows on an n × n grid (decaying 2-D turbulence from a random
+    band-limited vorticity), one Heun (RK2) step per step: two right-hand sides, ten FFTs. Why it is
+    in the benign corpus: spectral codes (turbulence, weather, plasma) keep a GPU busy with FFTs and
+    elementwise work, memory-bound, regular and periodic, with no model and almost no tensor-core
+    work; in double precision (``precision: fp64``, as direct simulations often run) they are
+    the GPU's FP64 units at work. Each rank runs its own fields: no communication. The viscosity
+    drains enstrophy every step, so the recorded curve (``enstrophy_curve``) falls: the solution is a
+    real one. FLOPs are analytic: 2.5 · M · log₂M per real FFT of M = n² points, ten per step, plus
+    about 40 elementwise operations per point, per field."""
+    n, fields = int(cfg["n"]), int(cfg["fields"])
+    dtype = {"fp32": torch.float32, "fp64": torch.float64}[str(cfg.get("precision", "fp32"))]
+    nu, dt, log_every = float(cfg.get("nu", 1e-4)), float(cfg.get("dt", 1e-3)), int(cfg.get("log_every", 10))
+    kx, ky, k2, keep = spectral_grid(n, ctx.device, dtype)
+    gen = torch.Generator(device=ctx.device).manual_seed(ctx.seed * 1000 + ctx.rank)
+    shape = (fields, n, n // 2 + 1)
+    band = torch.exp(-((k2.sqrt() - 4.0) ** 2) / 8.0) * keep      # energy near wavenumber 4
+    w = torch.complex(torch.randn(shape, device=ctx.device, dtype=dtype, generator=gen),
+                      torch.randn(shape, device=ctx.device, dtype=dtype, generator=gen)) * band * (n * n)
+    w = torch.fft.rfft2(torch.fft.irfft2(w, s=(n, n)))            # a real field's spectrum (Hermitian)
+    m = n * n
+    flops = fields * (10 * 2.5 * m * math.log2(m) + 40 * m)
+    ctx.ledger.extra.update(method="analytic", grid=n, fields=fields, precision=str(dtype).split(".")[-1])
+    curve = [(0, enstrophy(w))]
+    while ctx.keep_going():
+        t0 = time.perf_counter()
+        r0 = vorticity_rhs(w, kx, ky, k2, keep, nu)
+        w1 = w + dt * r0
+        w = w + 0.5 * dt * (r0 + vorticity_rhs(w1, kx, ky, k2, keep, nu))
+        step = ctx.ledger.steps + 1
+        if step % log_every == 0:
+            curve.append((step, enstrophy(w)))
+        ctx.sync()
+        ctx.ledger.step(time.perf_counter() - t0, 0, flops=int(flops))
+    ctx.ledger.extra["enstrophy_curve"] = curve
+
+
+# Sizes per GPU: a field's spectrum is n · (n/2 + 1) complex values (n4096: 134 MB in fp32), and a step
+# keeps about a dozen such arrays per field alive (8 fields: ~13 GB).
+variants("other.spectral", "other", "spectral", run_spectral,
+         base={"n": 4096, "fields": 8, "precision": "fp32", "nu": 1e-4, "dt": 1e-3, "log_every": 10},
+         toy={"n": 32, "fields": 2, "log_every": 1, "dt": 1e-3, "nu": 1e-2}, gpus=0, grid={
+             "n4096_f8": {},
+             "n8192_f2": {"n": 8192, "fields": 2, "dt": 5e-4},
+             "n2048_f16_fp64": {"n": 2048, "fields": 16, "precision": "fp64"},
+         }, description="pseudo-spectral 2-D turbulence: FFTs and elementwise work, no model")

@@ -1,0 +1,110 @@
+"""The scientific look-alikes are real computations, checked against physics on CPU: molecular
+dynamics with a learned potential (infer_md.py: forces are the exact negative gradient of the energy,
+the neighbour list is the true nearest-neighbour set, the thermostat holds the temperature, the frozen
+weights are never written) and the pseudo-spectral turbulence solver (other_hpc.py: a steady
+Taylor–Green vortex decays at exactly the viscous rate, turbulence loses enstrophy). Both also run in
+the every-workload toy launch of test_infer.py."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+
+from trainsentry.workloads import infer, other  # noqa: F401  (registers the workloads)
+from trainsentry.workloads.base import WORKLOADS, Context
+from trainsentry.workloads.infer_md import (Potential, distances, energy_and_forces, lattice, minimum_image,
+                                            neighbour_list)
+from trainsentry.workloads.other_hpc import enstrophy, spectral_grid, vorticity_rhs
+
+
+def _ctx(steps: int) -> Context:
+    return Context(rank=0, world_size=1, device=torch.device("cpu"), dtype=torch.float32,
+                   deadline=time.time() + 120, max_steps=steps, toy=True, seed=3)
+
+
+def _liquid(atoms: int = 64, k: int = 12):
+    torch.manual_seed(0)
+    x, box = lattice(2, atoms, "cpu", torch.float64)
+    x = (x + 0.1 * torch.randn(x.shape, dtype=torch.float64)) % box
+    model = Potential(features=8, rbf=6, blocks=2, cutoff=3.0, nn_scale=1.0).double()
+    return model, x, box, neighbour_list(x, box, k)
+
+
+def test_md_forces_are_minus_the_energy_gradient():
+    """Central differences of the energy, in float64, match the autograd forces on every coordinate
+    probed: the backward pass computes the physics, not a number that merely looks busy."""
+    model, x, box, nbr = _liquid()
+    _, force = energy_and_forces(model, x, nbr, box)
+    h = 1e-6
+    for s, i, a in [(0, 0, 0), (0, 17, 1), (1, 40, 2), (1, 63, 0)]:
+        up, down = x.clone(), x.clone()
+        up[s, i, a] += h
+        down[s, i, a] -= h
+        e_up, _ = energy_and_forces(model, up, nbr, box)
+        e_down, _ = energy_and_forces(model, down, nbr, box)
+        fd = -(e_up[s] - e_down[s]) / (2 * h)
+        assert float(force[s, i, a]) == pytest.approx(float(fd), rel=1e-5, abs=1e-7)
+    assert float(force[0].abs().sum()) > 0   # the forces are not trivially zero
+
+
+def test_neighbour_list_is_the_true_nearest_set_across_the_periodic_boundary():
+    model, x, box, nbr = _liquid(atoms=64, k=6)
+    d_all = minimum_image(x[:, None, :, :] - x[:, :, None, :], box).pow(2).sum(-1).sqrt()
+    d_all.diagonal(dim1=1, dim2=2).fill_(float("inf"))
+    expect = d_all.topk(6, largest=False).values
+    got = distances(x, nbr, box)
+    assert torch.allclose(got.sort(-1).values, expect, atol=1e-9)
+    assert not (nbr == torch.arange(64).view(1, 64, 1)).any()   # never itself
+    # a chunk smaller than the box gives the same list
+    assert torch.equal(neighbour_list(x, box, 6, chunk=7).sort(-1).values, nbr.sort(-1).values)
+    with pytest.raises(ValueError, match="fewer than atoms"):
+        neighbour_list(x, box, 64)
+
+
+def test_md_run_holds_its_temperature_and_never_writes_the_weights():
+    spec = WORKLOADS["infer.md.schnet_fp32"]
+    cfg = {**spec.resolve(toy=True), "atoms": 216, "neighbours": 16, "log_every": 10}
+    ctx = _ctx(300)
+    spec.fn(ctx, cfg)
+    x = ctx.ledger.extra
+    assert x["weights_changed"] is False and x["weight_grads"] == 0 and x["positions_finite"]
+    temps = [t for _, t, _ in x["md_curve"]]
+    late = sum(temps[10:]) / len(temps[10:])
+    assert 0.8 < late < 1.2, temps     # the Langevin thermostat at temperature 1 (reduced units)
+    assert ctx.ledger.tokens == 300 * cfg["systems"] * 216 and ctx.ledger.flops_per_step > 0
+    with pytest.raises(ValueError, match="unknown precision"):
+        spec.fn(_ctx(1), {**cfg, "precision": "fp8"})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_spectral_taylor_green_vortex_decays_at_the_viscous_rate(dtype):
+    """ω = 2 cos x cos y is a steady solution of the inviscid equations (its advection vanishes), so
+    with viscosity ν it decays as exp(−2νt) exactly: the solver's nonlinear term and its viscous term
+    are both checked against the analytic answer."""
+    n, nu, dt, steps = 32, 0.05, 0.01, 100
+    kx, ky, k2, keep = spectral_grid(n, "cpu", dtype)
+    g = torch.arange(n, dtype=dtype) * (2 * math.pi / n)
+    w0 = 2 * torch.cos(g).view(n, 1) * torch.cos(g).view(1, n)
+    w = torch.fft.rfft2(w0).unsqueeze(0)
+    for _ in range(steps):
+        r0 = vorticity_rhs(w, kx, ky, k2, keep, nu)
+        w = w + 0.5 * dt * (r0 + vorticity_rhs(w + dt * r0, kx, ky, k2, keep, nu))
+    got = torch.fft.irfft2(w, s=(n, n))[0]
+    expect = w0 * math.exp(-2 * nu * dt * steps)
+    assert torch.allclose(got, expect, atol=1e-5 if dtype == torch.float32 else 1e-9)
+
+
+def test_spectral_run_loses_enstrophy_every_logged_step():
+    spec = WORKLOADS["other.spectral.n4096_f8"]
+    ctx = _ctx(20)
+    spec.fn(ctx, spec.resolve(toy=True))
+    curve = [z for _, z in ctx.ledger.extra["enstrophy_curve"]]
+    assert len(curve) == 21 and all(b < a for a, b in zip(curve, curve[1:])), curve
+    assert ctx.ledger.flops == pytest.approx(20 * 2 * (10 * 2.5 * 32 ** 2 * math.log2(32 ** 2) + 40 * 32 ** 2), rel=1e-6)
+    fp64 = WORKLOADS["other.spectral.n2048_f16_fp64"]
+    ctx = _ctx(2)
+    fp64.fn(ctx, fp64.resolve(toy=True))
+    assert ctx.ledger.extra["precision"] == "float64"
