@@ -135,3 +135,31 @@ def test_signed_body_is_kept_for_reverification(agent, key, db):
     stored, sig_ok = sqlite3.connect(db).execute("SELECT body, digest FROM batches").fetchone()
     assert bytes(stored) == body and verify(key, bytes(stored), sign(key, body)) and sig_ok == digest(body)
     assert orjson.loads(stored)["seq"] == 0
+
+
+@pytest.mark.parametrize("wild", [-(2 ** 63) - 1, 2 ** 63, 2 ** 64 - 5, -1e19])
+def test_a_wild_metric_value_is_stored_and_every_read_still_answers(client, agent, db, wild):
+    """The wire takes any |v| < 2**64 in a metric; SQLite's integers are 64-bit. A node that sends one
+    (in every metric of one sample, between ordinary samples) gets it stored, and no read of the
+    node, its series, verdicts, jobs, overview or dashboard answers with a server error."""
+    import time
+
+    from trainsentry.collector.schema import SAMPLE_METRICS
+
+    t0 = time.time() - 30
+    names = [m for m in SAMPLE_METRICS if not m.startswith("net_")]   # every GPU metric
+    for i in range(6):
+        samples = gpu_samples(t0 + i, n=10)
+        if i == 3:
+            samples[4] = dict(samples[4], m={n: wild for n in names})
+        r = agent.send(samples)
+        assert r.status_code == 200, r.text
+    row = sqlite3.connect(db).execute("SELECT power_mw, energy_mj FROM samples WHERE power_mw NOT BETWEEN -1e12 AND 1e12").fetchall()
+    assert row and all(v == pytest.approx(float(wild)) for v in row[0])
+    assert client.app.state.bus.drain(30.0)
+    for path in ["/v1/nodes", "/v1/nodes/node-a/series", f"/v1/nodes/node-a/series?start={t0 - 5}&end={t0 + 10}",
+                 "/v1/nodes/node-a/unmonitored", "/v1/stats", "/v1/overview", "/v1/nodes/node-a/verdict",
+                 "/v1/nodes/node-a/verdicts", "/v1/nodes/node-a/alerts", "/v1/jobs", "/v1/live", "/dashboard",
+                 "/dashboard/nodes/node-a"]:
+        r = client.get(path)
+        assert r.status_code < 500, (path, r.status_code, r.text[:300])
