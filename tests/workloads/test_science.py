@@ -2,7 +2,8 @@
 dynamics with a learned potential (infer_md.py: forces are the exact negative gradient of the energy,
 the neighbour list is the true nearest-neighbour set, the thermostat holds the temperature, the frozen
 weights are never written) and the pseudo-spectral turbulence solver (other_hpc.py: a steady
-Taylor–Green vortex decays at exactly the viscous rate, turbulence loses enstrophy). Both also run in
+Taylor–Green vortex decays at exactly the viscous rate, the advection term has its analytic value and
+sign, turbulence at the configurations' time step loses enstrophy and stays finite). Both also run in
 the every-workload toy launch of test_infer.py."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from trainsentry.workloads import infer, other  # noqa: F401  (registers the wor
 from trainsentry.workloads.base import WORKLOADS, Context
 from trainsentry.workloads.infer_md import (Potential, distances, energy_and_forces, lattice, minimum_image,
                                             neighbour_list)
-from trainsentry.workloads.other_hpc import enstrophy, spectral_grid, vorticity_rhs
+from trainsentry.workloads.other_hpc import spectral_grid, vorticity_rhs
 
 
 def _ctx(steps: int) -> Context:
@@ -58,15 +59,17 @@ def test_neighbour_list_is_the_true_nearest_set_across_the_periodic_boundary():
     got = distances(x, nbr, box)
     assert torch.allclose(got.sort(-1).values, expect, atol=1e-9)
     assert not (nbr == torch.arange(64).view(1, 64, 1)).any()   # never itself
-    # a chunk smaller than the box gives the same list
-    assert torch.equal(neighbour_list(x, box, 6, chunk=7).sort(-1).values, nbr.sort(-1).values)
+    # chunks of 7 atoms (of both boxes at once) give the same list
+    assert torch.equal(neighbour_list(x, box, 6, pairs_per_chunk=7 * 2 * 64).sort(-1).values, nbr.sort(-1).values)
     with pytest.raises(ValueError, match="fewer than atoms"):
         neighbour_list(x, box, 64)
 
 
 def test_md_run_holds_its_temperature_and_never_writes_the_weights():
+    """The full-size network (128 features, 32 radial functions, 3 blocks) on one small box: the
+    dynamics stays finite and near its thermostat's temperature through neighbour-list rebuilds."""
     spec = WORKLOADS["infer.md.schnet_fp32"]
-    cfg = {**spec.resolve(toy=True), "atoms": 216, "neighbours": 16, "log_every": 10}
+    cfg = {**spec.resolve(toy=False), "systems": 1, "atoms": 216, "log_every": 10}
     ctx = _ctx(300)
     spec.fn(ctx, cfg)
     x = ctx.ledger.extra
@@ -74,7 +77,7 @@ def test_md_run_holds_its_temperature_and_never_writes_the_weights():
     temps = [t for _, t, _ in x["md_curve"]]
     late = sum(temps[10:]) / len(temps[10:])
     assert 0.8 < late < 1.2, temps     # the Langevin thermostat at temperature 1 (reduced units)
-    assert ctx.ledger.tokens == 300 * cfg["systems"] * 216 and ctx.ledger.flops_per_step > 0
+    assert ctx.ledger.tokens == 300 * 216 and ctx.ledger.flops_per_step > 0
     with pytest.raises(ValueError, match="unknown precision"):
         spec.fn(_ctx(1), {**cfg, "precision": "fp8"})
 
@@ -97,7 +100,38 @@ def test_spectral_taylor_green_vortex_decays_at_the_viscous_rate(dtype):
     assert torch.allclose(got, expect, atol=1e-5 if dtype == torch.float32 else 1e-9)
 
 
-def test_spectral_run_loses_enstrophy_every_logged_step():
+def test_spectral_advection_has_its_analytic_value_and_sign():
+    """ψ = sin x + sin 2y: ω = −∇²ψ = sin x + 4 sin 2y, u = ∂ψ/∂y = 2 cos 2y, v = −∂ψ/∂x = −cos x, so
+    u·∇ω = −6 cos x cos 2y and, without viscosity, ∂ω/∂t = +6 cos x cos 2y (a single Fourier mode, the
+    Taylor–Green test above, has no advection at all; this one would catch a sign or a swapped axis)."""
+    n = 32
+    kx, ky, k2, keep = spectral_grid(n, "cpu", torch.float64)
+    g = torch.arange(n, dtype=torch.float64) * (2 * math.pi / n)
+    x, y = g.view(n, 1), g.view(1, n)
+    w = torch.fft.rfft2(torch.sin(x) + 4 * torch.sin(2 * y)).unsqueeze(0)
+    got = torch.fft.irfft2(vorticity_rhs(w, kx, ky, k2, keep, 0.0), s=(n, n))[0]
+    assert torch.allclose(got, 6 * torch.cos(x) * torch.cos(2 * y), atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["other.spectral.n4096_f8", "other.spectral.n2048_f16_fp64"])
+def test_spectral_turbulence_at_its_time_step_stays_finite_and_loses_enstrophy(name):
+    """The full configuration's initial spectrum and CFL time step on a 256² grid (the CPU's share):
+    a time step past the advective limit blows up within tens of steps (a review found the first
+    version's fixed step did, at every full size); this one decays."""
+    spec = WORKLOADS[name]
+    ctx = _ctx(60)
+    spec.fn(ctx, {**spec.resolve(toy=False), "n": 256, "fields": 1, "log_every": 5})
+    curve = [z for _, z in ctx.ledger.extra["enstrophy_curve"]]
+    assert curve[0] == pytest.approx(1.0) and all(math.isfinite(z) for z in curve)
+    assert len(curve) == 13 and all(b < a for a, b in zip(curve, curve[1:])), curve
+    # the check has teeth: sixteen times past the limit the same flow gains enstrophy or blows up
+    ctx = _ctx(60)
+    spec.fn(ctx, {**spec.resolve(toy=False), "n": 256, "fields": 1, "log_every": 5, "cfl": 8.0})
+    curve = [z for _, z in ctx.ledger.extra["enstrophy_curve"]]
+    assert not all(math.isfinite(z) for z in curve) or max(curve) > curve[0], curve
+
+
+def test_spectral_run_counts_its_flops_and_its_precision():
     spec = WORKLOADS["other.spectral.n4096_f8"]
     ctx = _ctx(20)
     spec.fn(ctx, spec.resolve(toy=True))

@@ -10,16 +10,19 @@ A verifier that calls a backward pass training would flag every such simulation.
 
 The potential is a continuous-filter convolution network in the manner of SchNet (Schütt et al.,
 2017): each atom's ``neighbours`` nearest atoms (periodic box, minimum image) enter through a radial
-basis of their distance under a smooth cutoff; ``blocks`` interaction blocks turn the basis into
-filters (a two-layer MLP per edge), sum the neighbours' features weighted by them and update each
-atom's features; a readout MLP gives each atom's energy. The weights are random and frozen (no trained
-potential can be shipped here), so the network is a small correction added to a Lennard-Jones pair
-term that holds the liquid together, as Δ-learning potentials add theirs to a physical baseline.
-
+basis of their distance under a smooth cosine cutoff at ``cutoff``; ``blocks`` interaction blocks turn
+the basis into filters (a two-layer MLP per edge), sum the neighbours' features weighted by them and
+update each atom's features; a readout MLP gives each atom's energy. The weights are random and frozen
+(no trained potential can be shipped here), so the network is a small correction added to a
+Lennard-Jones pair term, switched smoothly to zero between 0.8 and 1 × ``cutoff``, that holds the
+liquid together, as Δ-learning potentials add theirs to a physical baseline. At this density (0.71
+atoms per unit volume) about 24 atoms lie within the default cutoff of 2.0, so a list of 32 holds all
+of them but in rare fluctuations, and the energy barely moves when the list is rebuilt.
 A step is one velocity-Verlet step of ``systems`` independent boxes of ``atoms`` atoms each, with a
 Langevin thermostat at temperature ``temperature`` (reduced units): half-kick, drift, forces
 (−∂E/∂x by autograd), half-kick, friction and noise. The neighbour list is rebuilt every
-``rebuild_every`` steps (chunked all-pairs distances and top-k, no gradient). Every rank runs its own
+``rebuild_every`` steps (all-pairs distances of every box at once, in chunks of atoms, and top-k; no
+gradient). Every rank runs its own
 boxes (an ensemble): no communication. Ground truth: ``weights_changed`` and ``weight_grads`` as
 attribution's, the temperature and potential energy every ``log_every`` steps (``md_curve``), and
 ``tokens`` counts atom-steps (atoms advanced per step, summed). FLOPs per step from the FLOP counter
@@ -38,9 +41,8 @@ from . import flops as flopcount
 from .base import Context, variants
 from .infer import weight_versions, weights_written
 
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp64": torch.float64}
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}   # the network's; positions and integration stay fp32
 LATTICE_SPACING = 1.12   # reduced units: near the Lennard-Jones minimum (2^(1/6) sigma), a dense liquid
-LJ_CUTOFF = 2.5
 
 
 class Potential(nn.Module):
@@ -48,9 +50,8 @@ class Potential(nn.Module):
 
     def __init__(self, features: int, rbf: int, blocks: int, cutoff: float, nn_scale: float = 0.1):
         super().__init__()
-        self.cutoff, self.nn_scale = cutoff, nn_scale
+        self.cutoff, self.nn_scale, self.rbf = cutoff, nn_scale, rbf
         self.embed = nn.Parameter(torch.randn(features) * 0.5)
-        self.register_buffer("centres", torch.linspace(0.0, cutoff, rbf))
         self.gamma = (rbf / cutoff) ** 2
         self.filters = nn.ModuleList(nn.Sequential(nn.Linear(rbf, features), nn.SiLU(), nn.Linear(features, features))
                                      for _ in range(blocks))
@@ -64,7 +65,8 @@ class Potential(nn.Module):
         s, n, k = d.shape
         dtype = self.embed.dtype
         smooth = 0.5 * (torch.cos(math.pi * d.clamp(max=self.cutoff) / self.cutoff) + 1.0)
-        basis = torch.exp(-self.gamma * (d.unsqueeze(-1) - self.centres.to(d.dtype)) ** 2) * smooth.unsqueeze(-1)
+        centres = torch.linspace(0.0, self.cutoff, self.rbf, device=d.device, dtype=d.dtype)   # in the distances' precision
+        basis = torch.exp(-self.gamma * (d.unsqueeze(-1) - centres) ** 2) * smooth.unsqueeze(-1)
         basis = basis.to(dtype)
         flat = (nbr + torch.arange(s, device=nbr.device).view(s, 1, 1) * n).reshape(-1)
         h = self.embed.expand(s, n, -1)
@@ -73,9 +75,16 @@ class Potential(nn.Module):
             hj = h.reshape(s * n, -1)[flat].view(s, n, k, -1)      # the neighbours' features
             h = h + upd((hj * w).sum(2))
         learned = self.readout(h).to(d.dtype).sum((1, 2))          # summed in the positions' precision
-        inv6 = (1.0 / d.clamp(min=0.5)) ** 6                        # Lennard-Jones, truncated at LJ_CUTOFF
-        lj = (4.0 * (inv6 * inv6 - inv6) * (d < LJ_CUTOFF)).sum((1, 2)) * 0.5
+        inv6 = (1.0 / d.clamp(min=0.5)) ** 6                        # Lennard-Jones, switched off smoothly
+        lj = (4.0 * (inv6 * inv6 - inv6) * switch(d, 0.8 * self.cutoff, self.cutoff)).sum((1, 2)) * 0.5
         return lj + self.nn_scale * learned
+
+
+def switch(d: torch.Tensor, r_on: float, r_off: float) -> torch.Tensor:
+    """1 below ``r_on``, 0 beyond ``r_off``, a half cosine between: the pair energy and its force stay
+    continuous where a pair leaves the cutoff."""
+    u = ((d - r_on) / (r_off - r_on)).clamp(0.0, 1.0)
+    return 0.5 * (torch.cos(math.pi * u) + 1.0)
 
 
 def lattice(systems: int, atoms: int, device, dtype=torch.float32) -> tuple[torch.Tensor, float]:
@@ -92,20 +101,21 @@ def minimum_image(dr: torch.Tensor, box: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def neighbour_list(x: torch.Tensor, box: float, k: int, chunk: int = 512) -> torch.Tensor:
-    """Indices [S, N, k] of each atom's k nearest other atoms (periodic minimum image), in chunks of
-    ``chunk`` atoms so the all-pairs distances of a large box never sit in memory at once."""
+def neighbour_list(x: torch.Tensor, box: float, k: int, pairs_per_chunk: int = 1 << 26) -> torch.Tensor:
+    """Indices [S, N, k] of each atom's k nearest other atoms (periodic minimum image), every box at
+    once, in chunks of atoms holding at most ``pairs_per_chunk`` distances (about 1 GB of
+    displacements) so the all-pairs distances of a large box never sit in memory at once."""
     s, n, _ = x.shape
     if k >= n:
         raise ValueError(f"neighbours ({k}) must be fewer than atoms ({n})")
+    chunk = max(1, pairs_per_chunk // (s * n))
     out = torch.empty(s, n, k, dtype=torch.long, device=x.device)
-    for b in range(s):
-        for i0 in range(0, n, chunk):
-            rows = x[b, i0:i0 + chunk]
-            d2 = minimum_image(x[b].unsqueeze(0) - rows.unsqueeze(1), box).pow(2).sum(-1)   # [c, N]
-            idx = torch.arange(rows.shape[0], device=x.device)
-            d2[idx, idx + i0] = float("inf")                                                  # not itself
-            out[b, i0:i0 + chunk] = d2.topk(k, largest=False).indices
+    for i0 in range(0, n, chunk):
+        rows = x[:, i0:i0 + chunk]                                                             # [S, c, 3]
+        d2 = minimum_image(x.unsqueeze(1) - rows.unsqueeze(2), box).pow(2).sum(-1)             # [S, c, N]
+        idx = torch.arange(rows.shape[1], device=x.device)
+        d2[:, idx, idx + i0] = float("inf")                                                    # not itself
+        out[:, i0:i0 + chunk] = d2.topk(k, largest=False).indices
     return out
 
 
@@ -131,9 +141,9 @@ def run_md(ctx: Context, cfg: dict) -> None:
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; known: {sorted(PRECISIONS)}")
     dt, temp, friction = float(cfg.get("dt", 0.002)), float(cfg.get("temperature", 1.0)), float(cfg.get("friction", 1.0))
-    rebuild_every, log_every = int(cfg.get("rebuild_every", 10)), int(cfg.get("log_every", 10))
+    rebuild_every, log_every = int(cfg.get("rebuild_every", 20)), int(cfg.get("log_every", 10))
     torch.manual_seed(ctx.seed)      # the same potential on every rank; each rank's own boxes below
-    model = Potential(int(cfg["features"]), int(cfg["rbf"]), int(cfg["blocks"]), float(cfg.get("cutoff", 3.0)))
+    model = Potential(int(cfg["features"]), int(cfg["rbf"]), int(cfg["blocks"]), float(cfg.get("cutoff", 2.0)))
     model = model.to(device=ctx.device, dtype=PRECISIONS[precision]).eval()
     for p in model.parameters():
         p.requires_grad_(False)
@@ -170,18 +180,18 @@ def run_md(ctx: Context, cfg: dict) -> None:
 
 
 # Sizes per GPU: edges = systems · atoms · neighbours (4 · 32,768 · 32 = 4.2 M for the 128-feature
-# configurations), each block keeping a few edge × feature tensors for the backward (about 10 GB per
-# block in fp32). fp32 is what MD codes run by default (torch's fp32 products do not use TF32 unless
+# configurations), the backward keeping about 4.5 kB per edge (a review's count: 19 GB, 30–35 GB at the
+# peak of the backward). fp32 is what MD codes run by default (torch's fp32 products do not use TF32 unless
 # asked); bf16 is a deployment that trades accuracy for speed; small boxes many at a time are a
 # screening campaign.
 variants("infer.md", "inference", "md", run_md,
          base={"systems": 4, "atoms": 32768, "neighbours": 32, "features": 128, "rbf": 32, "blocks": 3,
-               "precision": "fp32", "rebuild_every": 10, "log_every": 10},
+               "cutoff": 2.0, "precision": "fp32", "rebuild_every": 20, "log_every": 10},
          toy={"systems": 2, "atoms": 64, "neighbours": 8, "features": 16, "rbf": 8, "blocks": 1,
               "rebuild_every": 2, "log_every": 1},
          gpus=0, description="molecular dynamics with a learned potential: forces by a backward pass "
                              "through a frozen network every step, no update", grid={
              "schnet_fp32": {},
              "schnet_bf16_f256": {"precision": "bf16", "features": 256},
-             "screen_64x2048": {"systems": 64, "atoms": 2048, "neighbours": 24},
+             "screen_64x2048": {"systems": 64, "atoms": 2048},
          })

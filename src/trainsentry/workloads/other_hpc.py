@@ -127,37 +127,53 @@ def vorticity_rhs(w: torch.Tensor, kx, ky, k2, keep, nu: float) -> torch.Tensor:
     return -adv - nu * k2 * w
 
 
-def enstrophy(w: torch.Tensor) -> float:
-    """Σ|ω̂|² over the box (rfft2 layout: the modes with ky > 0 stand for two), per field."""
+def mean_square_vorticity(w: torch.Tensor) -> float:
+    """⟨ω²⟩ over the box and the fields, from the spectrum by Parseval: Σ|ω̂|² / n⁴ (rfft2 layout: the
+    modes 0 < ky < n/2 stand for two; the Nyquist column is masked out by the dealiasing anyway)."""
+    n = w.shape[-2]
     e = w.abs().pow(2)
-    return float((e[..., 0].sum() + 2 * e[..., 1:].sum()) / w.shape[0])
+    return float((e[..., 0].sum() + 2 * e[..., 1:].sum()) / (w.shape[0] * n ** 4))
+
+
+def velocity_max(w: torch.Tensor, kx, ky, k2) -> float:
+    """The largest speed |u| anywhere in the fields (from the stream function ψ̂ = ω̂/k²)."""
+    n = w.shape[-2]
+    psi = w / k2
+    u = torch.fft.irfft2(1j * ky * psi, s=(n, n))
+    v = torch.fft.irfft2(-1j * kx * psi, s=(n, n))
+    return float(torch.sqrt(u * u + v * v).max())
 
 
 @torch.inference_mode()
 def run_spectral(ctx: Context, cfg: dict) -> None:
     """``fields`` independent periodic flows on an n × n grid (decaying 2-D turbulence from a random
-    band-limited vorticity), one Heun (RK2) step per step: two right-hand sides, ten FFTs. Why it is
-    in the benign corpus: spectral codes (turbulence, weather, plasma) keep a GPU busy with FFTs and
-    elementwise work, memory-bound, regular and periodic, with no model and almost no tensor-core
-    work; in double precision (``precision: fp64``, as direct simulations often run) they are
-    the GPU's FP64 units at work. Each rank runs its own fields: no communication. The viscosity
-    drains enstrophy every step, so the recorded curve (``enstrophy_curve``) falls: the solution is a
-    real one. FLOPs are analytic: 2.5 · M · log₂M per real FFT of M = n² points, ten per step, plus
-    about 40 elementwise operations per point, per field."""
+    band-limited vorticity of unit root-mean-square), one Heun (RK2) step per step: two right-hand
+    sides, ten FFTs. Why it is in the benign corpus: spectral codes (turbulence, weather, plasma)
+    keep a GPU busy with FFTs and elementwise work, memory-bound, regular and periodic, with no model
+    and almost no tensor-core work; in double precision (``precision: fp64``, as direct simulations
+    often run) they are the GPU's FP64 units at work. Each rank runs its own fields: no
+    communication. The time step obeys the advective (CFL) limit: ``dt = cfl · (2π/n) / max|u|`` of
+    the initial flow (``dt_s`` in the ground truth); the viscosity drains enstrophy every step, so the
+    recorded mean-square vorticity (``enstrophy_curve``) falls: the solution is a real one. FLOPs are
+    analytic: 2.5 · M · log₂M per real FFT of M = n² points, ten per step, plus about 40 elementwise
+    operations per point, per field."""
     n, fields = int(cfg["n"]), int(cfg["fields"])
     dtype = {"fp32": torch.float32, "fp64": torch.float64}[str(cfg.get("precision", "fp32"))]
-    nu, dt, log_every = float(cfg.get("nu", 1e-4)), float(cfg.get("dt", 1e-3)), int(cfg.get("log_every", 10))
+    nu, cfl, log_every = float(cfg.get("nu", 1e-4)), float(cfg.get("cfl", 0.5)), int(cfg.get("log_every", 10))
     kx, ky, k2, keep = spectral_grid(n, ctx.device, dtype)
     gen = torch.Generator(device=ctx.device).manual_seed(ctx.seed * 1000 + ctx.rank)
     shape = (fields, n, n // 2 + 1)
     band = torch.exp(-((k2.sqrt() - 4.0) ** 2) / 8.0) * keep      # energy near wavenumber 4
+    band[0, 0] = 0.0                                              # a periodic box has no mean vorticity
     w = torch.complex(torch.randn(shape, device=ctx.device, dtype=dtype, generator=gen),
-                      torch.randn(shape, device=ctx.device, dtype=dtype, generator=gen)) * band * (n * n)
+                      torch.randn(shape, device=ctx.device, dtype=dtype, generator=gen)) * band
     w = torch.fft.rfft2(torch.fft.irfft2(w, s=(n, n)))            # a real field's spectrum (Hermitian)
+    w = w / math.sqrt(mean_square_vorticity(w))                   # unit rms vorticity
+    dt = cfl * (2 * math.pi / n) / velocity_max(w, kx, ky, k2)
     m = n * n
     flops = fields * (10 * 2.5 * m * math.log2(m) + 40 * m)
-    ctx.ledger.extra.update(method="analytic", grid=n, fields=fields, precision=str(dtype).split(".")[-1])
-    curve = [(0, enstrophy(w))]
+    ctx.ledger.extra.update(method="analytic", grid=n, fields=fields, precision=str(dtype).split(".")[-1], dt_s=dt)
+    curve = [(0, mean_square_vorticity(w))]
     while ctx.keep_going():
         t0 = time.perf_counter()
         r0 = vorticity_rhs(w, kx, ky, k2, keep, nu)
@@ -165,7 +181,7 @@ def run_spectral(ctx: Context, cfg: dict) -> None:
         w = w + 0.5 * dt * (r0 + vorticity_rhs(w1, kx, ky, k2, keep, nu))
         step = ctx.ledger.steps + 1
         if step % log_every == 0:
-            curve.append((step, enstrophy(w)))
+            curve.append((step, mean_square_vorticity(w)))
         ctx.sync()
         ctx.ledger.step(time.perf_counter() - t0, 0, flops=int(flops))
     ctx.ledger.extra["enstrophy_curve"] = curve
@@ -174,9 +190,9 @@ def run_spectral(ctx: Context, cfg: dict) -> None:
 # Sizes per GPU: a field's spectrum is n · (n/2 + 1) complex values (n4096: 134 MB in fp32), and a step
 # keeps about a dozen such arrays per field alive (8 fields: ~13 GB).
 variants("other.spectral", "other", "spectral", run_spectral,
-         base={"n": 4096, "fields": 8, "precision": "fp32", "nu": 1e-4, "dt": 1e-3, "log_every": 10},
-         toy={"n": 32, "fields": 2, "log_every": 1, "dt": 1e-3, "nu": 1e-2}, gpus=0, grid={
+         base={"n": 4096, "fields": 8, "precision": "fp32", "nu": 1e-4, "cfl": 0.5, "log_every": 10},
+         toy={"n": 32, "fields": 2, "log_every": 1, "nu": 1e-2}, gpus=0, grid={
              "n4096_f8": {},
-             "n8192_f2": {"n": 8192, "fields": 2, "dt": 5e-4},
+             "n8192_f2": {"n": 8192, "fields": 2},
              "n2048_f16_fp64": {"n": 2048, "fields": 16, "precision": "fp64"},
          }, description="pseudo-spectral 2-D turbulence: FFTs and elementwise work, no model")
