@@ -127,6 +127,15 @@ def vorticity_rhs(w: torch.Tensor, kx, ky, k2, keep, nu: float) -> torch.Tensor:
     return -adv - nu * k2 * w
 
 
+def rk4_step(w: torch.Tensor, dt: float, kx, ky, k2, keep, nu: float) -> torch.Tensor:
+    """One classical fourth-order Runge–Kutta step of ``vorticity_rhs``."""
+    k1 = vorticity_rhs(w, kx, ky, k2, keep, nu)
+    k2_ = vorticity_rhs(w + 0.5 * dt * k1, kx, ky, k2, keep, nu)
+    k3 = vorticity_rhs(w + 0.5 * dt * k2_, kx, ky, k2, keep, nu)
+    k4 = vorticity_rhs(w + dt * k3, kx, ky, k2, keep, nu)
+    return w + (dt / 6.0) * (k1 + 2 * k2_ + 2 * k3 + k4)
+
+
 def mean_square_vorticity(w: torch.Tensor) -> float:
     """⟨ω²⟩ over the box and the fields, from the spectrum by Parseval: Σ|ω̂|² / n⁴ (rfft2 layout: the
     modes 0 < ky < n/2 stand for two; the Nyquist column is masked out by the dealiasing anyway)."""
@@ -147,15 +156,17 @@ def velocity_max(w: torch.Tensor, kx, ky, k2) -> float:
 @torch.inference_mode()
 def run_spectral(ctx: Context, cfg: dict) -> None:
     """``fields`` independent periodic flows on an n × n grid (decaying 2-D turbulence from a random
-    band-limited vorticity of unit root-mean-square), one Heun (RK2) step per step: two right-hand
-    sides, ten FFTs. Why it is in the benign corpus: spectral codes (turbulence, weather, plasma)
+    band-limited vorticity of unit root-mean-square), one classical Runge–Kutta (RK4) step per step:
+    four right-hand sides, twenty FFTs (RK4, as spectral turbulence codes use, is stable for the
+    advection's imaginary eigenvalues up to 2.8 · dt; Heun's RK2, which the first recording used, is
+    not stable for any, and its fp64 run turned to NaN after about 300 steps). Why it is in the benign corpus: spectral codes (turbulence, weather, plasma)
     keep a GPU busy with FFTs and elementwise work, memory-bound, regular and periodic, with no model
     and almost no tensor-core work; in double precision (``precision: fp64``, as direct simulations
     often run) they are the GPU's FP64 units at work. Each rank runs its own fields: no
     communication. The time step obeys the advective (CFL) limit: ``dt = cfl · (2π/n) / max|u|`` of
     the initial flow (``dt_s`` in the ground truth); the viscosity drains enstrophy every step, so the
     recorded mean-square vorticity (``enstrophy_curve``) falls: the solution is a real one. FLOPs are
-    analytic: 2.5 · M · log₂M per real FFT of M = n² points, ten per step, plus about 40 elementwise
+    analytic: 2.5 · M · log₂M per real FFT of M = n² points, twenty per step, plus about 80 elementwise
     operations per point, per field."""
     n, fields = int(cfg["n"]), int(cfg["fields"])
     dtype = {"fp32": torch.float32, "fp64": torch.float64}[str(cfg.get("precision", "fp32"))]
@@ -171,14 +182,12 @@ def run_spectral(ctx: Context, cfg: dict) -> None:
     w = w / math.sqrt(mean_square_vorticity(w))                   # unit rms vorticity
     dt = cfl * (2 * math.pi / n) / velocity_max(w, kx, ky, k2)
     m = n * n
-    flops = fields * (10 * 2.5 * m * math.log2(m) + 40 * m)
+    flops = fields * (20 * 2.5 * m * math.log2(m) + 80 * m)
     ctx.ledger.extra.update(method="analytic", grid=n, fields=fields, precision=str(dtype).split(".")[-1], dt_s=dt)
     curve = [(0, mean_square_vorticity(w))]
     while ctx.keep_going():
         t0 = time.perf_counter()
-        r0 = vorticity_rhs(w, kx, ky, k2, keep, nu)
-        w1 = w + dt * r0
-        w = w + 0.5 * dt * (r0 + vorticity_rhs(w1, kx, ky, k2, keep, nu))
+        w = rk4_step(w, dt, kx, ky, k2, keep, nu)
         step = ctx.ledger.steps + 1
         if step % log_every == 0:
             curve.append((step, mean_square_vorticity(w)))
