@@ -100,6 +100,21 @@ def render(result: dict, out: str) -> str:
     if families:
         lines += ["", "Right by family: " + ", ".join(
             f"{cls} {fam} {sum(ok)} of {len(ok)}" for (cls, fam), ok in sorted(families.items())) + "."]
+    also = m.get("also", {}).get("name")
+    if also and any("either_correct" in x for x in result["per_run"]):
+        either: dict[tuple[str, str], list[bool]] = {}
+        highest: dict[tuple[str, str], float] = {}
+        for x in result["per_run"]:
+            either.setdefault((x["class"], x["family"]), []).append(x["either_correct"])
+            p = x.get(f"{also}_p_in_run_median")
+            if p is not None:
+                highest[(x["class"], x["family"])] = max(p, highest.get((x["class"], x["family"]), 0.0))
+        lines += ["", f"`{m['name']} or {also}` right by family: " + ", ".join(
+            f"{cls} {fam} {sum(ok)} of {len(ok)}" for (cls, fam), ok in sorted(either.items())) + "."]
+        if highest:
+            lines += ["", f"`{also}`'s median P(training) in a run, the highest over each family's runs (it alerts "
+                      f"at {result['rule'].split('@')[-1].strip()} in enough windows): " + ", ".join(
+                          f"{cls} {fam} {p:.2f}" for (cls, fam), p in sorted(highest.items())) + "."]
     wrong = [x for x in result["per_run"] if not x["correct"]]
     if not wrong:
         return "\n".join(lines + ["", "Runs judged wrong: none."]) + "\n"
@@ -173,8 +188,11 @@ def main(argv: list[str] | None = None) -> int:
             pb = also.predict_proba(dfb) if len(dfb) else np.zeros(0)
             b = rule.capped(len(dfb)).evaluate(dfb["t_end"].to_numpy(), pb, r.start) if len(dfb) else {"alerted": False}
             either = bool(capped["alerted"]) or bool(b["alerted"])
+            in_b = dfb["in_run"].to_numpy(dtype=bool) if len(dfb) else np.zeros(0, dtype=bool)
             rows[-1].update({f"{args.also}_alerted_capped_rule": bool(b["alerted"]), "either_alerted": either,
-                             "either_correct": either == (r.cls == "training")})
+                             "either_correct": either == (r.cls == "training"),
+                             # how far from alerting the second model was: its median P(training) in the run
+                             f"{args.also}_p_in_run_median": float(np.median(pb[in_b])) if in_b.any() else None})
 
     def summary(sel: list[dict]) -> dict:
         # the run-level rates of `trainsentry eval` (evaluate.run_metrics), on these verdicts

@@ -56,3 +56,17 @@ def test_the_cut_off_is_the_later_fit_when_a_second_model_joins():
     assert "judges every run recorded after it was fitted" in render(res, "results/p.json")
     res["since"] = 0.0
     assert "judges every run recorded from 1970-01-01 00:00 UTC (`--since`" in render(res, "results/p.json")
+
+
+def test_with_a_second_model_the_page_tallies_the_combination_and_how_close_it_came():
+    render = runpy.run_path(str(SCRIPT))["render"]
+    runs = [dict(_run("a", "inference", "md", True, False), either_correct=True, **{"single-device_p_in_run_median": 0.12}),
+            dict(_run("b", "inference", "md", True, False), either_correct=True, **{"single-device_p_in_run_median": 0.31}),
+            dict(_run("c", "training", "lora", False, False), either_correct=True, **{"single-device_p_in_run_median": 0.97})]
+    res = _result(runs)
+    res["model"].update(fitted_at=100.0, also={"name": "single-device", "fitted_at": 200.0,
+                                                "trained_by": "python scripts/single_device.py", "runs": 9})
+    page = render(res, "results/p.json")
+    assert "Right by family: inference md 2 of 2, training lora 0 of 1." in page
+    assert "`fused or single-device` right by family: inference md 2 of 2, training lora 1 of 1." in page
+    assert "highest over each family's runs (it alerts at 0.75 in enough windows): inference md 0.31, training lora 0.97." in page
