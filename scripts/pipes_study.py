@@ -77,7 +77,7 @@ def run_windows(run_dir: Path) -> dict | None:
     # the counter-cases: training without an fp32 master copy, serving outside bf16 (fp32, fp16)
     counter = (labels["class"] == "training" and prec == "bf16") or (labels["class"] != "training" and prec in ("fp32", "fp16"))
     med = {k: _median([w.get(k, np.nan) for w in wins]) for k in SIGNALS + ("gpu_util_pct",)}
-    short = adapters(cfg.get("lora_targets"))
+    short = adapters(cfg.get("lora_targets"), cfg.get("lora_layers"), cfg.get("n_layers"))
     cls, family = labels["class"], labels["family"]
     return {"run": run_dir.name, "class": cls, "family": family, "precision": prec,
             "counter_case": counter, "median": med, "windows": wins, "shape": shape(cfg),
@@ -89,12 +89,16 @@ def run_windows(run_dir: Path) -> dict | None:
                                               f"on {short}" if short else "") if x)}
 
 
-def adapters(lora_targets: list | None) -> str:
-    """LoRA's adapter set in short (``q, v``, in workloads.lora.TARGETS order), or "" for every projection."""
+def adapters(lora_targets: list | None, lora_layers: int | None = None, n_layers: int | None = None) -> str:
+    """LoRA's adapter set in short (``q, v``, in workloads.lora.TARGETS order; ``last 4 of 20 blocks``
+    when only the top blocks carry adapters), or "" for every projection of every block."""
     from trainsentry.workloads.lora import TARGETS
-    if not lora_targets or set(lora_targets) == set(TARGETS):
-        return ""
-    return ", ".join(t.split(".")[-1] for t in TARGETS if t in lora_targets)
+    parts = []
+    if lora_targets and set(lora_targets) != set(TARGETS):
+        parts.append(", ".join(t.split(".")[-1] for t in TARGETS if t in lora_targets))
+    if lora_layers and lora_layers != n_layers:
+        parts.append(f"last {lora_layers} of {n_layers} blocks")
+    return "; ".join(parts)
 
 
 def shape(cfg: dict) -> list[int] | None:

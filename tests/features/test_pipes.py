@@ -120,6 +120,8 @@ def test_matched_shapes_put_training_beside_other_work_of_its_shape(tmp_path):
     _trace(data, "lora-1b", "training", 4.0, "bf16", family="lora", tensor=45.0, dram=40.0, config=lora1b)
     _trace(data, "lora-qv-1b", "training", 4.0, "bf16", family="lora", tensor=58.0, dram=26.0,
            config={**lora1b, "lora_targets": ["attn.q", "attn.v"]})
+    _trace(data, "lora-top-1b", "training", 4.0, "bf16", family="lora", tensor=61.0, dram=26.0,
+           config={**lora1b, "lora_targets": ["attn.q", "attn.v"], "lora_layers": 4})
     _trace(data, "full-1b", "training", 4.0, "bf16", family="single-gpu", tensor=66.0, dram=26.0,
            config={"d_model": 2048, "n_layers": 20, "batch": 16, "seq_len": 1024})
     small = {"model": "gpt125m", "seq_len": 513, "text_len": 512, "batch": 64}          # 768 x 12
@@ -135,12 +137,13 @@ def test_matched_shapes_put_training_beside_other_work_of_its_shape(tmp_path):
     shapes = [(g["shape"]["width"], g["shape"]["layers"], g["shape"]["batch"], g["shape"]["tokens"]) for g in res["matched"]]
     assert shapes == [(768, 12, 64, 512), (2048, 20, 16, 1024)]
     big = {r["run"]: r for r in res["matched"][1]["runs"]}
-    assert set(big) == {"attr-1b", "lora-1b", "lora-qv-1b", "full-1b"}
+    assert set(big) == {"attr-1b", "lora-1b", "lora-qv-1b", "lora-top-1b", "full-1b"}
     assert abs(big["attr-1b"]["dram_per_tensor"] - 27.0 / 60.0) < 1e-9
     assert big["lora-qv-1b"]["group"] == "lora (q, v)" and big["lora-1b"]["group"] == "lora"
+    assert big["lora-top-1b"]["group"] == "lora (q, v; last 4 of 20 blocks)"
     comps = {(c["training"], c["other"]): c for c in res["matched_summary"]["comparisons"]}
     assert set(comps) == {("lora", "inference attribute"), ("lora (q, v)", "inference attribute"),
-                          ("single-gpu", "inference attribute")}
+                          ("lora (q, v; last 4 of 20 blocks)", "inference attribute"), ("single-gpu", "inference attribute")}
     lora = comps[("lora", "inference attribute")]
     assert (lora["shapes"], lora["above"], lora["overlap"]) == (2, 2, True)   # 0.89–2.12 against 0.45–0.95
     assert lora["training_ratio"] == [40.0 / 45.0, 53.0 / 25.0]

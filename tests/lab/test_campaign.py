@@ -219,3 +219,19 @@ def test_lora_targets_are_checked_when_the_campaign_is_planned(tmp_path):
     root = Path(__file__).resolve().parents[2] / "configs" / "campaigns"
     runs = Campaign.load(root / "h200x1-lora-qv.yaml").expand()
     assert len(runs) == 5 and all(r["overrides"]["lora_targets"] == ["attn.q", "attn.v"] for r in runs)
+
+
+def test_lora_layers_are_checked_when_the_campaign_is_planned(tmp_path):
+    """``lora_layers`` outside 1..n_layers, or without adapters, is refused before any GPU time; the
+    committed top-blocks campaign plans."""
+    path = tmp_path / "top.yaml"
+    for workload, over, match in (("train.lora.single-r8-w1536", {"lora_layers": 0}, "lora_layers"),
+                                  ("train.lora.single-r8-w1536", {"lora_layers": 25}, "lora_layers"),
+                                  ("train.lora.single-r8-w1536", {"n_layers": 4, "lora_layers": 5}, "lora_layers"),
+                                  ("train.single.w1024-l16", {"lora_layers": 2}, "without lora_rank")):
+        path.write_text(yaml.safe_dump({"name": "top", "nproc": 1, "runs": [{"workload": workload, "overrides": over}]}))
+        with pytest.raises(ValueError, match=match):
+            Campaign.load(path).expand()
+    root = Path(__file__).resolve().parents[2] / "configs" / "campaigns"
+    runs = Campaign.load(root / "h200x1-lora-top.yaml").expand()
+    assert len(runs) == 5 and sorted({r["overrides"]["lora_layers"] for r in runs}) == [1, 4]

@@ -15,6 +15,7 @@ import torch
 
 from trainsentry.workloads import train
 from trainsentry.workloads.base import WORKLOADS
+from trainsentry.workloads.lora import TARGETS as TARGETS_ALL
 from trainsentry.workloads.lora import apply_lora, lora_flops_per_token
 from trainsentry.workloads.model import GPT, ModelConfig
 from trainsentry.workloads.parallel import model_config
@@ -270,3 +271,36 @@ def test_lora_on_query_and_value_only_matches_its_formula_and_refuses_other_sets
     for bad in (("attn.q",), ("attn.q", "attn.v", "mlp.gate")):
         with pytest.raises(ValueError, match="lora_targets"):
             apply_lora(GPT(cfg), rank=4, targets=bad)
+
+
+def test_lora_in_the_top_layers_only_stops_the_backward_and_matches_its_formula():
+    """``lora_layers``: adapters in the last N blocks only. Nothing below them needs a gradient, so the
+    backward stops at the lowest adapted block: torch's counter measures, to the FLOP, every matrix
+    product the formula counts (attention, which the counter does not see on this CPU path, is the
+    formula's: its forward in every block, its backward in the N adapted ones)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from trainsentry.workloads.lora import check_layers
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=64, n_layers=4, n_heads=4, n_kv_heads=2, seq_len=32)
+    attn = 2 * 2 * 32 * 64                      # per token per block, forward (context 32, width 64)
+    for targets in (("attn.q", "attn.v"), None):
+        measured = {}
+        for layers in (4, 2, 1):
+            model = GPT(cfg)
+            apply_lora(model, rank=4, targets=targets or TARGETS_ALL, layers=layers)
+            adapted = {name.split(".")[1] for name, p in model.named_parameters() if p.requires_grad}
+            assert adapted == {str(i) for i in range(4 - layers, 4)}
+            x = torch.randint(0, 256, (2, 32))
+            with FlopCounterMode(display=False) as fc:
+                model(x).float().logsumexp(-1).mean().backward()
+            measured[layers] = fc.get_total_flops()
+            analytic = lora_flops_per_token(cfg, 4, 32, targets or TARGETS_ALL, layers) * x.numel()
+            assert measured[layers] == analytic - (4 * attn + layers * 2 * attn) * x.numel()
+            assert all(p.grad is not None for name, p in model.named_parameters() if "lora_" in name)
+        assert measured[1] < measured[2] < measured[4]
+    assert lora_flops_per_token(cfg, 4, 32) == lora_flops_per_token(cfg, 4, 32, layers=4)
+    for bad in (0, 5, 2.0, True):
+        with pytest.raises(ValueError, match="lora_layers"):
+            check_layers(bad, 4)

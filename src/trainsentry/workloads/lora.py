@@ -1,5 +1,6 @@
 """LoRA fine-tuning: a low-rank adapter beside each linear layer of the GPT blocks (or, with
-``lora_targets``, beside some of them: query and value at least), base frozen.
+``lora_targets``, beside some of them: query and value at least; with ``lora_layers``, in the last
+that many blocks only), base frozen.
 
 y = W x + (alpha / r) · B A x, with A [r, in] random and B [out, r] zero, so training starts from the
 base model exactly. Only A and B get gradients, so the gradient all-reduce of a LoRA run is tiny
@@ -46,14 +47,29 @@ class LoRALinear(nn.Module):
         return self.base(x) + (x @ self.lora_a.t() @ self.lora_b.t()) * self.scale
 
 
-def apply_lora(model: GPT, rank: int, alpha: float = 16.0, targets=TARGETS) -> int:
-    """Freeze every base weight and wrap the block linears named in ``targets`` (all six by default);
-    returns the adapter parameter count."""
+def check_layers(layers, n_layers: int) -> int:
+    """``lora_layers``: how many of the last blocks carry adapters (None: all); a clear error otherwise."""
+    if layers is None:
+        return n_layers
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= n_layers:
+        raise ValueError(f"lora_layers must be an integer from 1 to the model's {n_layers} layers; got {layers!r}")
+    return layers
+
+
+def apply_lora(model: GPT, rank: int, alpha: float = 16.0, targets=TARGETS, layers: int | None = None) -> int:
+    """Freeze every base weight and wrap the block linears named in ``targets`` (all six by default)
+    of the last ``layers`` blocks (all by default); returns the adapter parameter count.
+
+    Adapters in the top blocks only is the cheapest fine-tuning there is: the blocks below them are
+    frozen and nothing below needs a gradient, so autograd records no graph there and the backward
+    pass stops at the lowest adapted block; the step is a full forward and a partial backward."""
     targets = check_targets(targets)
+    blocks = list(model.layers.values())
+    layers = check_layers(layers, len(blocks))
     for p in model.parameters():
         p.requires_grad_(False)
     n = 0
-    for block in model.layers.values():
+    for block in blocks[len(blocks) - layers:]:
         for path in targets:
             parent_name, attr = path.split(".")
             parent = getattr(block, parent_name)
@@ -63,16 +79,18 @@ def apply_lora(model: GPT, rank: int, alpha: float = 16.0, targets=TARGETS) -> i
     return n
 
 
-def lora_flops_per_token(cfg: ModelConfig, rank: int, context: int, targets=TARGETS) -> float:
+def lora_flops_per_token(cfg: ModelConfig, rank: int, context: int, targets=TARGETS, layers: int | None = None) -> float:
     """Analytic FLOPs per token of a LoRA training step (same conventions as ModelConfig).
 
     Forward: base matmuls + attention + adapters. Backward: frozen weights get no weight gradient,
     so each base matmul costs one input-gradient product (2 per weight) instead of two, except the
-    first block's q/k/v whose input (embeddings, frozen) needs no gradient at all. Attention backward
-    is twice its forward. Each adapter costs its weight gradients (A and B) plus the gradient through
-    B; the gradient through A back to the input is needed everywhere but in the first block. Only the
-    projections in ``targets`` carry adapters.
+    lowest adapted block's q/k/v whose input (embeddings, or a frozen block's output) needs no
+    gradient at all. Attention backward is twice its forward. Each adapter costs its weight gradients
+    (A and B) plus the gradient through B; the gradient through A back to the input is needed
+    everywhere but in the lowest adapted block. Only the projections in ``targets`` of the last
+    ``layers`` blocks (default all) carry adapters; the blocks below them run forward only.
     """
+    n = check_layers(layers, cfg.n_layers)
     on = [t in check_targets(targets) for t in TARGETS]
     d, hd, ff, L = cfg.d_model, cfg.head_dim, cfg.ff, cfg.n_layers
     kv = cfg.kv_heads * hd
@@ -81,9 +99,9 @@ def lora_flops_per_token(cfg: ModelConfig, rank: int, context: int, targets=TARG
     adapter = sum(rank * (i + o) for (i, o), a in zip(shapes, on) if a)
     attn = 2 * 2 * context * d                                       # per layer, forward
     head = d * cfg.vocab
-    fwd = L * (2 * base + 2 * adapter + attn) + 2 * head
+    fwd = L * (2 * base + attn) + n * 2 * adapter + 2 * head
     first_qkv = sum(i * o for i, o in shapes[:3])
     first_qkv_a = sum(rank * i for (i, _), a in zip(shapes[:3], on[:3]) if a)
-    bwd_base = L * 2 * base - 2 * first_qkv + 2 * head
-    bwd_adapter = L * 4 * adapter - 2 * first_qkv_a
-    return fwd + bwd_base + bwd_adapter + L * 2 * attn
+    bwd_base = n * 2 * base - 2 * first_qkv + 2 * head
+    bwd_adapter = n * 4 * adapter - 2 * first_qkv_a
+    return fwd + bwd_base + bwd_adapter + n * 2 * attn
