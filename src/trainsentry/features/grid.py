@@ -5,7 +5,8 @@ wrap- and reset-corrected by :mod:`trainsentry.traces.rates`) are turned back in
 cumulative curve, interpolated at the bin edges and differenced, so every byte lands in exactly
 one bin whatever the recording rate. Gauges (power, utilisation, memory, clocks, GPM averages)
 are sample-and-hold: each bin takes the last reading at or before its end, which is what a
-poller running at the grid rate would have read. A metric a device never reported stays all-NaN
+poller running at the grid rate would have read; a negative reading of a gauge that cannot be
+negative (all but temperature) is held as missing. A metric a device never reported stays all-NaN
 (absent, never zero).
 """
 
@@ -20,6 +21,10 @@ from ..traces.schema import GPU_METRICS, NET_METRICS
 
 RATE_COLUMNS = ("nvlink_tx_Bps", "nvlink_rx_Bps", "energy_W", "net_tx_Bps", "net_rx_Bps")
 GAUGE_COLUMNS = tuple(m.name for m in GPU_METRICS if m.kind != "counter")
+# Gauges that cannot be negative (power, utilisation, memory, clocks, byte rates): a negative reading is
+# no reading, and is held as missing. The wire takes any |v| < 2**64, so a node can send one; before,
+# one negative PCIe rate made every window around it unjudgeable (log of a negative byte rate).
+NON_NEGATIVE_GAUGES = tuple(c for c in GAUGE_COLUMNS if c != "temp_c")
 # Interfaces that never carry workload traffic between nodes.
 IGNORED_NET_DEVICES = ("lo",)
 
@@ -88,6 +93,9 @@ def to_grids(table: pa.Table, hz: float = 10.0, t0: float | None = None, t1: flo
     kinds = np.asarray(table.column("kind").to_pylist())
     t_all = _column(table, "t")
     cols = {c: _column(table, c) for c in RATE_COLUMNS + GAUGE_COLUMNS if c in table.column_names}
+    for c in NON_NEGATIVE_GAUGES:
+        if c in cols:
+            cols[c] = np.where(cols[c] < 0, np.nan, cols[c])
     dt = 1.0 / hz
     grids: dict[str, NodeGrid] = {}
     for node in sorted(set(nodes)):
@@ -119,4 +127,4 @@ def to_grids(table: pa.Table, hz: float = 10.0, t0: float | None = None, t1: flo
     return grids
 
 
-__all__ = ["NodeGrid", "to_grids", "RATE_COLUMNS", "GAUGE_COLUMNS", "NET_METRICS"]
+__all__ = ["NodeGrid", "to_grids", "RATE_COLUMNS", "GAUGE_COLUMNS", "NON_NEGATIVE_GAUGES", "NET_METRICS"]

@@ -115,6 +115,7 @@ def thin_counters(table: pa.Table, periods: dict[str, float]) -> pa.Table:
 
 
 _INT_FIELDS = tuple(f.name for f in SCHEMA if pa.types.is_integer(f.type))
+_FLOAT_FIELDS = tuple(f.name for f in SCHEMA if pa.types.is_floating(f.type))
 _INT64_MIN, _INT64_END = -2 ** 63, 2 ** 63
 
 
@@ -131,7 +132,8 @@ def _int64_or_none(v):
 
 def columns_to_table(cols: dict[str, list]) -> pa.Table:
     """Columns (lists) in :data:`SCHEMA`. A value an integer column cannot hold (beyond int64, or not a
-    finite number) is read as missing, so one wild value a node sent never stops a table from being
+    finite number) is read as missing, and an integer beyond int64 in a floating column is taken as the
+    float it is (pyarrow refuses it), so one wild value a node sent never stops a table from being
     built (the live collector builds one per window: collector/live.py)."""
     data = {f.name: cols.get(f.name, [None] * len(cols["t"])) for f in SCHEMA}
     try:
@@ -139,6 +141,8 @@ def columns_to_table(cols: dict[str, list]) -> pa.Table:
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):   # rare: checked value by value only then
         for name in _INT_FIELDS:
             data[name] = [None if v is None else _int64_or_none(v) for v in data[name]]
+        for name in _FLOAT_FIELDS:
+            data[name] = [float(v) if isinstance(v, int) else v for v in data[name]]
         return pa.Table.from_pydict(data, schema=SCHEMA)
 
 
