@@ -64,6 +64,24 @@ def test_counted_attention_is_read_from_the_manifest_and_checked():
         counted_attention_flops({"ground_truth": {"flops": 1e15}})
 
 
+# train.lora.single-r8-w1536-071a9d-r0 of data/h200x1 as recorded: LoRA on q, v in the last 4 of 20 blocks
+TOP4 = {"ground_truth": {"flops": 2.069682462916608e16, "tokens": 8437760, "extra": {"0": {
+    "analytic_flops_per_token": 2436104192, "lora_layers": 4,
+    "model": {"causal": True, "d_model": 2048, "n_heads": 16, "n_layers": 20, "seq_len": 1024}}}}}
+
+
+def test_counted_attention_of_lora_in_the_top_blocks_has_the_backward_there_only():
+    """The forward's attention runs in all 20 blocks, the backward and its recompute in the 4 adapted
+    ones: the recorded count is the analytic one plus 2·s·d per adapted block (the check passes), and
+    the attention inside it is (4·20 + 10·4)·s·d per token, not 14·20."""
+    sd = 1024 * 2048
+    assert counted_attention_flops(TOP4) == (4 * 20 + 10 * 4) * sd * 8437760
+    m = copy.deepcopy(TOP4)
+    del m["ground_truth"]["extra"]["0"]["lora_layers"]   # read as every block: the count no longer adds up
+    with pytest.raises(ValueError, match="analytic"):
+        counted_attention_flops(m)
+
+
 def test_causal_half_truth_leaves_out_runs_it_cannot_read(synth_root, tmp_path):
     root = tmp_path / "half"
     shutil.copytree(synth_root, root)

@@ -232,6 +232,11 @@ def test_lora_layers_are_checked_when_the_campaign_is_planned(tmp_path):
         path.write_text(yaml.safe_dump({"name": "top", "nproc": 1, "runs": [{"workload": workload, "overrides": over}]}))
         with pytest.raises(ValueError, match=match):
             Campaign.load(path).expand()
+    # a toy campaign is checked against the toy model it will launch (fewer blocks than the full one)
+    path.write_text(yaml.safe_dump({"name": "top", "nproc": 1, "toy": True, "runs": [
+        {"workload": "train.lora.single-r8-w1536", "overrides": {"lora_layers": 4}}]}))
+    with pytest.raises(ValueError, match="lora_layers"):
+        Campaign.load(path).expand()
     root = Path(__file__).resolve().parents[2] / "configs" / "campaigns"
     runs = Campaign.load(root / "h200x1-lora-top.yaml").expand()
     assert len(runs) == 5 and sorted({r["overrides"]["lora_layers"] for r in runs}) == [1, 4]

@@ -69,11 +69,16 @@ def counted_attention_flops(manifest: dict) -> float:
         raise ValueError("the manifest lacks the model shape, token count or analytic FLOPs per token")
     if not model.get("causal", True):
         return 0.0
-    lsd = float(model["n_layers"]) * float(model["seq_len"]) * float(model["d_model"])
-    recorded, expected = float(g["flops"]), float(tokens) * (float(analytic) + 2.0 * lsd)
+    sd = float(model["seq_len"]) * float(model["d_model"])
+    layers = float(model["n_layers"])
+    # LoRA in the top blocks only (``lora_layers`` k of L): the backward, and its recompute, run in the
+    # k adapted blocks; the forward in every block
+    back = float(extra.get("lora_layers") or layers)
+    recorded, expected = float(g["flops"]), float(tokens) * (float(analytic) + 2.0 * back * sd)
     if abs(recorded - expected) > ATTENTION_CHECK_RTOL * recorded:
         raise ValueError(f"recorded FLOPs {recorded:.4g} ≠ tokens × (analytic + attention recompute) {expected:.4g}")
-    return SDPA_TRAINING_FLOPS_PER_TOKEN * lsd * float(tokens)
+    forward = SDPA_TRAINING_FLOPS_PER_TOKEN - 10   # 2 × 2·s·d of the 14: the rest is the backward's
+    return (forward * layers + (SDPA_TRAINING_FLOPS_PER_TOKEN - forward) * back) * sd * float(tokens)
 
 
 @dataclass

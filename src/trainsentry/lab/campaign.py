@@ -79,8 +79,9 @@ class Campaign:
                 raise ValueError(f"workload {name!r} needs {WORKLOADS[name].min_ranks} ranks; "
                                  f"campaign {self.name!r} launches {self.nproc}")
             overrides = entry.get("overrides") or {}
+            resolved = WORKLOADS[name].resolve(self.toy, overrides)   # as the launch will see it
             for key in ("lora_targets", "lora_layers"):   # refused here, before a device call, not at launch
-                if key in overrides and not WORKLOADS[name].resolve(False, overrides).get("lora_rank"):
+                if key in overrides and not resolved.get("lora_rank"):
                     raise ValueError(f"workload {name!r}: {key} without lora_rank (no adapters to place)")
             if "lora_targets" in overrides:
                 from ..workloads.lora import check_targets
@@ -91,7 +92,7 @@ class Campaign:
             if "lora_layers" in overrides:
                 from ..workloads.lora import check_layers
                 from ..workloads.parallel import model_config
-                check_layers(overrides["lora_layers"], model_config(WORKLOADS[name].resolve(False, overrides)).n_layers)
+                check_layers(overrides["lora_layers"], model_config(resolved).n_layers)
             # runs of one workload differ by overrides and, when an entry sets its own, by length
             ident = {**overrides, **({"_seconds": entry["seconds"]} if "seconds" in entry else {})}
             tag = hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:6] if ident else "base"

@@ -25,7 +25,7 @@ from . import parallel as par
 from .base import Context
 from .data import Batches
 from .flops import measure
-from .lora import TARGETS, apply_lora, check_targets, lora_flops_per_token
+from .lora import lora_from_config
 from .model import loss_fn, n_params
 from .train import _record_setup, _set_val, _val_loss
 
@@ -46,13 +46,7 @@ class Replica:
         self.ctx, self.cfg = ctx, cfg
         self.mcfg = par.model_config(cfg)
         self.model = par.build_model(ctx, self.mcfg)
-        analytic = None
-        if cfg.get("lora_rank"):
-            targets = TARGETS if cfg.get("lora_targets") is None else cfg["lora_targets"]
-            ctx.ledger.extra["lora_params"] = apply_lora(self.model, cfg["lora_rank"], cfg.get("lora_alpha", 16.0),
-                                                         targets)
-            ctx.ledger.extra["lora_targets"] = list(check_targets(targets))
-            analytic = lora_flops_per_token(self.mcfg, cfg["lora_rank"], self.mcfg.seq_len, targets)
+        analytic = lora_from_config(ctx.ledger.extra, self.model, self.mcfg, cfg)
         _record_setup(ctx, cfg, self.model, self.mcfg, analytic)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.opts = par.make_optimizers(ctx, self.model, cfg)

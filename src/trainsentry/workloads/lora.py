@@ -62,7 +62,8 @@ def apply_lora(model: GPT, rank: int, alpha: float = 16.0, targets=TARGETS, laye
 
     Adapters in the top blocks only is the cheapest fine-tuning there is: the blocks below them are
     frozen and nothing below needs a gradient, so autograd records no graph there and the backward
-    pass stops at the lowest adapted block; the step is a full forward and a partial backward."""
+    pass stops at the lowest adapted block; the step is a full forward and a partial backward (of the
+    fine-tuning methods here the cheapest; training the output head alone would cost less still)."""
     targets = check_targets(targets)
     blocks = list(model.layers.values())
     layers = check_layers(layers, len(blocks))
@@ -79,13 +80,28 @@ def apply_lora(model: GPT, rank: int, alpha: float = 16.0, targets=TARGETS, laye
     return n
 
 
+def lora_from_config(extra: dict, model: GPT, mcfg: ModelConfig, cfg: dict) -> float | None:
+    """The adapters a run's config asks for (``lora_rank``, ``lora_targets``, ``lora_layers``), placed
+    on ``model`` and recorded in the ledger's ``extra``; returns the analytic FLOPs per token, or None
+    (and changes nothing) without ``lora_rank``. One place for every workload that fine-tunes so."""
+    if not cfg.get("lora_rank"):
+        return None
+    targets = TARGETS if cfg.get("lora_targets") is None else cfg["lora_targets"]
+    layers = cfg.get("lora_layers")
+    extra["lora_params"] = apply_lora(model, cfg["lora_rank"], cfg.get("lora_alpha", 16.0), targets, layers)
+    extra["lora_targets"] = list(check_targets(targets))
+    extra["lora_layers"] = check_layers(layers, mcfg.n_layers)
+    return lora_flops_per_token(mcfg, cfg["lora_rank"], mcfg.seq_len, targets, layers)
+
+
 def lora_flops_per_token(cfg: ModelConfig, rank: int, context: int, targets=TARGETS, layers: int | None = None) -> float:
     """Analytic FLOPs per token of a LoRA training step (same conventions as ModelConfig).
 
     Forward: base matmuls + attention + adapters. Backward: frozen weights get no weight gradient,
     so each base matmul costs one input-gradient product (2 per weight) instead of two, except the
     lowest adapted block's q/k/v whose input (embeddings, or a frozen block's output) needs no
-    gradient at all. Attention backward is twice its forward. Each adapter costs its weight gradients
+    gradient at all. Attention backward is twice its forward (as the fused attention kernels compute
+    it; an unfused path skips dK where k carries no adapter in that block). Each adapter costs its weight gradients
     (A and B) plus the gradient through B; the gradient through A back to the input is needed
     everywhere but in the lowest adapted block. Only the projections in ``targets`` of the last
     ``layers`` blocks (default all) carry adapters; the blocks below them run forward only.

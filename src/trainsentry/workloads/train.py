@@ -19,7 +19,7 @@ from .base import WORKLOADS, Context, Ledger, variants
 from .comm import CollectiveCounter
 from .data import Batches
 from .flops import measure
-from .lora import TARGETS, apply_lora, check_layers, check_targets, lora_flops_per_token
+from .lora import lora_from_config
 from .model import loss_fn, n_params
 
 CLS = "training"
@@ -88,14 +88,7 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
     if param_dtype == "bf16":
         model.to(torch.bfloat16)
     ctx.ledger.extra["param_dtype"] = param_dtype
-    analytic = None
-    if cfg.get("lora_rank"):
-        targets = TARGETS if cfg.get("lora_targets") is None else cfg["lora_targets"]
-        layers = cfg.get("lora_layers")
-        ctx.ledger.extra["lora_params"] = apply_lora(model, cfg["lora_rank"], cfg.get("lora_alpha", 16.0), targets, layers)
-        ctx.ledger.extra["lora_targets"] = list(check_targets(targets))
-        ctx.ledger.extra["lora_layers"] = check_layers(layers, mcfg.n_layers)
-        analytic = lora_flops_per_token(mcfg, cfg["lora_rank"], mcfg.seq_len, targets, layers)
+    analytic = lora_from_config(ctx.ledger.extra, model, mcfg, cfg)
     _record_setup(ctx, cfg, model, mcfg, analytic)
     # what the optimizer will update, as the tensors are (not as configured): LoRA adapters follow their base's dtype
     ctx.ledger.extra["trainable_dtypes"] = sorted({str(p.dtype) for p in model.parameters() if p.requires_grad})
