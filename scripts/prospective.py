@@ -103,26 +103,32 @@ def render(result: dict, out: str) -> str:
     also = m.get("also", {}).get("name")
     if also and any("either_correct" in x for x in result["per_run"]):
         either: dict[tuple[str, str], list[bool]] = {}
-        highest: dict[tuple[str, str], float] = {}
+        spread: dict[tuple[str, str], list[float]] = {}
         for x in result["per_run"]:
             either.setdefault((x["class"], x["family"]), []).append(x["either_correct"])
-            p = x.get(f"{also}_p_in_run_median")
-            if p is not None:
-                highest[(x["class"], x["family"])] = max(p, highest.get((x["class"], x["family"]), 0.0))
+            if x.get(f"{also}_p_in_run_median") is not None:
+                spread.setdefault((x["class"], x["family"]), []).append(x[f"{also}_p_in_run_median"])
         lines += ["", f"`{m['name']} or {also}` right by family: " + ", ".join(
             f"{cls} {fam} {sum(ok)} of {len(ok)}" for (cls, fam), ok in sorted(either.items())) + "."]
-        if highest:
-            lines += ["", f"`{also}`'s median P(training) in a run, the highest over each family's runs (it alerts "
-                      f"at {result['rule'].split('@')[-1].strip()} in enough windows): " + ", ".join(
-                          f"{cls} {fam} {p:.2f}" for (cls, fam), p in sorted(highest.items())) + "."]
+        if spread:
+            lines += ["", f"`{also}`'s median P(training) in a run, lowest – highest over each family's runs (it "
+                      f"alerts at {result['rule'].split('@')[-1].strip()} in enough windows): " + ", ".join(
+                          f"{cls} {fam} {min(p):.2f} – {max(p):.2f}" for (cls, fam), p in sorted(spread.items())) + "."]
     wrong = [x for x in result["per_run"] if not x["correct"]]
     if not wrong:
         return "\n".join(lines + ["", "Runs judged wrong: none."]) + "\n"
-    lines += ["", "Runs judged wrong:", "", "| run | class | family | alerted | median P(training) in run |",
-              "|---|---|---|---|---|"]
+    second = f" | `{also}` alerted | `{also}` median P(training) in run" if also and any(
+        f"{also}_alerted_capped_rule" in x for x in wrong) else ""
+    lines += ["", "Runs judged wrong:", "", f"| run | class | family | alerted | median P(training) in run{second} |",
+              "|---|---|---|---|---|" + ("---|---|" if second else "")]
     for x in wrong:
         p = "–" if x["p_in_run_median"] is None else f"{x['p_in_run_median']:.2f}"
-        lines.append(f"| `{x['run_id']}` | {x['class']} | {x['family']} | {'yes' if x['alerted'] else 'no'} | {p} |")
+        row = f"| `{x['run_id']}` | {x['class']} | {x['family']} | {'yes' if x['alerted'] else 'no'} | {p} |"
+        if second:
+            q = x.get(f"{also}_p_in_run_median")
+            row += (f" {'yes' if x.get(f'{also}_alerted_capped_rule') else 'no'} | "
+                    f"{'–' if q is None else f'{q:.2f}'} |")
+        lines.append(row)
     return "\n".join(lines) + "\n"
 
 

@@ -69,4 +69,10 @@ def test_with_a_second_model_the_page_tallies_the_combination_and_how_close_it_c
     page = render(res, "results/p.json")
     assert "Right by family: inference md 2 of 2, training lora 0 of 1." in page
     assert "`fused or single-device` right by family: inference md 2 of 2, training lora 1 of 1." in page
-    assert "highest over each family's runs (it alerts at 0.75 in enough windows): inference md 0.31, training lora 0.97." in page
+    assert ("lowest – highest over each family's runs (it alerts at 0.75 in enough windows): inference md 0.12 – 0.31, "
+            "training lora 0.97 – 0.97.") in page
+    # a run fused missed shows what the second model said of it
+    runs[2]["single-device_alerted_capped_rule"] = True
+    page = render(res, "results/p.json")
+    assert "| run | class | family | alerted | median P(training) in run | `single-device` alerted |" in page
+    assert "| `c` | training | lora | no | 0.02 | yes | 0.97 |" in page
