@@ -694,6 +694,21 @@ def test_backward_pass_without_update_is_told_only_where_attribution_was_judged(
         (res / "pipes.json").write_text(json.dumps(pipes))
         said = _backward_without_update(Ctx(res, DATA, True, CONFIGS))
         assert words in said and "inspector does not know" not in said
+    # LoRA with fewer adapters (pipes_study's "lora (...)" groups): each said from its numbers
+    comp.update(above=3, overlap=True)
+    pipes["matched_summary"]["comparisons"] += [
+        {**comp, "training": "lora (q, v)", "above": 2},
+        {**comp, "training": "lora (q, v; last 4 of 20 blocks)", "shapes": 1, "above": 0}]
+    (res / "pipes.json").write_text(json.dumps(pipes))
+    ctx = Ctx(res, DATA, True, CONFIGS)
+    said = _backward_without_update(ctx)
+    assert ("With fewer adapters the gap closes (adapters on q, v above at 2 of 3; q, v; last 4 of 20 blocks above "
+            "at 0 of 1)") in re.sub(r"<[^>]+>", "", said)
+    assert "matched_summary/comparisons/3/training" in ctx.injected[-3].sources[0]   # the label is data, not typed
+    for c in pipes["matched_summary"]["comparisons"][2:]:
+        c["above"] = c["shapes"]
+    (res / "pipes.json").write_text(json.dumps(pipes))
+    assert "With fewer adapters it holds" in _backward_without_update(Ctx(res, DATA, True, CONFIGS))
     del fam["attribute"]
     (res / "one_gpu.json").write_text(json.dumps(doc))
     assert _backward_without_update(Ctx(res, DATA, True, CONFIGS)) == ""

@@ -76,7 +76,25 @@ def _matched_shapes(ctx) -> str:
         said += "So even at equal shapes it parts them only sometimes"
     else:
         said += "So even at equal shapes it does not part them"
-    return said + robust + " part them whatever the kernels."
+    return said + _fewer_adapters(ctx, comps) + robust + " part them whatever the kernels."
+
+
+def _fewer_adapters(ctx, comps: list[dict]) -> str:
+    """The LoRA variants of the matched shapes (adapters on some projections, or in the top blocks only:
+    pipes_study's groups "lora (...)") beside attribution: at how many shared shapes each read the higher
+    ratio. An adversary chooses the variant, so a gap that closes as adapters are fewer is no separator."""
+    rows = [(j, c) for j, c in enumerate(comps)
+            if c["training"].startswith("lora (") and c["other"] == "inference attribute" and c["shapes"]]
+    if not rows:
+        return ""
+    each = []
+    for j, c in rows:
+        path = f"matched_summary/comparisons/{j}"
+        each.append(f"{ctx.derived(c['training'].removeprefix('lora (').removesuffix(')'), 'str', [('pipes', path + '/training')])} "
+                    f"above at {ctx.num('pipes', path + '/above', 'int')} of {ctx.num('pipes', path + '/shapes', 'int')}")
+    closes = any(c["above"] < c["shapes"] for _, c in rows)
+    return ((". With fewer adapters the gap closes (adapters on " if closes else
+             ". With fewer adapters it holds (adapters on ") + "; ".join(each) + ")")
 
 
 def _pipes(ctx) -> str:
