@@ -60,10 +60,10 @@ def apply_lora(model: GPT, rank: int, alpha: float = 16.0, targets=TARGETS, laye
     """Freeze every base weight and wrap the block linears named in ``targets`` (all six by default)
     of the last ``layers`` blocks (all by default); returns the adapter parameter count.
 
-    Adapters in the top blocks only is the cheapest fine-tuning there is: the blocks below them are
-    frozen and nothing below needs a gradient, so autograd records no graph there and the backward
-    pass stops at the lowest adapted block; the step is a full forward and a partial backward (of the
-    fine-tuning methods here the cheapest; training the output head alone would cost less still)."""
+    Adapters in the top blocks only make fine-tuning cheap: the blocks below them are frozen and
+    nothing below needs a gradient, so autograd records no graph there and the backward pass stops at
+    the lowest adapted block; the step is a full forward and a partial backward (the cheapest of the
+    fine-tuning workloads here; training the output head alone would cost less still)."""
     targets = check_targets(targets)
     blocks = list(model.layers.values())
     layers = check_layers(layers, len(blocks))
@@ -94,15 +94,16 @@ def lora_from_config(extra: dict, model: GPT, mcfg: ModelConfig, cfg: dict) -> f
     return lora_flops_per_token(mcfg, cfg["lora_rank"], mcfg.seq_len, targets, layers)
 
 
-def lora_flops_per_token(cfg: ModelConfig, rank: int, context: int, targets=TARGETS, layers: int | None = None) -> float:
+def lora_flops_per_token(cfg: ModelConfig, rank: int, context: int, targets=TARGETS,
+                         layers: int | None = None) -> float:
     """Analytic FLOPs per token of a LoRA training step (same conventions as ModelConfig).
 
     Forward: base matmuls + attention + adapters. Backward: frozen weights get no weight gradient,
     so each base matmul costs one input-gradient product (2 per weight) instead of two, except the
     lowest adapted block's q/k/v whose input (embeddings, or a frozen block's output) needs no
     gradient at all. Attention backward is twice its forward (as the fused attention kernels compute
-    it; an unfused path skips dK where k carries no adapter in that block). Each adapter costs its weight gradients
-    (A and B) plus the gradient through B; the gradient through A back to the input is needed
+    it; an unfused path skips dK where k carries no adapter in that block). Each adapter costs its
+    weight gradients (A and B) plus the gradient through B; the gradient through A back to the input is needed
     everywhere but in the lowest adapted block. Only the projections in ``targets`` of the last
     ``layers`` blocks (default all) carry adapters; the blocks below them run forward only.
     """

@@ -157,11 +157,12 @@ def velocity_max(w: torch.Tensor, kx, ky, k2) -> float:
 def run_spectral(ctx: Context, cfg: dict) -> None:
     """``fields`` independent periodic flows on an n × n grid (decaying 2-D turbulence from a random
     band-limited vorticity of unit root-mean-square), one classical Runge–Kutta (RK4) step per step:
-    four right-hand sides, twenty FFTs (RK4, as spectral turbulence codes use, is stable for the
-    advection's imaginary eigenvalues up to 2.8 · dt; Heun's RK2, which the first recording used, is
-    not stable for any, and its fp64 run turned to NaN after about 300 steps). Why it is in the benign corpus: spectral codes (turbulence, weather, plasma)
-    keep a GPU busy with FFTs and elementwise work, memory-bound, regular and periodic, with no model
-    and almost no tensor-core work; in double precision (``precision: fp64``, as direct simulations
+    four right-hand sides, twenty FFTs (RK4, as spectral turbulence codes use, is stable while the
+    advection's imaginary eigenvalues times dt stay below 2.8; Heun's RK2, which the first recording
+    used, is unstable for any of them, and its fp64 run turned to NaN after about 300 steps). Why it
+    is in the benign corpus: spectral codes (turbulence, weather, plasma) keep a GPU busy with FFTs
+    and elementwise work, memory-bound, regular and periodic, with no model and almost no tensor-core
+    work; in double precision (``precision: fp64``, as direct simulations
     often run) they are the GPU's FP64 units at work. Each rank runs its own fields: no
     communication. The time step obeys the advective (CFL) limit: ``dt = cfl · (2π/n) / max|u|`` of
     the initial flow (``dt_s`` in the ground truth); the viscosity drains enstrophy every step, so the
