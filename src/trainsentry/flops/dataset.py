@@ -29,7 +29,9 @@ from .features import interval_features, stack
 # FlopCounterMode's attention formulas (torch.utils.flop_counter.sdpa_flop_count and
 # sdpa_backward_flop_count) count, per token and layer at context s and width d (heads × head dim):
 # forward QKᵀ and AV, 2 × 2·s·d; backward the recomputed QKᵀ, dP, dV, dQ and dK, 5 × 2·s·d.
-SDPA_TRAINING_FLOPS_PER_TOKEN = 14  # × n_layers × seq_len × d_model
+SDPA_FORWARD_FLOPS_PER_TOKEN = 4     # × seq_len × d_model per layer: QKᵀ and AV
+SDPA_BACKWARD_FLOPS_PER_TOKEN = 10   # the recomputed QKᵀ, dP, dV, dQ and dK
+SDPA_TRAINING_FLOPS_PER_TOKEN = SDPA_FORWARD_FLOPS_PER_TOKEN + SDPA_BACKWARD_FLOPS_PER_TOKEN  # 14
 # The workloads' analytic count (ModelConfig.flops_per_token) has 3 × 2 × 2·s·d per token and layer
 # for attention; the recorded count must exceed it by exactly the recompute, 2·s·d, for the reading
 # above to hold (checked per run, to this relative tolerance).
@@ -77,8 +79,7 @@ def counted_attention_flops(manifest: dict) -> float:
     recorded, expected = float(g["flops"]), float(tokens) * (float(analytic) + 2.0 * back * sd)
     if abs(recorded - expected) > ATTENTION_CHECK_RTOL * recorded:
         raise ValueError(f"recorded FLOPs {recorded:.4g} ≠ tokens × (analytic + attention recompute) {expected:.4g}")
-    forward = SDPA_TRAINING_FLOPS_PER_TOKEN - 10   # 2 × 2·s·d of the 14: the rest is the backward's
-    return (forward * layers + (SDPA_TRAINING_FLOPS_PER_TOKEN - forward) * back) * sd * float(tokens)
+    return (SDPA_FORWARD_FLOPS_PER_TOKEN * layers + SDPA_BACKWARD_FLOPS_PER_TOKEN * back) * sd * float(tokens)
 
 
 @dataclass

@@ -16,7 +16,7 @@ update each atom's features; a readout MLP gives each atom's energy. The weights
 (no trained potential can be shipped here), so the network is a small correction added to a
 Lennard-Jones pair term, switched smoothly to zero between 0.8 and 1 × ``cutoff``, that holds the
 liquid together, as Δ-learning potentials add theirs to a physical baseline. At this density (0.71
-atoms per unit volume) about 24 atoms lie within the default cutoff of 2.0, so a list of 32 holds all
+atoms per unit volume) about 24 atoms lie within the default cutoff of 2.0 (4/3·π·2.0³·0.71), so a list of 32 holds all
 of them but in rare fluctuations, and the energy barely moves when the list is rebuilt.
 A step is one velocity-Verlet step of ``systems`` independent boxes of ``atoms`` atoms each, with a
 Langevin thermostat at temperature ``temperature`` (reduced units): half-kick, drift, forces
@@ -68,7 +68,7 @@ class Potential(nn.Module):
         centres = torch.linspace(0.0, self.cutoff, self.rbf, device=d.device, dtype=d.dtype)   # in the distances' precision
         basis = torch.exp(-self.gamma * (d.unsqueeze(-1) - centres) ** 2) * smooth.unsqueeze(-1)
         basis = basis.to(dtype)
-        flat = (nbr + torch.arange(s, device=nbr.device).view(s, 1, 1) * n).reshape(-1)
+        flat = flat_neighbours(nbr)
         h = self.embed.expand(s, n, -1)
         for filt, upd in zip(self.filters, self.updates):
             w = filt(basis)                                        # [S, N, K, F]: one filter per edge
@@ -119,11 +119,16 @@ def neighbour_list(x: torch.Tensor, box: float, k: int, pairs_per_chunk: int = 1
     return out
 
 
+def flat_neighbours(nbr: torch.Tensor) -> torch.Tensor:
+    """The neighbour indices [S, N, K] as rows of the systems' atoms stacked into one [S·N, ...] array."""
+    s, n, _ = nbr.shape
+    return (nbr + torch.arange(s, device=nbr.device).view(s, 1, 1) * n).reshape(-1)
+
+
 def distances(x: torch.Tensor, nbr: torch.Tensor, box: float) -> torch.Tensor:
     """Minimum-image distances [S, N, K] from each atom to its listed neighbours (differentiable in x)."""
     s, n, k = nbr.shape
-    flat = (nbr + torch.arange(s, device=x.device).view(s, 1, 1) * n).reshape(-1)
-    xj = x.reshape(s * n, 3)[flat].view(s, n, k, 3)
+    xj = x.reshape(s * n, 3)[flat_neighbours(nbr)].view(s, n, k, 3)
     return minimum_image(xj - x.unsqueeze(2), box).pow(2).sum(-1).clamp(min=1e-12).sqrt()
 
 
@@ -180,8 +185,8 @@ def run_md(ctx: Context, cfg: dict) -> None:
 
 
 # Sizes per GPU: edges = systems · atoms · neighbours (4 · 32,768 · 32 = 4.2 M for the 128-feature
-# configurations), the backward keeping about 4.5 kB per edge (a review's count: 19 GB, 30–35 GB at the
-# peak of the backward). fp32 is what MD codes run by default (torch's fp32 products do not use TF32 unless
+# configurations); one edge × feature tensor is 4.2 M · 128 · 4 B = 2.1 GB in fp32, and each block keeps
+# a few of them for the backward (tests/workloads/test_infer.py bounds six per block under 110 GB). fp32 is what MD codes run by default (torch's fp32 products do not use TF32 unless
 # asked); bf16 is a deployment that trades accuracy for speed; small boxes many at a time are a
 # screening campaign.
 variants("infer.md", "inference", "md", run_md,

@@ -113,14 +113,20 @@ def spectral_grid(n: int, device, dtype: torch.dtype) -> tuple[torch.Tensor, tor
     return kx, ky, k2, keep
 
 
+def velocity(w: torch.Tensor, kx, ky, k2) -> tuple[torch.Tensor, torch.Tensor]:
+    """The velocity (u, v) in physical space from the vorticity's spectrum, through the stream function
+    ψ̂ = ω̂/k²: u = ∂ψ/∂y, v = −∂ψ/∂x."""
+    n = w.shape[-2]
+    psi = w / k2
+    return torch.fft.irfft2(1j * ky * psi, s=(n, n)), torch.fft.irfft2(-1j * kx * psi, s=(n, n))
+
+
 def vorticity_rhs(w: torch.Tensor, kx, ky, k2, keep, nu: float) -> torch.Tensor:
     """∂ω̂/∂t of the 2-D incompressible Navier–Stokes equations in vorticity form, pseudo-spectrally:
     velocity from the stream function (ψ̂ = ω̂/k²; u = ∂ψ/∂y, v = −∂ψ/∂x), the advection u·∇ω formed in
     physical space (four inverse FFTs, one forward) and dealiased, viscosity exactly in Fourier space."""
     n = w.shape[-2]
-    psi = w / k2
-    u = torch.fft.irfft2(1j * ky * psi, s=(n, n))
-    v = torch.fft.irfft2(-1j * kx * psi, s=(n, n))
+    u, v = velocity(w, kx, ky, k2)
     wx = torch.fft.irfft2(1j * kx * w, s=(n, n))
     wy = torch.fft.irfft2(1j * ky * w, s=(n, n))
     adv = torch.fft.rfft2(u * wx + v * wy) * keep
@@ -145,11 +151,8 @@ def mean_square_vorticity(w: torch.Tensor) -> float:
 
 
 def velocity_max(w: torch.Tensor, kx, ky, k2) -> float:
-    """The largest speed |u| anywhere in the fields (from the stream function ψ̂ = ω̂/k²)."""
-    n = w.shape[-2]
-    psi = w / k2
-    u = torch.fft.irfft2(1j * ky * psi, s=(n, n))
-    v = torch.fft.irfft2(-1j * kx * psi, s=(n, n))
+    """The largest speed |u| anywhere in the fields."""
+    u, v = velocity(w, kx, ky, k2)
     return float(torch.sqrt(u * u + v * v).max())
 
 
@@ -197,8 +200,9 @@ def run_spectral(ctx: Context, cfg: dict) -> None:
     ctx.ledger.extra["enstrophy_curve"] = curve
 
 
-# Sizes per GPU: a field's spectrum is n · (n/2 + 1) complex values (n4096: 134 MB in fp32), and a step
-# keeps about a dozen such arrays per field alive (8 fields: ~13 GB).
+# Sizes per GPU: a field's spectrum is n · (n/2 + 1) complex values (n4096: 4096 · 2049 · 8 B = 67 MB in
+# fp32), and a step keeps a few dozen such arrays alive per field (the RK4 stages and each right-hand
+# side's transforms).
 variants("other.spectral", "other", "spectral", run_spectral,
          base={"n": 4096, "fields": 8, "precision": "fp32", "nu": 1e-4, "cfl": 0.5, "log_every": 10},
          toy={"n": 32, "fields": 2, "log_every": 1, "nu": 1e-2}, gpus=0, grid={
