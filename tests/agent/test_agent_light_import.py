@@ -34,8 +34,12 @@ def test_agent_runs_with_heavy_packages_blocked(tmp_path):
                            cwd=str(tmp_path), timeout=60)
         assert p.returncode == 0, p.stderr[-3000:]
         s = json.loads(p.stdout.strip().splitlines()[-1])
-        assert s["samples_read"] == 40 and s["pending_batches"] == 0
-        assert len(c.samples("node-a")) == 40
+        # 20 Hz for 1 s, two devices a tick. On a loaded machine the sampler skips ticks it overran
+        # (counted in missed_ticks) instead of reading late in a burst, so the count read is not fixed;
+        # what is fixed: every tick is taken or counted missed, and everything read is stored.
+        assert s["ticks"] + s["missed_ticks"] >= 20 and s["ticks"] >= 5
+        assert s["samples_read"] == 2 * s["ticks"] and s["pending_batches"] == 0
+        assert len(c.samples("node-a")) == s["samples_read"]
     finally:
         c.stop()
 
