@@ -17,14 +17,39 @@ REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
 
 
+class FakeClock:
+    """A monotonic clock that moves only when something sleeps on it: a sampler run on it takes every
+    tick at exactly ``t0 + k / hz`` whatever the machine's load, so its schedule can be tested exactly.
+
+    Patch it in with ``monkeypatch.setattr(trainsentry.agent.sampler, "time", clock.as_time_module())``
+    and pass ``clock=clock`` to the sampler (and ``timer=clock, sleep=clock.sleep`` to a source whose
+    reads stall)."""
+
+    def __init__(self, t: float = 0.0):
+        self.t = float(t)
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self.t += seconds
+
+    def as_time_module(self):
+        from types import SimpleNamespace
+        return SimpleNamespace(monotonic=self, time=self, sleep=self.sleep)
+
+
 class CounterSource:
     """A source over in-process counters: each read advances every device's byte counters.
 
-    Timestamps come from ``clock`` (wall time by default), like the net source's host clock.
+    Timestamps come from ``clock`` (wall time by default), like the net source's host clock;
+    ``read_times`` from ``timer`` and stalls (``read_delay``) sleep with ``sleep``, the real
+    monotonic clock by default, a ``FakeClock`` to test a schedule exactly.
     """
 
     def __init__(self, devices=("eth0", "eth1"), kind="net", clock=time.time, step_bytes=1000,
-                 fail_on=(), end_after=None, read_delay=None):
+                 fail_on=(), end_after=None, read_delay=None, timer=time.monotonic, sleep=time.sleep):
         self.name = f"counter-{kind}"
         self._devices = list(devices)
         self.kind = kind
@@ -34,7 +59,8 @@ class CounterSource:
         self.fail_on = set(fail_on)          # read numbers that raise
         self.end_after = end_after           # raise StopIteration after this many reads
         self.read_delay = read_delay or {}   # read number -> seconds to stall
-        self.read_times: list[float] = []    # monotonic time of each read
+        self.read_times: list[float] = []    # time of each read, on ``timer``
+        self.timer, self.sleep = timer, sleep
         self.closed = False
 
     def devices(self):
@@ -45,9 +71,9 @@ class CounterSource:
         if self.end_after is not None and n >= self.end_after:
             raise StopIteration
         self.count += 1
-        self.read_times.append(time.monotonic())
+        self.read_times.append(self.timer())
         if n in self.read_delay:
-            time.sleep(self.read_delay[n])
+            self.sleep(self.read_delay[n])
         if n in self.fail_on:
             raise OSError(f"read {n} failed")
         t = self.clock()

@@ -3,6 +3,7 @@ and batches stamped back into history already received (time regression)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import time
@@ -384,13 +385,20 @@ def test_the_real_agents_batches_never_trip_the_time_regression(tmp_path, client
     from trainsentry.telemetry.replay import ReplaySource
     if sources == "replay":
         from test_live_jobs import RUN
-        # the recording (95 s) in ~2.4 s, in batches of 4 s of it (the test app takes 64 KiB at most)
-        srcs, duration, batch_s = [ReplaySource(RUN, speed=40.0)], None, 0.1
+        # The recording (95 s) at 40x, in batches of 4 s of it (the test app takes 64 KiB at most). The
+        # replay reads its own clock, stepped 0.05 s (2 s of trace) per read: on the wall clock a
+        # loaded machine's missed ticks or a slow start put more trace into one batch than the app
+        # takes (413), which is not what this test is about.
+        steps = itertools.count()
+        base = time.time()
+        srcs, duration, batch_s = [ReplaySource(RUN, speed=40.0, clock=lambda: base + 0.05 * next(steps))], None, 0.1
     else:
         offset = {"nvml+net": 0.0, "nvml+net, stamps 4.5 s behind": -4.5,
                   "nvml+net, stamps 4.5 s ahead": 4.5}[sources]
         srcs = [NvmlSource(nvml=FakeNvml(gpu_count=2, timestamp_offset_s=offset)), NetSource(SYSFS)]
-        duration, batch_s = 2.0, 0.25
+        # half-second batches: the collector's silence rule (3 intervals without samples) then needs a
+        # 1.5 s stall of the sampler, which a loaded test machine does not reach, where 0.75 s it could
+        duration, batch_s = 3.5, 0.5
     cfg = AgentConfig(collector_url="http://127.0.0.1:9", node="node-a", key=key, spool_path=tmp_path / "spool.db",
                       hz=20, batch_s=batch_s, duration_s=duration, drain_s=0)
     node = NodeAgent(cfg, srcs)

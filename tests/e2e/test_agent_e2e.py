@@ -57,7 +57,8 @@ def test_collector_sigkilled_mid_stream_every_sample_stored_exactly_once(tmp_pat
     s = summary(proc)
     rows = collector.samples("node-a")
     assert s["pending_batches"] == 0 and s["send_failures"] >= 1
-    assert s["ticks"] + s["missed_ticks"] == 60
+    # 6 s at 10 Hz: every slot is read or counted missed (a stall past the end adds one or more)
+    assert s["ticks"] + s["missed_ticks"] >= 60
     assert s["samples_read"] == s["ticks"] * (4 + 4)   # 4 GPUs + the fixture's eth0, ifb0, 2 IB ports
     assert len(rows) == s["samples_read"]          # all arrived ...
     assert len(set(rows)) == len(rows)             # ... exactly once
@@ -147,4 +148,7 @@ def test_a_recorded_trace_replays_complete(tmp_path, collector):
     rows = collector.samples("node-a")
     assert s["samples_read"] == table.num_rows == len(rows) == len(set(rows))
     assert sorted({d for d, _ in rows}) == sorted(set(table.column("device").to_pylist()))
-    assert s["seconds"] < 2.0 / 4 + 3          # played at 4x, not at recorded speed
+    # Played at 4x, not at recorded speed: the sampling loop (10 Hz) ended after about 0.5 s of slots,
+    # where the 2 s trace at recorded speed needs 20 at least. Counted in slots, not in the run's
+    # seconds, which also hold the drain's durable poll (2 s) and the machine's load.
+    assert s["ticks"] + s["missed_ticks"] < 2.0 * 10
