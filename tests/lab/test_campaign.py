@@ -4,6 +4,7 @@ on this machine's real network counters, runs cut into traces, manifests validat
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,16 @@ def _campaign(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_campaign_records_labeled_runs_and_resumes(tmp_path):
     path = _campaign(tmp_path)
-    written = run_campaign(path, tmp_path / "data", sources=["net"], progress=lambda *_: None)
+    # torchrun's default rendezvous port held, as by a second campaign on the node: the launch must not
+    # need it (where something else already holds it, the test is the same). torch 2.13's torchrun
+    # moves to a free port by itself; the campaign asks for --standalone so it does not depend on that.
+    with socket.socket() as held:
+        try:
+            held.bind(("", 29500))
+            held.listen()
+        except OSError:
+            pass
+        written = run_campaign(path, tmp_path / "data", sources=["net"], progress=lambda *_: None)
     assert sorted(p.name.rsplit("-", 2)[0] for p in written) == sorted(WORKLOADS)
     for run_dir in iter_runs(tmp_path / "data" / "toy"):
         table, manifest = read_trace(run_dir)

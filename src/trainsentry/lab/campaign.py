@@ -194,7 +194,9 @@ def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: flo
                                             node=campaign.node)
     recorder = recorder_factory()
     recorder.start()
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={campaign.nproc}",
+    # --standalone: a rendezvous on a free local port, not the fixed 29500 that a second campaign (or
+    # anything else holding that port) would make this launch fail on
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={campaign.nproc}",
            "-m", "trainsentry.workloads.worker", str(plan_path), str(work)]
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
            "NVSHMEM_DISABLE_NVLS": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
