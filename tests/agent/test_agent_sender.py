@@ -3,8 +3,9 @@
 import time
 
 import pytest
-from agent_testkit import CollectorProcess, free_port
+from agent_testkit import CollectorProcess, FakeClock, free_port
 
+from trainsentry.agent import sender as sender_module
 from trainsentry.agent.sender import Sender, post
 from trainsentry.agent.spool import Spool
 from trainsentry.wire.batch import parse_batch
@@ -43,10 +44,11 @@ def fill(spool, n_batches, per_batch=5, t0=BASE_T):
 def test_everything_arrives_once_even_across_a_collector_outage(tmp_path, collector):
     spool = Spool(tmp_path / "spool.db", "node-a", collector.key)
     fill(spool, 4)
-    sender = Sender(spool, collector.url, "node-a", timeout_s=2, backoff_min_s=0.05, backoff_max_s=0.2)
+    # a long client timeout: a reply that outlived a short one would make the resend a duplicate
+    sender = Sender(spool, collector.url, "node-a", timeout_s=30, backoff_min_s=0.05, backoff_max_s=0.2)
     sender.start()
-    time.sleep(0.5)                               # collector not running yet: nothing may be lost
-    assert spool.pending_stats()[0] == 4 and sender.stats.failures >= 1
+    assert wait_for(lambda: sender.stats.failures >= 1)   # collector not running yet: nothing may be lost
+    assert spool.pending_stats()[0] == 4
     collector.start()
     assert sender.drain(15)
     fill(spool, 3, t0=BASE_T + 10)
@@ -96,12 +98,16 @@ def test_a_wrong_key_keeps_every_batch_and_backs_off(tmp_path, collector):
     spool = Spool(tmp_path / "spool.db", "node-a", "22" * 32)
     fill(spool, 2)
     sender = Sender(spool, collector.url, "node-a", backoff_min_s=0.2, backoff_max_s=1.0)
+    t0 = time.monotonic()
     sender.start()
-    time.sleep(1.2)
+    assert wait_for(lambda: sender.stats.failures >= 3, timeout_s=30)
+    elapsed = time.monotonic() - t0
     sender.stop()
     sender.join(5)
     assert spool.pending_stats()[0] == 2
-    assert 2 <= sender.stats.failures <= 6          # 0.2, 0.4, 0.8 s backoff: no hot loop
+    # no hot loop: the third refusal comes after the first two backoffs (0.2 and 0.4 s, each waited at
+    # least 75 % of: the jitter), however slow the machine
+    assert elapsed >= 0.75 * (0.2 + 0.4)
     assert sender.stats.last_error.startswith("401 bad_signature")
     assert collector.samples("node-a") == []
 
@@ -254,12 +260,16 @@ def in_process(tmp_path, monkeypatch):
     col.stop()
 
 
-def send_until_spool_empty(sender, spool, timeout_s=10.0):
+def send_until_spool_empty(sender, spool, timeout_s=10.0, clock=None):
+    """Send what is due until the spool is empty; the waits also move ``clock`` (a FakeClock the
+    sender reads) where there is one."""
     deadline = time.monotonic() + timeout_s
     while spool.pending_seqs() and time.monotonic() < deadline:
         batch = sender.next_batch()
         if batch is None:
             time.sleep(0.02)
+            if clock is not None:
+                clock.sleep(0.02)
         else:
             assert sender.send_one(batch), sender.stats.last_error
     return not spool.pending_seqs()
@@ -280,18 +290,20 @@ def unsynced(tmp_path, in_process, monkeypatch, n_batches, poll_s):
 
 def test_a_stored_batch_stays_spooled_until_the_collector_has_it_on_disk(tmp_path, in_process, monkeypatch):
     spool, sender, disk_syncs_again = unsynced(tmp_path, in_process, monkeypatch, 3, 0.2)
+    clock = FakeClock(1000.0)         # the sender's poll timing on a clock that moves only when told to
+    monkeypatch.setattr(sender_module, "time", clock.as_time_module())
     for seq in range(3):
         assert sender.next_batch().seq == seq and sender.send_one(sender.next_batch())
     assert sender.stats.sent == 3 and in_process.store.durable_seq(1) is None
     assert spool.pending_seqs() == [0, 1, 2]          # stored and acknowledged, not on disk: kept
     assert spool.pending_stats(sender.stored_through)[3] == 3 and sender.stats.durable_seq == -1   # what the agent reports
     assert sender.next_batch() is None                # ... and not sent again
-    time.sleep(0.25)
+    clock.sleep(0.25)
     assert sender.next_batch().seq == 2               # until the poll: the newest stored, to ask again
     assert sender.send_one(sender.next_batch())
     assert sender.stats.durable_polls == 1 and spool.pending_seqs() == [0, 1, 2]
     disk_syncs_again()
-    assert send_until_spool_empty(sender, spool)
+    assert send_until_spool_empty(sender, spool, clock=clock)
     assert in_process.store.durable_seq(1) == 2
     assert spool.pending_stats(sender.stored_through)[3] == 0 and sender.stats.durable_seq == 2
     assert sender.stats.sent == 3 and sender.stats.duplicates == 0
@@ -302,12 +314,14 @@ def test_one_poll_frees_every_stored_batch_once_they_are_on_disk(tmp_path, in_pr
     """A backlog stored while the disk did not sync (a burst, a replay) leaves the spool on the first
     poll after the sync, not one batch per poll (a clean stop's drain would time out)."""
     spool, sender, disk_syncs_again = unsynced(tmp_path, in_process, monkeypatch, 20, 0.1)
+    clock = FakeClock(1000.0)         # no poll falls due while the backlog is sent, however slow the machine
+    monkeypatch.setattr(sender_module, "time", clock.as_time_module())
     while (batch := sender.next_batch()) is not None:
         assert sender.send_one(batch)
     assert sender.stats.sent == 20 and len(spool.pending_seqs()) == 20
     disk_syncs_again()
     assert wait_for(lambda: in_process.store.durable_seq(1) == 19)
-    time.sleep(0.15)
+    clock.sleep(0.15)
     assert sender.send_one(sender.next_batch())
     assert sender.stats.durable_polls == 1 and spool.pending_seqs() == []
 

@@ -15,11 +15,14 @@ def ev(node: str, seq: int) -> CommittedBatch:
 
 
 def slow_bus() -> tuple[CommitBus, list, threading.Event]:
-    """A bus whose one subscriber holds each event until the gate opens, recording what it was handed."""
+    """A bus whose one subscriber holds each event until the gate opens, recording what it was handed.
+    ``bus.entered`` is set once the dispatcher is inside the subscriber (its bookkeeping for the event
+    it took is over by then; an empty queue alone does not say so)."""
     bus = CommitBus()
-    seen, gate = [], threading.Event()
+    seen, gate, bus.entered = [], threading.Event(), threading.Event()
 
     def slow(e: CommittedBatch) -> None:
+        bus.entered.set()
         gate.wait(10)
         seen.append((e.node, e.seq, e.from_store, len(e.samples)))
     bus.subscribe(slow)
@@ -30,8 +33,7 @@ def test_a_full_queue_drops_events_and_sends_one_catch_up_notice_per_node(monkey
     monkeypatch.setenv("TRAINSENTRY_BUS_QUEUE", "2")
     bus, seen, gate = slow_bus()
     bus.publish(ev("a", 0))          # taken by the dispatcher, which waits on the gate ...
-    while bus.stats()["queued"]:
-        pass
+    assert bus.entered.wait(10)
     for i in range(1, 6):            # ... so the queue (2) fills: a1, a2 queued; a3..a5 dropped
         bus.publish(ev("a", i))
     bus.publish(ev("b", 0))          # dropped too
@@ -60,8 +62,7 @@ def test_the_queue_is_bounded_by_samples_too(monkeypatch):
     bus, seen, gate = slow_bus()
     big = lambda seq, n: CommittedBatch("a", seq, "d", 0.0, [{"t": float(seq)}] * n, [])  # noqa: E731
     bus.publish(big(0, 150))         # taken by the dispatcher at once: a lone event over the bound passes
-    while bus.stats()["queued"]:
-        pass
+    assert bus.entered.wait(10)
     bus.publish(big(1, 150))         # the queue is empty: queued though over the bound alone
     bus.publish(big(2, 10))          # 150 + 10 > 100: dropped
     assert bus.stats()["queued_samples"] == 150 and bus.stats()["dropped"] == 1
