@@ -81,7 +81,7 @@ def _capped_runs(n=12, seed=0, energy_per_tflop=0.0, noise_J=1500.0):
     tb = 160e12 - 2.4e-3 * flops  # the joules not spent on FLOPs go to memory traffic
     t = np.full(n, 38.3)
     e = 41_000.0 + energy_per_tflop * (flops / 1e12 - 30_000.0) + noise_J * rng.standard_normal(n)
-    X = {"net_energy_J": e, "duration_s": t, "dram_bytes": tb, "nvlink_bytes": np.full(n, 1e12),
+    X = {"net_energy_J": e, "duration_s": t, "busy_gpu_s": 2 * t, "dram_bytes": tb, "nvlink_bytes": np.full(n, 1e12),
          "mean_power_W": (e + 490.0 * t) / t, "gpus": np.full(n, 2.0), "energy_J": e + 490.0 * t,
          "tensor_cycles_s": flops / 1.0e15}
     return X, flops
@@ -137,3 +137,36 @@ def test_energy_diagnostics_split_the_correlation_at_the_power_limit():
     d = energy_diagnostics(X, y)
     assert (d["runs_at_power_limit"], d["runs_below_power_limit"]) == (9, 3)
     assert d["corr_net_energy_flops_below_limit"] > 0.99
+
+
+def test_the_energy_models_overhead_is_paid_per_busy_gpu():
+    """Calibrated on two-GPU jobs only, the three-input model measures a one-GPU job of the same physics
+    (each working GPU pays the overhead power): its time base is busy GPU-seconds, not the duration
+    (with the duration, as the seed study wrote it, the one-GPU job's overhead counted twice)."""
+    rng = np.random.default_rng(1)
+
+    def runs(n, gpus):
+        flops = np.geomspace(2e15, 6e16, n) * rng.uniform(0.9, 1.1, n)
+        t = rng.uniform(30, 90, n)
+        tb, nvl = flops * 2e-3 * rng.uniform(0.5, 1.5, n), (gpus - 1) * flops * 5e-4 * rng.uniform(0.5, 1.5, n)
+        busy = gpus * t
+        e = 0.5 * flops / 1e12 + 30.0 * tb / 1e12 + 10.0 * nvl / 1e12 + 150.0 * busy
+        return {"net_energy_J": e, "duration_s": t, "busy_gpu_s": busy, "dram_bytes": tb, "nvlink_bytes": nvl}, flops
+    X2, y2 = runs(30, 2)
+    X1, y1 = runs(10, 1)
+    est = make("three_input").fit(X2, y2)
+    assert est.coef["P_overhead_W"] == pytest.approx(150.0, rel=1e-3)
+    assert np.max(np.abs(est.predict(X1) / y1 - 1)) < 1e-3
+
+
+def test_a_model_saved_before_the_busy_time_base_is_refused_with_the_fix(tmp_path):
+    """A /1 file's overhead power is per node-second; read with busy GPU-seconds it would be misapplied."""
+    from trainsentry.flops.live import MODEL_FORMAT, load_model, save_model
+    X = {"net_energy_J": np.array([1e4, 2e4, 3.1e4, 3.9e4]), "busy_gpu_s": np.array([10.0, 12.0, 9.0, 11.0]),
+         "duration_s": np.array([5.0, 6.0, 4.5, 5.5])}
+    path = save_model(make("power_only").fit(X, np.array([1e16, 2e16, 3e16, 4e16])), tmp_path / "m.json", {})
+    assert load_model(path).name == "power_only" and MODEL_FORMAT.endswith("/2")
+    old = tmp_path / "old.json"      # another file: load_model caches by path and mtime
+    old.write_text(json.dumps({**json.loads(path.read_text()), "format": "trainsentry.flops-model/1"}))
+    with pytest.raises(ValueError, match=r"flops-model/1.*refit it with `trainsentry flops-eval`"):
+        load_model(old)

@@ -139,3 +139,37 @@ def test_slow_clock_readings_are_held_between_samples(recorded_runs):
                                  m["start"], m["end"])
     assert no_clock.tensor_cycles_s == pytest.approx(no_clock.tensor_active_s)  # unknown clock: ratio 1
     assert with_clock.tensor_cycles_s < 0.85 * with_clock.tensor_active_s
+
+
+def test_busy_gpu_seconds_count_each_gpu_at_work(probe_run):
+    """The energy models' overhead time base: seconds each GPU's utilisation is >= 5 %, summed over
+    GPUs. By hand from the table's rows (a reading covers the time since the previous one), then with
+    one GPU made idle (half a node at work counts its own seconds), then without utilisation at all
+    (each GPU counts as busy throughout)."""
+    table, m = read_trace(probe_run)
+    lo, hi = m["start"], m["end"]
+
+    def by_hand(tab):
+        total = 0.0
+        for g in (0, 1):
+            sub = tab.filter(pc.equal(tab.column("device"), f"gpu{g}"))
+            t = sub.column("t").to_numpy()
+            u = np.asarray(sub.column("gpu_util_pct").to_pylist(), dtype=float)
+            ok = ~np.isnan(u)
+            t, u = t[ok], u[ok]
+            for i in range(1, t.size):
+                overlap = max(0.0, min(t[i], hi) - max(t[i - 1], lo))
+                total += overlap * (u[i] >= 5.0)
+        return total
+
+    f = interval_features(table, lo, hi)
+    assert f.busy_gpu_s == pytest.approx(by_hand(table), rel=1e-9)
+    assert 0.5 * 2 * f.duration_s < f.busy_gpu_s <= 2 * f.duration_s + 1e-9   # both GPUs work in the probe's run
+    i = table.schema.get_field_index("gpu_util_pct")
+    util = np.asarray(table.column(i).to_pylist(), dtype=float)
+    gpu1 = np.asarray(table.column("device").to_pylist()) == "gpu1"
+    one_idle = table.set_column(i, "gpu_util_pct", pa.array(np.where(gpu1 & ~np.isnan(util), 0.0, util)))
+    half = interval_features(one_idle, lo, hi)
+    assert half.busy_gpu_s == pytest.approx(by_hand(one_idle), rel=1e-9) and half.busy_gpu_s < 0.6 * f.busy_gpu_s
+    unread = table.set_column(i, "gpu_util_pct", pa.nulls(table.num_rows, pa.float64()))
+    assert interval_features(unread, lo, hi).busy_gpu_s == pytest.approx(2 * f.duration_s)

@@ -11,7 +11,11 @@ The models ``flops-eval`` saves carry the quantiles of the protocol's *held-out*
 (:meth:`Estimator.set_interval_from_errors`), so the live interval reflects unseen configurations.
 
 The physical models (a, b) are fitted in energy space, as the seed study wrote them, and inverted:
-``E_net = E_per_TFLOP·TFLOPs + E_per_TB·TB + E_per_NVL·NVL_TB + P_overhead·t``. Least squares is
+``E_net = E_per_TFLOP·TFLOPs + E_per_TB·TB + E_per_NVL·NVL_TB + P_overhead·t``, with ``t`` the busy
+GPU-seconds (``busy_gpu_s``: each GPU's time at work, summed), where the seed study wrote the job's
+duration: the two agree for a job that keeps every GPU of the node busy, but calibrated on two-GPU jobs
+an overhead per node-second counted a one-GPU job's overhead twice and under-reported its FLOPs
+(three-input: median -17 % on the one-GPU node, docs/flops-one-gpu.md). Least squares is
 weighted by 1/E_net² so every run counts by its relative error (FLOPs span orders of magnitude),
 and constrained to non-negative constants: a negative energy per byte or overhead power has no
 physical reading, and with collinear inputs (bytes and seconds both grow with FLOPs) unconstrained
@@ -205,10 +209,11 @@ ENERGY_UNCONSTRAINED = "energy does not constrain FLOPs on these calibration run
 class EnergyModel(Estimator):
     """(a) the seed study's 3-input model; with ``terms=("t",)`` it is (b), power only.
 
-    TFLOPs = (E_net − E_per_TB·TB_moved − E_per_NVL·NVL_TB − P_overhead·t) / E_per_TFLOP.
+    TFLOPs = (E_net − E_per_TB·TB_moved − E_per_NVL·NVL_TB − P_overhead·t_busy) / E_per_TFLOP, with
+    t_busy the busy GPU-seconds (the module docstring says why not the duration).
     """
 
-    TERM_FEATURES = {"tb": "dram_bytes", "nvl_tb": "nvlink_bytes", "t": "duration_s"}
+    TERM_FEATURES = {"tb": "dram_bytes", "nvl_tb": "nvlink_bytes", "t": "busy_gpu_s"}
 
     def __init__(self, terms: tuple[str, ...] = ("tb", "nvl_tb", "t"), name: str = "three_input") -> None:
         super().__init__()
@@ -217,7 +222,7 @@ class EnergyModel(Estimator):
         self.inputs = ("net_energy_J",) + tuple(self.TERM_FEATURES[k] for k in self.terms)
         self.description = ("E_net = E_per_TFLOP·TFLOPs + " +
                             " + ".join({"tb": "E_per_TB·TB_moved", "nvl_tb": "E_per_NVL·NVL_TB",
-                                        "t": "P_overhead·t"}[k] for k in self.terms) + ", inverted")
+                                        "t": "P_overhead·t_busy"}[k] for k in self.terms) + ", inverted")
         self.coef: dict[str, float] = {}
 
     def _term(self, X, k: str) -> np.ndarray:

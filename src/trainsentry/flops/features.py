@@ -12,6 +12,12 @@ runs, and a GPU holding a context idles near 122 W instead of ~80 W (the H200 pr
 the context, 122.3 W with it, no kernels). So the baseline is measured per GPU from the idle
 samples just before ``start`` (median rate over ``idle_window_s``); only when the trace has fewer
 than ``MIN_IDLE_SAMPLES`` of them do we fall back to ``IDLE_W_CONTEXT_DEFAULT``, the probe's value.
+
+Busy GPU-seconds. The energy models' overhead term (power above idle that no FLOP or byte explains:
+clocks raised, a busier board) is paid by each GPU while it works, so its time base is
+``busy_gpu_s``, the seconds each GPU's NVML utilisation is at or above ``IDLE_UTIL_PCT`` summed over
+the GPUs, not the node's wall time: calibrated on two-GPU jobs, an overhead per node-second counted
+twice the overhead of a one-GPU job and under-reported its FLOPs (scripts/flops_one_gpu.py).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from ..features.activity import IDLE_UTIL_PCT
 
 # H200 SXM datasheet: 141 GB HBM3e at 4.8 TB/s. GPM's DRAM bandwidth utilisation is a fraction of
 # this peak, so bytes moved = util/100 × 4.8e12 B/s × dt.
@@ -39,7 +47,7 @@ IDLE_WINDOW_S = 3.0
 MIN_IDLE_SAMPLES = 5
 
 FEATURE_NAMES = ("duration_s", "energy_J", "idle_W", "net_energy_J", "dram_bytes", "nvlink_bytes",
-                 "mean_power_W", "tensor_active_s", "tensor_cycles_s", "sm_active_s", "gpus",
+                 "mean_power_W", "tensor_active_s", "tensor_cycles_s", "sm_active_s", "busy_gpu_s", "gpus",
                  "coverage")
 
 
@@ -55,6 +63,7 @@ class IntervalFeatures:
     tensor_active_s: float   # ∫ GPM any-tensor util / 100 dt, summed over GPUs (tensor-busy GPU-seconds)
     tensor_cycles_s: float   # the same weighted by sm_clock / SM_CLOCK_MAX_MHZ where the clock is known
     sm_active_s: float       # ∫ GPM SM util / 100 dt, summed over GPUs
+    busy_gpu_s: float        # seconds at NVML util >= IDLE_UTIL_PCT, summed over GPUs (see the module doc)
     gpus: int                # GPUs in the table
     coverage: float          # fraction of [start, end] covered by energy samples (min over GPUs)
     idle_source: str = "pre-start"   # or "default" when the trace had no idle samples before start
@@ -126,9 +135,9 @@ def interval_features(table: pa.Table, start: float, end: float, idle_window_s: 
     t_all = _col(table, "t")
     cols = {n: _col(table, n) for n in ("energy_W", "power_mw", "gpm_dram_bw_util_pct", "nvlink_tx_Bps",
                                          "nvlink_rx_Bps", "gpm_nvlink_tx_mibps", "gpm_nvlink_rx_mibps",
-                                         "gpm_tensor_util_pct", "gpm_sm_util_pct", "sm_clock_mhz")}
+                                         "gpm_tensor_util_pct", "gpm_sm_util_pct", "sm_clock_mhz", "gpu_util_pct")}
     duration = end - start
-    tot = dict(energy=0.0, idle=0.0, dram=0.0, nvl=0.0, tensor=0.0, cycles=0.0, sm=0.0)
+    tot = dict(energy=0.0, idle=0.0, dram=0.0, nvl=0.0, tensor=0.0, cycles=0.0, sm=0.0, busy=0.0)
     coverage = 1.0
     idle_source, energy_source = "pre-start", "energy_counter"
     for dev in gpu_devices:
@@ -161,11 +170,19 @@ def interval_features(table: pa.Table, start: float, end: float, idle_window_s: 
         ratio = np.where(np.isnan(clock), 1.0, np.clip(clock / SM_CLOCK_MAX_MHZ, 0.0, 1.2))
         tot["cycles"] += rate_integral(t, tensor * ratio, start, end)[0]
         tot["sm"] += rate_integral(t, c["gpm_sm_util_pct"] / 100.0, start, end)[0]
+        util = c["gpu_util_pct"]
+        if np.isnan(util).all():   # no utilisation read: the GPU counts as busy throughout
+            tot["busy"] += duration
+        else:
+            # NVML's utilisation is the share of its last sample period a kernel ran: it covers the
+            # time up to its reading, like the rates above
+            tot["busy"] += rate_integral(t, np.where(np.isnan(util), np.nan, (util >= IDLE_UTIL_PCT) * 1.0),
+                                         start, end)[0]
     return IntervalFeatures(
         duration_s=duration, energy_J=tot["energy"], idle_W=tot["idle"],
         net_energy_J=tot["energy"] - tot["idle"] * duration, dram_bytes=tot["dram"], nvlink_bytes=tot["nvl"],
         mean_power_W=tot["energy"] / duration, tensor_active_s=tot["tensor"], tensor_cycles_s=tot["cycles"],
-        sm_active_s=tot["sm"], gpus=len(gpu_devices), coverage=coverage,
+        sm_active_s=tot["sm"], busy_gpu_s=tot["busy"], gpus=len(gpu_devices), coverage=coverage,
         idle_source=idle_source, energy_source=energy_source)
 
 

@@ -18,7 +18,9 @@ import pyarrow as pa
 from .estimators import LEVEL, Estimator, from_dict
 from .features import interval_features, stack
 
-MODEL_FORMAT = "trainsentry.flops-model/1"
+# /2: the energy models' overhead term is per busy GPU-second (features.busy_gpu_s), not per node-second;
+# a /1 file's overhead power would be applied to the wrong time base, so it is refused, not misread
+MODEL_FORMAT = "trainsentry.flops-model/2"
 DEFAULT_MODEL = Path("models/flops.json")
 
 _cache: dict[tuple[str, float], Estimator] = {}
@@ -41,7 +43,8 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> Estimator:
     if key not in _cache:
         doc = json.loads(path.read_text())
         if doc.get("format") != MODEL_FORMAT:
-            raise ValueError(f"{path}: not a {MODEL_FORMAT} file")
+            raise ValueError(f"{path}: a {doc.get('format')!r} file, not {MODEL_FORMAT} "
+                             "(refit it with `trainsentry flops-eval`)")
         _cache[key] = from_dict(doc["estimator"])
     return _cache[key]
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..features.activity import IDLE_UTIL_PCT
+
 # The seed study's medians on 2 × V100 (anchors.md §3), for the comparison column only.
 SEED_STUDY_MEDIAN_PCT = {"three_input": 15.1, "power_only": 12.9, "mlp": 10.4, "residual_mlp": 10.4}
 TARGET_PCT = 5.0
@@ -101,7 +103,10 @@ def _inputs() -> list[str]:
             " the job's interval and summed over GPUs:",
             "- energy above the idle baseline (NVML energy counter; the baseline comes from the idle seconds before"
             " the job);",
-            "- duration;",
+            f"- duration, and busy GPU-seconds: the seconds each GPU's utilisation is at least {IDLE_UTIL_PCT:g} %, summed over"
+            " GPUs. The energy models' overhead power is paid per busy GPU-second; the seed study multiplied it by"
+            " the duration, which is the same when the job keeps every GPU busy, but counts a one-GPU job's overhead"
+            " twice when the calibration jobs used two GPUs (`docs/flops-one-gpu.md`);",
             "- HBM bytes (GPM DRAM-bandwidth utilisation × 4.8 TB/s, the H200 datasheet figure);",
             "- NVLink payload bytes (NVML all-link DATA counters);",
             "- tensor-pipe activity (GPM any-tensor utilisation weighted by SM clock / 1980 MHz)."]

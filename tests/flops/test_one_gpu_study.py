@@ -1,0 +1,55 @@
+"""scripts/flops_one_gpu.py on synthetic traces with a known answer: two-GPU runs calibrate, the same
+runs with one GPU left calibrate nothing and are scored; the energy models' overhead on busy
+GPU-seconds measures them, on the seed study's duration it counts their overhead twice."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from flops.fixtures.probe_traces import synthetic_runs
+from trainsentry.traces.io import read_trace, write_trace
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "flops_one_gpu.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("flops_one_gpu", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _one_gpu(two_gpu_dirs: list[Path], root: Path) -> None:
+    """Each two-GPU run as a one-GPU node would record it: gpu1's rows gone, half the FLOPs."""
+    for d in two_gpu_dirs:
+        table, m = read_trace(d)
+        m = {**m, "run_id": m["run_id"] + "-x1", "labels": {**m["labels"], "family": "single-gpu"},
+             "ground_truth": {**m["ground_truth"], "flops": m["ground_truth"]["flops"] / 2}}
+        m.pop("schema", None)
+        write_trace(root / m["run_id"], table.filter(pc.equal(table.column("device"), "gpu0")), m)
+
+
+def test_the_study_scores_every_one_gpu_run_and_shows_the_time_base(tmp_path):
+    cal = tmp_path / "cal"
+    dirs = synthetic_runs(cal, configs=[(6.0, 1.0), (9.0, 0.6), (12.0, 0.8), (5.0, 0.5), (15.0, 0.9), (8.0, 0.7),
+                                        (10.0, 0.4), (7.0, 0.95)])
+    _one_gpu(dirs, tmp_path / "x1")
+    out, docs, fig = tmp_path / "r.json", tmp_path / "d.md", tmp_path / "f.png"
+    assert _script().main(["--calibrate", str(cal), "--data", str(tmp_path / "x1"), "--model", str(tmp_path / "none"),
+                           "--flops-results", str(tmp_path / "none.json"), "--out", str(out), "--docs", str(docs),
+                           "--figure", str(fig)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["calibrated_on"]["runs"] == len(dirs) and not doc["runs_not_scored"]
+    assert doc["summary"]["tensor"]["all"]["runs"] == len(dirs)
+    assert "saved" not in doc["estimators"] and doc["headline"] is None   # nothing to read: said, not invented
+    base = doc["time_base"]["by_time_base"]
+    busy, seed = base["busy GPU-seconds"]["three_input"], base["duration (the seed study's)"]["three_input"]
+    # the same physics on one GPU: busy GPU-seconds measure it, the duration under-reports it
+    assert busy["one_gpu_median_abs_pct_error"] < 0.5 * seed["one_gpu_median_abs_pct_error"]
+    assert seed["one_gpu_median_pct_error"] < 0
+    text = docs.read_text()
+    assert "## The overhead's time base" in text and "full model" in text and fig.stat().st_size > 0
