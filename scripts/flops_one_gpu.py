@@ -68,6 +68,7 @@ def training_runs(root: Path) -> list[dict]:
 
 
 TIME_BASE_ESTIMATORS = ("three_input", "power_only", "residual_mlp", "fusion")
+TIME_BASES = {"busy_gpu_s": "busy GPU-seconds", "duration_s": "duration (the seed study's)"}
 
 
 def time_base_ablation(calibrate: list[Path], data: Path, seed: int) -> dict:
@@ -81,8 +82,7 @@ def time_base_ablation(calibrate: list[Path], data: Path, seed: int) -> dict:
         return type(rs)({**rs.X, "busy_gpu_s": rs.X["duration_s"]}, rs.flops, rs.run_ids, rs.configs, rs.workloads,
                         rs.families)
     out = {}
-    for base, c, t in (("busy GPU-seconds", cal, target), ("duration (the seed study's)", seed_base(cal),
-                                                           seed_base(target))):
+    for base, c, t in (("busy_gpu_s", cal, target), ("duration_s", seed_base(cal), seed_base(target))):
         held = held_out_errors(c, TIME_BASE_ESTIMATORS, seed)
         row = {}
         for n in TIME_BASE_ESTIMATORS:
@@ -93,7 +93,8 @@ def time_base_ablation(calibrate: list[Path], data: Path, seed: int) -> dict:
                       "one_gpu_median_pct_error": float(np.median(e)),
                       "one_gpu_p90_abs_pct_error": float(np.quantile(np.abs(e), 0.9))}
         out[base] = row
-    return {"runs": len(target), "estimators": list(TIME_BASE_ESTIMATORS), "by_time_base": out}
+    return {"runs": len(target), "estimators": list(TIME_BASE_ESTIMATORS), "by_time_base": out,
+            "labels": TIME_BASES}
 
 
 def summarize(doc: dict) -> dict:
@@ -182,7 +183,7 @@ def markdown(doc: dict, command: str) -> str:
                   "| time base | " + " | ".join(LABELS.get(n, n) for n in ab["estimators"]) + " |",
                   "|---|" + "---|" * len(ab["estimators"])]
         for base, row in ab["by_time_base"].items():
-            lines.append(f"| {base} | " + " | ".join(
+            lines.append(f"| {TIME_BASES[base]} | " + " | ".join(
                 f"held out {pct(row[n]['held_out_median_abs_pct_error'])}; one GPU "
                 f"{pct(row[n]['one_gpu_median_abs_pct_error'])} ({pct(row[n]['one_gpu_median_pct_error'], True)})"
                 for n in ab["estimators"]) + " |")

@@ -47,7 +47,7 @@ def test_the_study_scores_every_one_gpu_run_and_shows_the_time_base(tmp_path):
     assert doc["summary"]["tensor"]["all"]["runs"] == len(dirs)
     assert "saved" not in doc["estimators"] and doc["headline"] is None   # nothing to read: said, not invented
     base = doc["time_base"]["by_time_base"]
-    busy, seed = base["busy GPU-seconds"]["three_input"], base["duration (the seed study's)"]["three_input"]
+    busy, seed = base["busy_gpu_s"]["three_input"], base["duration_s"]["three_input"]
     # the same physics on one GPU: busy GPU-seconds measure it, the duration under-reports it
     assert busy["one_gpu_median_abs_pct_error"] < 0.5 * seed["one_gpu_median_abs_pct_error"]
     assert seed["one_gpu_median_pct_error"] < 0

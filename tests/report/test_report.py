@@ -725,3 +725,23 @@ def test_docs_report_lists_every_input_the_report_reads():
         assert rows, f"docs/report.md lists no row for {path}"
         if inp.optional:
             assert any("optional" in r.split("|")[1] for r in rows), f"{path} is optional in inputs.py"
+
+
+def test_flops_on_one_gpu_told_from_its_results_and_optional(tmp_path):
+    """Section 4's one-GPU subsection reads results/flops-one-gpu.json (every number traced); without
+    the file the strict build is no draft and leaves the subsection out."""
+    assert INPUTS["flops_one_gpu"].optional and all("flops_one_gpu" not in s.INPUTS for s in SECTIONS)
+    res = _full_results(tmp_path)
+    b = build(res, DATA, tmp_path / "out", allow_missing=False, pdf=False, configs=CONFIGS)
+    sub = _sections(b.html_path.read_text())["s4_flops"]
+    doc = json.loads((res / "flops-one-gpu.json").read_text())
+    seed = doc["time_base"]["by_time_base"]["duration_s"]["three_input"]["one_gpu_median_pct_error"]
+    from trainsentry.report.context import fmt_value
+    assert "<h3>FLOPs on a one-GPU node</h3>" in sub
+    assert ('title="flops-one-gpu.json#time_base/by_time_base/duration_s/three_input/one_gpu_median_pct_error">'
+            f"{fmt_value(seed, 's1')}\u202f%<") in sub
+    _check_numbers(b, res)
+    (res / "flops-one-gpu.json").unlink()
+    b = build(res, DATA, tmp_path / "out2", allow_missing=False, pdf=False, configs=CONFIGS)
+    text = b.html_path.read_text()
+    assert not b.missing and "This is a draft" not in text and "FLOPs on a one-GPU node" not in text

@@ -85,8 +85,45 @@ def render(ctx, figs) -> str:
                                       "is physically impossible, so the FLOP count behind it includes work the GPU "
                                       "did not do; the two markers count causal attention in full and as half. "
                                       f"(results/figures/{name})")))
+    out.append(_one_gpu(ctx))
     out.append(_redteam(ctx))
     return "\n".join(x for x in out if x)
+
+
+def _one_gpu(ctx) -> str:
+    """The estimators calibrated on the 2-GPU node, frozen, on a one-GPU node's training runs
+    (results/flops-one-gpu.json, scripts/flops_one_gpu.py), and the overhead's time base that made the
+    energy models transfer."""
+    if not ctx.has("flops_one_gpu"):
+        return ""
+    doc = ctx.load("flops_one_gpu")
+    summ, base = doc.get("summary") or {}, (doc.get("time_base") or {}).get("by_time_base") or {}
+    names = [n for n in doc.get("estimators") or [] if n in summ and n != "saved"]
+    if not names:
+        return ""
+    k = "flops_one_gpu"
+    rows = "".join(
+        f"<tr><td>{html.escape(F.flop_label(n))}</td>"
+        f"<td>{ctx.num(k, f'summary/{n}/all/median_abs_pct_error', 'pctv')}</td>"
+        f"<td>{ctx.num(k, f'summary/{n}/all/p90_abs_pct_error', 'pctv')}</td>"
+        f"<td>{ctx.num(k, f'summary/{n}/all/median_pct_error', 's1', '%')}</td></tr>" for n in names)
+    out = (f"<div class='keep'><h3>FLOPs on a one-GPU node</h3><p>Calibrated on every training run of the two-GPU "
+           f"node, frozen, and applied to the {ctx.num(k, 'summary/tensor/all/runs', 'int')} training runs of a "
+           f"one-GPU node (full-model training and LoRA fine-tuning, nothing fitted on them; "
+           f"<code>docs/flops-one-gpu.md</code>). Signed error: negative is too low.</p>"
+           f"<table><tr><th>estimator</th><th>median abs. error</th><th>upper-decile abs. error</th>"
+           f"<th>median signed error</th></tr>{rows}</table>")
+    seed, ours = "duration_s", "busy_gpu_s"
+    if seed in base and ours in base and "three_input" in base[seed] and "three_input" in base[ours]:
+        p = lambda b, n, f: ctx.num(k, f"time_base/by_time_base/{b}/{n}/{f}", "s1", "%")  # noqa: E731
+        out += (f"<p>The energy models subtract an overhead power times a time. The seed study's time is the job's "
+                f"duration; ours counts the seconds each GPU is at work. The two agree when a job keeps every GPU "
+                f"busy, but calibrated on two-GPU jobs the duration counts a one-GPU job's overhead twice: the "
+                f"three-input model then reads {p(seed, 'three_input', 'one_gpu_median_pct_error')} (median signed), "
+                f"against {p(ours, 'three_input', 'one_gpu_median_pct_error')} with busy GPU-seconds, and the fusion "
+                f"{p(seed, 'fusion', 'one_gpu_median_pct_error')} against {p(ours, 'fusion', 'one_gpu_median_pct_error')}. "
+                f"The tensor-activity estimator has no time term and needs no such correction.</p>")
+    return out + "</div>"
 
 
 def _redteam(ctx) -> str:
