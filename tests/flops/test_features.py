@@ -173,3 +173,13 @@ def test_busy_gpu_seconds_count_each_gpu_at_work(probe_run):
     assert half.busy_gpu_s == pytest.approx(by_hand(one_idle), rel=1e-9) and half.busy_gpu_s < 0.6 * f.busy_gpu_s
     unread = table.set_column(i, "gpu_util_pct", pa.nulls(table.num_rows, pa.float64()))
     assert interval_features(unread, lo, hi).busy_gpu_s == pytest.approx(2 * f.duration_s)
+    # readings missing for the first half of the interval: that half counts as busy, as no readings would
+    t = table.column("t").to_numpy()
+    mid = lo + 0.5 * (hi - lo)
+    gap = table.set_column(i, "gpu_util_pct", pa.array(np.where(t < mid, np.nan, util)))
+    dev = np.asarray(table.column("device").to_pylist())
+    gap_util = np.where(t < mid, np.nan, util)
+    first = [t[(dev == g) & ~np.isnan(gap_util)].min() for g in ("gpu0", "gpu1")]   # the first reading after the gap
+    uncovered = sum(min(f_, hi) - lo for f_ in first)
+    assert uncovered >= 2 * (mid - lo)
+    assert interval_features(gap, lo, hi).busy_gpu_s == pytest.approx(by_hand(gap) + uncovered, rel=1e-9)

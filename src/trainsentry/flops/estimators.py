@@ -13,9 +13,9 @@ The models ``flops-eval`` saves carry the quantiles of the protocol's *held-out*
 The physical models (a, b) are fitted in energy space, as the seed study wrote them, and inverted:
 ``E_net = E_per_TFLOP·TFLOPs + E_per_TB·TB + E_per_NVL·NVL_TB + P_overhead·t``, with ``t`` the busy
 GPU-seconds (``busy_gpu_s``: each GPU's time at work, summed), where the seed study wrote the job's
-duration: the two agree for a job that keeps every GPU of the node busy, but calibrated on two-GPU jobs
-an overhead per node-second counted a one-GPU job's overhead twice and under-reported its FLOPs
-(three-input: median -17 % on the one-GPU node, docs/flops-one-gpu.md). Least squares is
+duration: the two are proportional for jobs that keep the same number of GPUs busy, but fitted on jobs
+that mostly keep two busy, an overhead per second of duration counted a one-GPU job's overhead about
+twice and under-reported its FLOPs (docs/flops-one-gpu.md compares the two). Least squares is
 weighted by 1/E_net² so every run counts by its relative error (FLOPs span orders of magnitude),
 and constrained to non-negative constants: a negative energy per byte or overhead power has no
 physical reading, and with collinear inputs (bytes and seconds both grow with FLOPs) unconstrained

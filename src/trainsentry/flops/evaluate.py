@@ -164,13 +164,14 @@ def best_estimator(result: dict) -> str:
 # -- references for power alone: what energy and time can say when the energy model cannot be inverted --------
 
 def _flops_on_energy(Xc: dict, yc: np.ndarray, Xe: dict) -> np.ndarray:
-    """FLOPs = α·E_net + β·t, least squares weighted by 1/FLOPs² (relative errors), no sign constraints.
+    """FLOPs = α·E_net + β·t, least squares weighted by 1/FLOPs² (relative errors), no sign constraints;
+    ``t`` the busy GPU-seconds, power only's own time base.
 
     The regression the other way round from power only's: FLOPs on the inputs, not energy on FLOPs,
     so there is no energy per TFLOP to divide by and it is well-posed whenever E_net and t are not
     proportional (β < 0 is power only's overhead, −P_overhead / E_per_TFLOP). When the joules do not
     follow the FLOPs it shrinks α and predicts from time."""
-    A = lambda X: np.column_stack([X["net_energy_J"], X["duration_s"]])  # noqa: E731
+    A = lambda X: np.column_stack([X["net_energy_J"], X["busy_gpu_s"]])  # noqa: E731
     sw = 1.0 / yc
     scale = np.maximum(np.abs(A(Xc)).max(axis=0), 1e-30)
     coef = np.linalg.lstsq(A(Xc) * sw[:, None] / scale, yc * sw, rcond=None)[0] / scale
@@ -178,14 +179,15 @@ def _flops_on_energy(Xc: dict, yc: np.ndarray, Xe: dict) -> np.ndarray:
 
 
 def _gpu_seconds(Xc: dict, yc: np.ndarray, Xe: dict) -> np.ndarray:
-    """FLOPs = R × GPU-seconds, R the calibration runs' geometric-mean FLOPs per GPU-second: time alone."""
-    g = lambda X: X["duration_s"] * np.maximum(X["gpus"], 1.0)  # noqa: E731
+    """FLOPs = R × busy GPU-seconds, R the calibration runs' geometric-mean FLOPs per busy GPU-second: time
+    alone (the time base of power only's overhead)."""
+    g = lambda X: np.maximum(X["busy_gpu_s"], 1e-9)  # noqa: E731
     return float(np.exp(np.mean(np.log(yc / g(Xc))))) * g(Xe)
 
 
 REFERENCES = {
-    "flops_on_energy": ("FLOPs regressed on net energy and duration", _flops_on_energy),
-    "gpu_seconds": ("the calibration runs' FLOPs per GPU-second × GPU-seconds (time alone)", _gpu_seconds),
+    "flops_on_energy": ("FLOPs regressed on net energy and busy GPU-seconds", _flops_on_energy),
+    "gpu_seconds": ("the calibration runs' FLOPs per busy GPU-second × busy GPU-seconds (time alone)", _gpu_seconds),
 }
 
 

@@ -16,8 +16,9 @@ than ``MIN_IDLE_SAMPLES`` of them do we fall back to ``IDLE_W_CONTEXT_DEFAULT``,
 Busy GPU-seconds. The energy models' overhead term (power above idle that no FLOP or byte explains:
 clocks raised, a busier board) is paid by each GPU while it works, so its time base is
 ``busy_gpu_s``, the seconds each GPU's NVML utilisation is at or above ``IDLE_UTIL_PCT`` summed over
-the GPUs, not the node's wall time: calibrated on two-GPU jobs, an overhead per node-second counted
-twice the overhead of a one-GPU job and under-reported its FLOPs (scripts/flops_one_gpu.py).
+the GPUs (time without a reading counts as busy), not the node's wall time: calibrated on jobs that
+mostly keep two GPUs busy, an overhead per node-second counted a one-GPU job's overhead about twice
+and under-reported its FLOPs (scripts/flops_one_gpu.py).
 """
 
 from __future__ import annotations
@@ -170,14 +171,13 @@ def interval_features(table: pa.Table, start: float, end: float, idle_window_s: 
         ratio = np.where(np.isnan(clock), 1.0, np.clip(clock / SM_CLOCK_MAX_MHZ, 0.0, 1.2))
         tot["cycles"] += rate_integral(t, tensor * ratio, start, end)[0]
         tot["sm"] += rate_integral(t, c["gpm_sm_util_pct"] / 100.0, start, end)[0]
+        # NVML's utilisation is the share of its last sample period a kernel ran: it covers the time up
+        # to its reading, like the rates above. Time no reading covers counts as busy, all of it when
+        # the GPU has no utilisation at all: one rule, whether the readings are missing for a while or
+        # throughout (a gap must not make the overhead smaller than no readings would).
         util = c["gpu_util_pct"]
-        if np.isnan(util).all():   # no utilisation read: the GPU counts as busy throughout
-            tot["busy"] += duration
-        else:
-            # NVML's utilisation is the share of its last sample period a kernel ran: it covers the
-            # time up to its reading, like the rates above
-            tot["busy"] += rate_integral(t, np.where(np.isnan(util), np.nan, (util >= IDLE_UTIL_PCT) * 1.0),
-                                         start, end)[0]
+        busy, covered = rate_integral(t, np.where(np.isnan(util), np.nan, (util >= IDLE_UTIL_PCT) * 1.0), start, end)
+        tot["busy"] += busy + max(0.0, duration - covered)
     return IntervalFeatures(
         duration_s=duration, energy_J=tot["energy"], idle_W=tot["idle"],
         net_energy_J=tot["energy"] - tot["idle"] * duration, dram_bytes=tot["dram"], nvlink_bytes=tot["nvl"],

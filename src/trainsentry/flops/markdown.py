@@ -223,11 +223,11 @@ def _refusal_or_defect(result: dict) -> list[str]:
            f" and FLOPs vary ×{d['flops_max'] / d['flops_min']:.2f}: the fit in energy space is a line with a"
            " well-determined constant. What is missing is its slope, and two checks say the refusal is the data's"
            " answer rather than the fit's:",
-           f"- *A fit that cannot fail* exists: regress FLOPs on net energy and duration, the other way round, so"
+           f"- *A fit that cannot fail* exists: regress FLOPs on net energy and busy GPU-seconds, the other way round, so"
            f" there is no constant to divide by. On the same {fe['splits']} splits it reaches"
            f" {fe['median_abs_pct_error']:.1f} % median absolute error (p90 {fe['p90_abs_pct_error']:.1f} %), against"
            f" {gs['median_abs_pct_error']:.1f} % (p90 {gs['p90_abs_pct_error']:.1f} %) for time alone, each held-out"
-           " run given the calibration runs' FLOPs per GPU-second."
+           " run given the calibration runs' FLOPs per busy GPU-second."
            + (" It is no better than time alone: it would turn each failure into a number, but the number is what"
               " time says, not what energy measured. So power only keeps refusing and its failures stay counted."
               if no_better else

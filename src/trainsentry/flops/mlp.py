@@ -114,13 +114,13 @@ class ResidualMLP(Estimator):
     """(d) power-only estimate × exp(MLP correction of its log residual)."""
 
     name = "residual_mlp"
-    inputs = LogMLP.inputs
     description = "power-only × exp(MLP (32, 32) on log features → log residual)"
 
     def __init__(self, seed: int = 0, alpha: float = 1.0) -> None:
         super().__init__()
         self.base = EnergyModel(("t",), name="power_only")
         self.net = _Net(alpha=alpha, seed=seed)
+        self.inputs = tuple(dict.fromkeys(LogMLP.inputs + self.base.inputs))   # the base reads busy_gpu_s too
 
     def _fit(self, X, y) -> None:
         try:
