@@ -735,10 +735,10 @@ def test_flops_on_one_gpu_told_from_its_results_and_optional(tmp_path):
     b = build(res, DATA, tmp_path / "out", allow_missing=False, pdf=False, configs=CONFIGS)
     sub = _sections(b.html_path.read_text())["s4_flops"]
     doc = json.loads((res / "flops-one-gpu.json").read_text())
-    seed = doc["time_base"]["by_time_base"]["duration_s"]["three_input"]["one_gpu_median_pct_error"]
+    seed = doc["time_base"]["by_time_base"]["duration_s"]["three_input"]["median_pct_error"]
     from trainsentry.report.context import fmt_value
     assert "<h3>FLOPs on a one-GPU node</h3>" in sub
-    assert ('title="flops-one-gpu.json#time_base/by_time_base/duration_s/three_input/one_gpu_median_pct_error">'
+    assert ('title="flops-one-gpu.json#time_base/by_time_base/duration_s/three_input/median_pct_error">'
             f"{fmt_value(seed, 's1')}\u202f%<") in sub
     _check_numbers(b, res)
     (res / "flops-one-gpu.json").unlink()
