@@ -23,7 +23,8 @@ class FakeClock:
 
     Patch it in with ``monkeypatch.setattr(trainsentry.agent.sampler, "time", clock.as_time_module())``
     and pass ``clock=clock`` to the sampler (and ``timer=clock, sleep=clock.sleep`` to a source whose
-    reads stall)."""
+    reads stall). Only for rates of 4 Hz and more: the sampler waits longer than its 0.25 s sleep cap
+    on its stop event, in real time, and this clock would never reach the tick."""
 
     def __init__(self, t: float = 0.0):
         self.t = float(t)

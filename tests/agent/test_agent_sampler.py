@@ -30,15 +30,15 @@ def test_schedule_does_not_drift_after_a_slow_read(fake_clock):
     assert src.read_times == pytest.approx([t0 + k / hz for k in slots], abs=1e-9)
 
 
-def test_the_schedule_holds_on_the_real_clock_too():
-    # The same schedule on the real clock, asserting only what load cannot change: every slot is
-    # read or counted missed (a pause can add more misses and push the last tick past the end), and
-    # the stall's own slots are among the missed.
+def test_every_slot_is_read_or_counted_missed_on_the_real_clock_too():
+    # The same stall on the real clock, asserting only what load cannot change: every slot is read or
+    # counted missed (a pause can add more misses and push the last tick past the end), and the
+    # stall's own two slots are among the missed.
     hz = 40.0
     src = CounterSource(read_delay={5: 2.5 / hz})
     stats = Sampler([src], hz=hz, batch_s=0.25).run(duration_s=1.0)
     assert stats.ticks + stats.missed_ticks >= 40 and stats.missed_ticks >= 2
-    assert len(src.read_times) == stats.ticks and src.read_times == sorted(src.read_times)
+    assert len(src.read_times) == stats.ticks
 
 
 def test_batches_close_on_tick_boundaries_and_keep_every_reading(fake_clock):

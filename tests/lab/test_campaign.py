@@ -4,7 +4,6 @@ on this machine's real network counters, runs cut into traces, manifests validat
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -33,16 +32,7 @@ def _campaign(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_campaign_records_labeled_runs_and_resumes(tmp_path):
     path = _campaign(tmp_path)
-    # torchrun's default rendezvous port held, as by a second campaign on the node: the launch must not
-    # need it (where something else already holds it, the test is the same). torch 2.13's torchrun
-    # moves to a free port by itself; the campaign asks for --standalone so it does not depend on that.
-    with socket.socket() as held:
-        try:
-            held.bind(("", 29500))
-            held.listen()
-        except OSError:
-            pass
-        written = run_campaign(path, tmp_path / "data", sources=["net"], progress=lambda *_: None)
+    written = run_campaign(path, tmp_path / "data", sources=["net"], progress=lambda *_: None)
     assert sorted(p.name.rsplit("-", 2)[0] for p in written) == sorted(WORKLOADS)
     for run_dir in iter_runs(tmp_path / "data" / "toy"):
         table, manifest = read_trace(run_dir)
@@ -250,3 +240,12 @@ def test_lora_layers_are_checked_when_the_campaign_is_planned(tmp_path):
     root = Path(__file__).resolve().parents[2] / "configs" / "campaigns"
     runs = Campaign.load(root / "h200x1-lora-top.yaml").expand()
     assert len(runs) == 5 and sorted({r["overrides"]["lora_layers"] for r in runs}) == [1, 4]
+
+
+def test_the_launch_asks_for_a_free_rendezvous_port(tmp_path):
+    """--standalone: torchrun's rendezvous on a free local port, not the fixed 29500 a second campaign on
+    the node would hold (torch 2.13's torchrun moves by itself; the launch must not depend on that)."""
+    from trainsentry.lab.campaign import launch_command
+    cmd = launch_command(2, tmp_path / "plan.json", tmp_path)
+    assert cmd[1:4] == ["-m", "torch.distributed.run", "--standalone"] and "--nproc_per_node=2" in cmd
+    assert not any(a.startswith(("--master_port", "--master-port", "--rdzv")) for a in cmd)

@@ -169,6 +169,14 @@ def cut_run(readings: list, truth: dict, campaign: Campaign, out_root: Path, com
     return write_trace(out_root / truth["run_id"], readings_to_columns(campaign.node, rows), manifest)
 
 
+def launch_command(nproc: int, plan_path: Path, work: Path) -> list[str]:
+    """torchrun over the campaign's worker. --standalone: a rendezvous on a free local port, not the
+    fixed 29500 that a second campaign (or anything else holding that port) would make the launch fail
+    on (torch 2.13's torchrun moves to a free port by itself; older ones do not)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "-m", "trainsentry.workloads.worker", str(plan_path), str(work)]
+
+
 def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: float | None = None,
                  sources: list[str] | None = None, work_dir: str | Path | None = None,
                  recorder_factory=None, progress=print, retry_failed: bool = False) -> list[Path]:
@@ -194,10 +202,7 @@ def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: flo
                                             node=campaign.node)
     recorder = recorder_factory()
     recorder.start()
-    # --standalone: a rendezvous on a free local port, not the fixed 29500 that a second campaign (or
-    # anything else holding that port) would make this launch fail on
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={campaign.nproc}",
-           "-m", "trainsentry.workloads.worker", str(plan_path), str(work)]
+    cmd = launch_command(campaign.nproc, plan_path, work)
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
            "NVSHMEM_DISABLE_NVLS": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TS_COLLECTIVE_TIMEOUT_S": str(int(COLLECTIVE_TIMEOUT_S))}
