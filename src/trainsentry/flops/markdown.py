@@ -105,8 +105,9 @@ def _inputs() -> list[str]:
             " the job);",
             f"- duration, and busy GPU-seconds: the seconds each GPU's utilisation is at least {IDLE_UTIL_PCT:g} %, summed over"
             " GPUs. The energy models' overhead power is paid per busy GPU-second; the seed study multiplied it by"
-            " the duration, which is the same when the job keeps every GPU busy, but counts a one-GPU job's overhead"
-            " twice when the calibration jobs used two GPUs (`docs/flops-one-gpu.md`);",
+            " the duration, which is proportional to it for jobs that keep the same number of GPUs busy, but fitted"
+            " on jobs that mostly keep two busy it counts a one-GPU job's overhead about twice"
+            " (`docs/flops-one-gpu.md`);",
             "- HBM bytes (GPM DRAM-bandwidth utilisation × 4.8 TB/s, the H200 datasheet figure);",
             "- NVLink payload bytes (NVML all-link DATA counters);",
             "- tensor-pipe activity (GPM any-tensor utilisation weighted by SM clock / 1980 MHz)."]
