@@ -112,7 +112,7 @@ def render(result: dict, out: str) -> str:
             f"{cls} {fam} {sum(ok)} of {len(ok)}" for (cls, fam), ok in sorted(either.items())) + "."]
         if spread:
             lines += ["", f"`{also}`'s median P(training) in a run, lowest – highest over each family's runs (it "
-                      f"alerts at {result['rule'].split('@')[-1].strip()} in enough windows): " + ", ".join(
+                      f"alerts at {result['threshold']:g} in enough windows): " + ", ".join(
                           f"{cls} {fam} {min(p):.2f} – {max(p):.2f}" for (cls, fam), p in sorted(spread.items())) + "."]
     wrong = [x for x in result["per_run"] if not x["correct"]]
     if not wrong:
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                         "trained_by": meta.get("trained_by"), "runs": meta.get("runs")},
               # runs recorded from here on are judged: the later fit of the model(s), or --since
               "judged_from": fitted_at, "since": args.since,
-              "rule": rule.label(), "data": args.data, "runs_before": len(before),
+              "rule": rule.label(), "threshold": rule.threshold, "data": args.data, "runs_before": len(before),
               "seen_data": args.seen_data or None,
               "all": summary(rows), "new_configs": summary([x for x in rows if not x["config_seen_before"]]),
               "seen_configs": summary([x for x in rows if x["config_seen_before"]]),

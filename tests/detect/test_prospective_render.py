@@ -12,7 +12,7 @@ def _result(per_run: list[dict]) -> dict:
     block = {"runs": len(per_run), "run_accuracy": sum(x["correct"] for x in per_run) / len(per_run),
              "training_detection": None, "inference_fpr": 0.0, "other_fpr": 0.0, "median_time_to_alert_s": None}
     return {"command": "python scripts/prospective.py --model-rev abc", "date": "2026-12-01T00:00:00Z",
-            "data": "data/h200", "rule": "3 of 5 @ 0.75", "runs_before": 4,
+            "data": "data/h200", "rule": "3 of 5 @ 0.75", "threshold": 0.75, "runs_before": 4,
             "model": {"name": "fused", "rev": "abc", "trained_by": "trainsentry eval", "runs": 4},
             "all": block, "new_configs": block, "seen_configs": block, "per_run": per_run}
 
