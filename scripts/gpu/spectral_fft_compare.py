@@ -4,7 +4,9 @@ on the CPU in fp64, then the first right-hand side's transforms and one RK4 step
 against the reference, ‖x − ref‖ / ‖ref‖, and each way prints ⟨ω²⟩ after the step. spectral_check.py
 showed fp32 losing 4-7 % in the first step on the H200 and not on the CPU; this says which transform
 (the four inverse FFTs to physical space, or the forward FFT of the advection) differs, or whether
-the input leaves the Hermitian subspace that a real-to-complex transform assumes.
+the input leaves the Hermitian subspace that a real-to-complex transform assumes. Last, the workload's
+earlier start (random coefficients made Hermitian by rfft2(irfft2(·))) projected each way: how much of
+the field each puts outside the band.
 
     python scripts/gpu/spectral_fft_compare.py                      # GPU machine, n = 4096
     python scripts/gpu/spectral_fft_compare.py --n 64 --no-cuda     # anywhere: the CPU ways only
@@ -79,3 +81,20 @@ if torch.cuda.is_available() and not args.no_cuda:
         i_ref = torch.fft.irfft2(w0, s=(n, n))
         print(f"cuda {str(dtype).split('.')[-1]} alone: rfft2 {float((f - f_ref).norm() / f_ref.norm()):.1e}  "
               f"irfft2 {float((i - i_ref).norm() / i_ref.norm()):.1e}", flush=True)
+
+# The workload's start before 2026-12-02 (eighteenth session): random coefficients in the band, made a
+# real field's spectrum by rfft2(irfft2(·)), which hands the inverse transform input that is not
+# Hermitian. Each way's projection of one such start: its difference from the CPU fp64 projection and
+# the share of ⟨ω²⟩ it puts more than 12 from the band's wavenumber 4 (the band's amplitude is below 2e-8 there).
+raw = torch.complex(torch.randn((1, n, n // 2 + 1), dtype=torch.float64, generator=gen),
+                    torch.randn((1, n, n // 2 + 1), dtype=torch.float64, generator=gen)) * band
+outside = (k2.sqrt() - 4.0).abs() > 12.0
+p_ref = None
+for dev, dtype in ways:
+    cdtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+    with torch.inference_mode():
+        p = torch.fft.rfft2(torch.fft.irfft2(raw.to(dev, cdtype), s=(n, n))).cpu().to(torch.complex128)
+    p_ref = p if p_ref is None else p_ref
+    share = mean_square_vorticity(p * outside) / mean_square_vorticity(p)
+    print(f"{dev:4s} {str(dtype).split('.')[-1]} projection of a non-Hermitian start: difference from CPU fp64 "
+          f"{float((p - p_ref).norm() / p_ref.norm()):.1e}, share of <w^2> outside the band {share:.1e}", flush=True)
