@@ -1,6 +1,6 @@
 """Does the FLOP estimator, calibrated on two-GPU training, measure training on a one-GPU node?
 
-    python scripts/flops_one_gpu.py --calibrate data/h200 --data data/h200x1 \
+    python scripts/flops_one_gpu.py --calibrate data/h200 --data data/h200x1 --blind-after 550cd00 \
         --out results/flops-one-gpu.json --docs docs/flops-one-gpu.md --figure results/figures/flops_one_gpu.png
 
 ``trainsentry flops-eval`` scores the estimators on held-out *configurations* of the dataset they are
@@ -13,7 +13,9 @@ true interval and over the jobs the detector's segmentation finds (the red team'
 :func:`trainsentry.redteam.flopscore.flop_scores`, one code path). The saved model
 (``models/flops.json``) is scored beside them as ``saved``. Each estimator's own held-out error range
 on the calibration data (configurations dealt into 8 folds) is the yardstick: a one-GPU error outside
-it is a transfer failure, not noise.
+it is a transfer failure, not noise. ``--blind-after REV`` sets apart the runs recorded after that
+commit (the one that chose the overhead's time base by looking at the earlier one-GPU runs): they are
+its blind test.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -71,6 +74,22 @@ def training_runs(root: Path, run_ids: set[str]) -> list[dict]:
     return out
 
 
+def commit_time(rev: str) -> float:
+    """When ``rev`` was committed (seconds since the epoch); ``@SECONDS`` is taken as it is."""
+    if rev.startswith("@"):
+        return float(rev[1:])
+    out = subprocess.run(["git", "-C", str(REPO), "show", "-s", "--format=%ct", rev], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"--blind-after {rev}: not a commit of this repository ({out.stderr.strip()})")
+    return float(out.stdout.strip())
+
+
+def recorded_after(root: Path, run_ids: set[str], when: float) -> dict[str, str]:
+    """The runs among ``run_ids`` whose workload started after ``when``: run id → configuration."""
+    return {m["run_id"]: config_key(m) for m in map(read_manifest, iter_runs(root))
+            if m["run_id"] in run_ids and m["start"] > when}
+
+
 def _stats(e: np.ndarray, band: tuple[float, float] | None = None) -> dict:
     """Median and p90 |error|, median signed error, and the share inside ``band`` (None without one)."""
     e = np.asarray(e, dtype=np.float64)
@@ -115,9 +134,10 @@ def time_base_ablation(cal: RunSet, target: RunSet, seed: int) -> dict:
     return row
 
 
-def summarize(doc: dict, held: dict, new_configs: set[str]) -> dict:
+def summarize(doc: dict, held: dict, new_configs: set[str], blind: set[str] = frozenset()) -> dict:
     """Per estimator, over every scored run, over the runs whose configuration no calibration run shares,
-    and per variant: median |error|, p90 |error|, median signed error, share inside the held-out band."""
+    over the runs recorded after the design was frozen (``blind``), and per variant: median |error|,
+    p90 |error|, median signed error, share inside the held-out band."""
     rows = [r for r in doc["runs"] if "error" not in r]
     out: dict[str, dict] = {}
     for name in doc["estimators"]:
@@ -126,6 +146,7 @@ def summarize(doc: dict, held: dict, new_configs: set[str]) -> dict:
         def stats(rs: list[dict], key: str = "pct_error") -> dict:
             return _stats(np.asarray([r[key][name] for r in rs], dtype=np.float64), band)
         out[name] = {"all": stats(rows), "new_configurations": stats([r for r in rows if r["setting"] in new_configs]),
+                     "blind": stats([r for r in rows if r["run_id"] in blind]),
                      "segmented": stats(rows, "pct_error_segmented"),
                      "by_variant": {v: stats([r for r in rows if r["name"] == v]) for v in sorted({r["name"] for r in rows})},
                      "held_out_band": band, "held_out_median_abs_pct_error": (held.get(name) or {}).get("median_abs_pct_error")}
@@ -215,7 +236,23 @@ def markdown(doc: dict, command: str) -> str:
                   "runs, but the choice was made by looking at them. What carries it is the physical reason above; on "
                   "the calibration data's own held-out configurations the medians moved little either way (the *held "
                   "out* figures), and `docs/flops.md` gives the 200-split figures, where one tail grew (the residual "
-                  "MLP's p90). The next one-GPU runs recorded are its test."]
+                  "MLP's p90). " + ("The runs recorded since are its test (below)." if doc.get("blind") else
+                                           "The next one-GPU runs recorded are its test.")]
+    b = doc.get("blind")
+    if b:
+        lines += ["", "## The blind test", ""]
+        if not b["runs"]:
+            lines.append(f"No one-GPU run has been recorded since `{b['after']}`, the commit that chose the time base.")
+        else:
+            lines += [f"The {b['runs']} one-GPU training runs recorded after `{b['after']}`, the commit that chose the "
+                      f"time base ({b['runs_of_new_configurations']} of them of a configuration no calibration run has): "
+                      "nobody had seen them when the choice was made, and nothing is fitted on them.", "",
+                      "| estimator | median abs. error | p90 abs. error | median signed | inside the band |",
+                      "|---|---|---|---|---|"]
+            for n in names:
+                a = s[n]["blind"]
+                lines.append(f"| {LABELS.get(n, n)} | {pct(a['median_abs_pct_error'])} | {pct(a['p90_abs_pct_error'])} | "
+                             f"{pct(a['median_pct_error'], True)} | {share(a['share_inside_held_out_band'])} |")
     if doc["runs_not_scored"]:
         lines += ["", "Runs not scored: " + ", ".join(f"`{r['run_id']}` ({r['error']})" for r in doc["runs_not_scored"])]
     if doc.get("not_calibrated"):
@@ -261,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", type=Path, default=Path("models/flops.json"), help="saved model scored as 'saved'")
     ap.add_argument("--flops-results", type=Path, default=Path("results/flops.json"), help="names the best estimator")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--blind-after", metavar="REV",
+                    help="commit (or @SECONDS) that froze the design: runs recorded later are its blind test")
     ap.add_argument("--out", type=Path, default=Path("results/flops-one-gpu.json"))
     ap.add_argument("--docs", type=Path, default=Path("docs/flops-one-gpu.md"))
     ap.add_argument("--figure", type=Path, default=Path("results/figures/flops_one_gpu.png"))
@@ -281,7 +320,12 @@ def main(argv: list[str] | None = None) -> int:
                configurations=len(set(target.configs)),
                # calibration runs that kept one GPU busy (busy GPU-seconds under 1.5 x the duration)
                calibration_one_busy_gpu=int(np.sum(cal.X["busy_gpu_s"] < 1.5 * cal.X["duration_s"])))
-    doc["summary"] = summarize(doc, held, new_configs)
+    if args.blind_after:
+        when = commit_time(args.blind_after)
+        blind = recorded_after(args.data, set(target.run_ids), when)
+        doc["blind"] = {"after": args.blind_after, "after_t": when, "runs": len(blind),
+                        "runs_of_new_configurations": sum(c not in set(cal.configs) for c in blind.values())}
+    doc["summary"] = summarize(doc, held, new_configs, blind if args.blind_after else set())
     doc["time_base"] = {"runs": len(target), "estimators": list(TIME_BASE_ESTIMATORS), "labels": TIME_BASES,
                         "by_time_base": {
                             "busy_gpu_s": {n: {"held_out_median_abs_pct_error": held[n]["median_abs_pct_error"],
@@ -301,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
         inside = "–" if share is None else f"{100 * share:.0f} %"
         print(f"{n:13s} median |err| {a['median_abs_pct_error']:6.1f} %  p90 {a['p90_abs_pct_error']:6.1f} %  "
               f"signed {a['median_pct_error']:+6.1f} %  inside held-out band {inside}")
+        if doc.get("blind"):
+            b = v["blind"]
+            print(f"{'':13s} blind ({b['runs']} runs): median |err| {b['median_abs_pct_error'] or float('nan'):6.1f} %  "
+                  f"signed {b['median_pct_error'] or float('nan'):+6.1f} %")
     return 0
 
 

@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pyarrow.compute as pc
+import pytest
 
 from flops.fixtures.probe_traces import synthetic_runs
-from trainsentry.traces.io import read_trace, write_trace
+from trainsentry.traces.io import read_manifest, read_trace, write_trace
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "flops_one_gpu.py"
 
@@ -41,8 +42,11 @@ def test_the_study_scores_every_one_gpu_run_and_shows_the_time_base(tmp_path):
     out, docs, fig = tmp_path / "r.json", tmp_path / "d.md", tmp_path / "f.png"
     assert _script().main(["--calibrate", str(cal), "--data", str(tmp_path / "x1"), "--model", str(tmp_path / "none"),
                            "--flops-results", str(tmp_path / "none.json"), "--out", str(out), "--docs", str(docs),
-                           "--figure", str(fig)]) == 0
+                           "--figure", str(fig), "--blind-after", "@0"]) == 0
     doc = json.loads(out.read_text())
+    # every run was recorded after the epoch: the blind test is all of them, scored the same
+    assert doc["blind"]["runs"] == len(dirs)
+    assert doc["summary"]["three_input"]["blind"] == doc["summary"]["three_input"]["all"]
     assert doc["calibrated_on"]["runs"] == len(dirs) and not doc["runs_not_scored"]
     assert doc["summary"]["tensor"]["all"]["runs"] == len(dirs)
     # every one-GPU run repeats a calibration configuration here: none is counted as new, and saying so
@@ -57,3 +61,17 @@ def test_the_study_scores_every_one_gpu_run_and_shows_the_time_base(tmp_path):
     assert seed["median_pct_error"] < 0
     text = docs.read_text()
     assert "## The overhead's time base" in text and "full model" in text and fig.stat().st_size > 0
+    assert "## The blind test" in text and f"The {len(dirs)} one-GPU training runs recorded after `@0`" in text
+
+
+def test_the_blind_test_says_when_nothing_was_recorded_after_the_commit(tmp_path):
+    """A cutoff later than every run: no blind run, said in words, no figure from an empty set; a revision
+    git does not know is refused by name."""
+    mod = _script()
+    cal = tmp_path / "cal"
+    dirs = synthetic_runs(cal, configs=[(6.0, 1.0), (9.0, 0.6), (12.0, 0.8), (5.0, 0.5), (15.0, 0.9), (8.0, 0.7)])
+    _one_gpu(dirs, tmp_path / "x1")
+    assert mod.recorded_after(tmp_path / "x1", {read_manifest(d)["run_id"] + "-x1" for d in dirs}, 4e9) == {}
+    with pytest.raises(SystemExit, match="--blind-after no-such-rev: not a commit"):
+        mod.commit_time("no-such-rev")
+    assert mod.commit_time("@12.5") == 12.5

@@ -70,7 +70,8 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--figure results/figures/pipes.png",
           "whether the GPU's FP32, FP16 and integer pipes tell one-GPU training from forward work", optional=True),
     Input("flops_one_gpu", "flops-one-gpu.json", "results",
-          "python scripts/flops_one_gpu.py --calibrate data/h200 --data data/h200x1 --out results/flops-one-gpu.json "
+          "python scripts/flops_one_gpu.py --calibrate data/h200 --data data/h200x1 --blind-after 550cd00 "
+          "--out results/flops-one-gpu.json "
           "--docs docs/flops-one-gpu.md --figure results/figures/flops_one_gpu.png",
           "the FLOP estimators calibrated on the 2-GPU node, applied to a one-GPU node's training runs", optional=True),
     Input("traces", "h200", "data", "trainsentry lab run configs/campaigns/h200.yaml --data data",

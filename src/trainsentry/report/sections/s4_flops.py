@@ -126,6 +126,15 @@ def _one_gpu(ctx) -> str:
                 f"the energy models' estimates of two-GPU jobs, and the time base was changed after this comparison "
                 f"showed the failure, so the busy-GPU-seconds figures are a fix checked on the runs that prompted it, "
                 f"not a blind test; runs recorded later are.</p>")
+    blind = doc.get("blind") or {}
+    if blind.get("runs") and all(summ[n].get("blind", {}).get("runs") for n in ("three_input", "fusion") if n in summ) \
+            and "three_input" in summ and "fusion" in summ:
+        b = lambda n, f, fmt, unit="": ctx.num(k, f"summary/{n}/blind/{f}", fmt, unit)  # noqa: E731
+        out += (f"<p>That blind test: the {ctx.num(k, 'blind/runs', 'int')} one-GPU training runs recorded after the "
+                f"time base was chosen, nothing fitted on them. The three-input model reads "
+                f"{b('three_input', 'median_abs_pct_error', 'pctv')} median absolute error "
+                f"({b('three_input', 'median_pct_error', 's1', '%')} signed), the fusion "
+                f"{b('fusion', 'median_abs_pct_error', 'pctv')} ({b('fusion', 'median_pct_error', 's1', '%')}).</p>")
     return out + "</div>"
 
 
