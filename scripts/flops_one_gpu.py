@@ -49,16 +49,14 @@ BAND = (0.05, 0.95)
 
 def variant(labels: dict) -> str:
     """What kind of training a run is, by what its backward pass covers: the whole model, or low-rank
-    adapters on every projection, on the query and value projections, or on those of the top blocks."""
+    adapters on every projection or on the query and value projections, of every block or of the top
+    blocks only."""
     if labels["family"] != "lora":
         return "full model"
     cfg = labels.get("config") or {}
     targets = cfg.get("lora_targets")
-    if not targets:
-        return "LoRA, every projection"
-    if cfg.get("lora_layers"):
-        return "LoRA q,v, top blocks only"
-    return "LoRA q,v"
+    top = ", top blocks only" if cfg.get("lora_layers") else ""
+    return ("LoRA, every projection" if not targets else "LoRA q,v") + top
 
 
 def training_runs(root: Path, run_ids: set[str]) -> list[dict]:
@@ -244,7 +242,7 @@ def markdown(doc: dict, command: str) -> str:
         if not b["runs"]:
             lines.append(f"No one-GPU run has been recorded since `{b['after']}`, the commit that chose the time base.")
         else:
-            lines += [f"The {b['runs']} one-GPU training runs recorded after `{b['after']}`, the commit that chose the "
+            lines += [f"The {s[names[0]]['blind']['runs']} one-GPU training runs recorded after `{b['after']}`, the commit that chose the "
                       f"time base ({b['runs_of_new_configurations']} of them of a configuration no calibration run has): "
                       "nobody had seen them when the choice was made, and nothing is fitted on them.", "",
                       "| estimator | median abs. error | p90 abs. error | median signed | inside the band |",
@@ -347,8 +345,9 @@ def main(argv: list[str] | None = None) -> int:
               f"signed {a['median_pct_error']:+6.1f} %  inside held-out band {inside}")
         if doc.get("blind"):
             b = v["blind"]
-            print(f"{'':13s} blind ({b['runs']} runs): median |err| {b['median_abs_pct_error'] or float('nan'):6.1f} %  "
-                  f"signed {b['median_pct_error'] or float('nan'):+6.1f} %")
+            nan = lambda x: float("nan") if x is None else x  # noqa: E731
+            print(f"{'':13s} blind ({b['runs']} runs): median |err| {nan(b['median_abs_pct_error']):6.1f} %  "
+                  f"signed {nan(b['median_pct_error']):+6.1f} %")
     return 0
 
 

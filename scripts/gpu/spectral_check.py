@@ -1,6 +1,6 @@
 """The spectral solver's first steps, printed: the mean-square vorticity after each logged step, to tell
 a device-side numerical effect from the physics. On the H200 (2026-12-02,
-results/device/spectral-check-s16-2026-12-02.txt) fp32 lost 4-7 % in the first step where fp64 lost
+results/device/spectral-check-s16-2026-12-02.txt) fp32 lost 3-7 % by step 2 where fp64 lost
 about 1e-5 per step; on the CPU (``--device cpu``, committed beside it) fp32 did not.
 spectral_fft_compare.py found the cause in the start, which the workload now builds Hermitian by
 construction; spectral-check-s18-2026-12-02.txt is this script's GPU output since.

@@ -33,7 +33,8 @@ if not args.no_cuda and torch.cuda.is_available():
 print(f"# n {n}, torch {torch.__version__}, "
       f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}", flush=True)
 
-# the initial field, as run_spectral builds it, on the CPU in fp64
+# one initial field, built as run_spectral built it until 2026-12-02 but on the CPU in fp64, where that
+# projection is exact: a Hermitian start (the defect printed below checks it) shared by every way
 kx, ky, k2, keep = spectral_grid(n, "cpu", torch.float64)
 gen = torch.Generator().manual_seed(7)
 band = torch.exp(-((k2.sqrt() - 4.0) ** 2) / 8.0) * keep
@@ -54,7 +55,7 @@ def stages(w: torch.Tensor, dev: str, dtype: torch.dtype) -> dict[str, torch.Ten
     wy = torch.fft.irfft2(1j * ky * w, s=(n, n))
     adv = torch.fft.rfft2(u * wx + v * wy) * keep
     out = {"u": u, "v": v, "wx": wx, "wy": wy, "adv": adv}
-    # the forward transform alone, from the reference's physical-space product
+    # and one whole RK4 step from the same start
     out["step"] = rk4_step(w, dt, kx, ky, k2, keep, 1e-4)
     return {k: t.cpu().to(torch.complex128 if t.is_complex() else torch.float64) for k, t in out.items()}
 

@@ -182,8 +182,9 @@ def run_spectral(ctx: Context, cfg: dict) -> None:
     # White noise in physical space, filtered to the band: a real field's spectrum, Hermitian by
     # construction. The start recorded until 2026-12-02 (random coefficients in the band, made Hermitian
     # by rfft2(irfft2(·))) relied on what an inverse transform does with input that is not: cuFFT's fp32
-    # path put 8 % of the field outside the band, which the viscosity took out in the first step, a
-    # 4-7 % loss of ⟨ω²⟩ (results/device/spectral-fft-compare-s18-2026-12-02.txt; CPU and fp64 agree).
+    # path put 8.4 % of ⟨ω²⟩ far outside the band (results/device/spectral-fft-compare-s18-2026-12-02.txt;
+    # the CPU and fp64 do not), and those fp32 runs lost 3-7 % of it by step 2
+    # (results/device/spectral-check-s16-2026-12-02.txt); from this start, 1e-5 a step, as fp64.
     w = torch.fft.rfft2(torch.randn((fields, n, n), device=ctx.device, dtype=dtype, generator=gen)) * band
     w = w / math.sqrt(mean_square_vorticity(w))                   # unit rms vorticity
     dt = cfl * (2 * math.pi / n) / velocity_max(w, kx, ky, k2)

@@ -127,10 +127,9 @@ def _one_gpu(ctx) -> str:
                 f"showed the failure, so the busy-GPU-seconds figures are a fix checked on the runs that prompted it, "
                 f"not a blind test; runs recorded later are.</p>")
     blind = doc.get("blind") or {}
-    if blind.get("runs") and all(summ[n].get("blind", {}).get("runs") for n in ("three_input", "fusion") if n in summ) \
-            and "three_input" in summ and "fusion" in summ:
+    if blind.get("runs") and all((summ.get(n) or {}).get("blind", {}).get("runs") for n in ("three_input", "fusion")):
         b = lambda n, f, fmt, unit="": ctx.num(k, f"summary/{n}/blind/{f}", fmt, unit)  # noqa: E731
-        out += (f"<p>That blind test: the {ctx.num(k, 'blind/runs', 'int')} one-GPU training runs recorded after the "
+        out += (f"<p>That blind test: the {ctx.num(k, 'summary/three_input/blind/runs', 'int')} one-GPU training runs recorded after the "
                 f"time base was chosen, nothing fitted on them. The three-input model reads "
                 f"{b('three_input', 'median_abs_pct_error', 'pctv')} median absolute error "
                 f"({b('three_input', 'median_pct_error', 's1', '%')} signed), the fusion "
