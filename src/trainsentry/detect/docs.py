@@ -122,7 +122,12 @@ committed at aad37ec (fitted on 270 runs, attribution among the benign) found al
 the fifth round, LoRA at attribution's exact shapes among them, and called one of its 8 attribution
 runs training (`docs/prospective-aad37ec-h200x1.md`); of online learning that trains (16-token
 decoding), it found the full-model settings and missed LoRA stepping every 4 served batches
-(`docs/prospective-aad37ec-redteam-x1.md`).
+(`docs/prospective-aad37ec-redteam-x1.md`). The lead committed at b336f80 (287 runs) missed all 5
+runs of LoRA in the top blocks only (`docs/prospective-b336f80-h200x1.md`); refitted with them
+(10daf3c, 309 runs), it found 11 of the 12 training runs of a blind round and 5 of its 6 LoRA runs,
+where the b336f80 lead found 1 of those 6, but alerted on all 4 of its attribution runs, where the
+b336f80 lead alerted on 2 (`docs/prospective-10daf3c-h200x1.md`,
+`docs/prospective-b336f80-h200x1-s18.md`): on one GPU's counters the two trade against each other.
 
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,

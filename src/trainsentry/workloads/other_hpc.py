@@ -184,7 +184,8 @@ def run_spectral(ctx: Context, cfg: dict) -> None:
     # by rfft2(irfft2(·))) relied on what an inverse transform does with input that is not: cuFFT's fp32
     # path put 8.4 % of ⟨ω²⟩ far outside the band (results/device/spectral-fft-compare-s18-2026-12-02.txt;
     # the CPU and fp64 do not), and those fp32 runs lost 3-7 % of it by step 2
-    # (results/device/spectral-check-s16-2026-12-02.txt); from this start, 1e-5 a step, as fp64.
+    # (results/device/spectral-check-s16-2026-12-02.txt); from this start, at most about 1e-5 a step, as
+    # in fp64 (spectral-check-s18-2026-12-02.txt).
     w = torch.fft.rfft2(torch.randn((fields, n, n), device=ctx.device, dtype=dtype, generator=gen)) * band
     w = w / math.sqrt(mean_square_vorticity(w))                   # unit rms vorticity
     dt = cfl * (2 * math.pi / n) / velocity_max(w, kx, ky, k2)

@@ -124,7 +124,7 @@ def _one_gpu(ctx) -> str:
                 f"{p(seed, 'fusion', 'median_pct_error')} against {p(ours, 'fusion', 'median_pct_error')}. "
                 f"The tensor-activity estimator has no time term and needs no such correction. The refit also moved "
                 f"the energy models' estimates of two-GPU jobs, and the time base was changed after this comparison "
-                f"showed the failure, so the busy-GPU-seconds figures are a fix checked on the runs that prompted it, "
+                f"showed the failure, so the busy-GPU-seconds figures, which include the runs that prompted it, are "
                 f"not a blind test; runs recorded later are.</p>")
     blind = doc.get("blind") or {}
     if blind.get("runs") and all((summ.get(n) or {}).get("blind", {}).get("runs") for n in ("three_input", "fusion")):

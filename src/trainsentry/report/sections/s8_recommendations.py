@@ -216,7 +216,7 @@ def render(ctx, figs) -> str:
                      f"exchange that one device never makes. The same trees on the busiest GPU's activity alone "
                      f"found {n('frozen/fused+single-device/training_detection')} with "
                      f"{n('frozen/fused+single-device/inference_fpr')} false alerts on that node's inference, but "
-                     f"they also take batched forward work at the power cap (embedding) for training, so the live "
+                     f"they also take input attribution and batched forward work (embedding) for training, so the live "
                      f"collector shows them as a lead beside the verdict.{_red_team_one_gpu(ctx)} A regime that must "
                      f"see small fine-tuning jobs needs a signal of the weight update that these activity counters "
                      f"do not give.{_backward_without_update(ctx)}"
