@@ -2,7 +2,7 @@
 on the CPU in fp64, then the first right-hand side's transforms and one RK4 step computed four ways
 (CPU fp64 as the reference, CPU fp32, GPU fp64, GPU fp32). Each stage prints its relative error
 against the reference, ‖x − ref‖ / ‖ref‖, and each way prints ⟨ω²⟩ after the step. spectral_check.py
-showed fp32 losing 4-7 % in the first step on the H200 and not on the CPU; this says which transform
+showed fp32 losing 3-7 % by step 2 on the H200 and not on the CPU; this says which transform
 (the four inverse FFTs to physical space, or the forward FFT of the advection) differs, or whether
 the input leaves the Hermitian subspace that a real-to-complex transform assumes. Last, the workload's
 earlier start (random coefficients made Hermitian by rfft2(irfft2(·))) projected each way: how much of

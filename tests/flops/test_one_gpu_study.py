@@ -72,6 +72,15 @@ def test_the_blind_test_says_when_nothing_was_recorded_after_the_commit(tmp_path
     dirs = synthetic_runs(cal, configs=[(6.0, 1.0), (9.0, 0.6), (12.0, 0.8), (5.0, 0.5), (15.0, 0.9), (8.0, 0.7)])
     _one_gpu(dirs, tmp_path / "x1")
     assert mod.recorded_after(tmp_path / "x1", {read_manifest(d)["run_id"] + "-x1" for d in dirs}, 4e9) == {}
+    out, docs = tmp_path / "r.json", tmp_path / "d.md"
+    assert mod.main(["--calibrate", str(cal), "--data", str(tmp_path / "x1"), "--model", str(tmp_path / "none"),
+                     "--flops-results", str(tmp_path / "none.json"), "--out", str(out), "--docs", str(docs),
+                     "--figure", str(tmp_path / "f.png"), "--blind-after", "@4000000000"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["blind"]["runs"] == 0
+    assert all(v["blind"]["runs"] == 0 and v["blind"]["median_abs_pct_error"] is None for v in doc["summary"].values())
+    text = docs.read_text()
+    assert "No one-GPU run has been recorded since `@4000000000`" in text and "The blind test" in text
     with pytest.raises(SystemExit, match="--blind-after no-such-rev: not a commit"):
         mod.commit_time("no-such-rev")
     assert mod.commit_time("@12.5") == 12.5
