@@ -38,7 +38,7 @@ from trainsentry.flops.dataset import RunSet, load_runs  # noqa: E402
 from trainsentry.flops.estimators import ESTIMATORS, make  # noqa: E402
 from trainsentry.flops.markdown import LABELS as FLOP_LABELS  # noqa: E402
 from trainsentry.lab.summary import config_key  # noqa: E402
-from trainsentry.redteam.flopscore import calibration_set, flop_scores, held_out_errors  # noqa: E402
+from trainsentry.redteam.flopscore import HeldOut, calibration_set, flop_scores, held_out_errors  # noqa: E402
 from trainsentry.traces.io import iter_runs, read_manifest  # noqa: E402
 
 LABELS = {**FLOP_LABELS, "saved": "saved model (models/flops.json)"}
@@ -59,17 +59,19 @@ def variant(labels: dict) -> str:
     return ("LoRA, every projection" if not targets else "LoRA q,v") + top
 
 
-def training_runs(root: Path, run_ids: set[str]) -> list[dict]:
-    """flop_scores' rows for ``run_ids`` (the runs ``load_runs`` keeps: the time-base comparison's too)."""
-    out = []
-    for run_dir in iter_runs(root):
-        m = read_manifest(run_dir)
-        if m["run_id"] in run_ids:
-            out.append({"dir": str(run_dir), "name": variant(m["labels"]), "setting": config_key(m),
-                        "role": "strategy"})
-    if not out:
+def manifests(root: Path, run_ids: set[str]) -> dict[Path, dict]:
+    """The manifests of ``run_ids`` under ``root`` (the runs ``load_runs`` keeps: the time-base
+    comparison's too), by run directory, read once for the scoring and the blind test."""
+    found = {d: m for d, m in ((d, read_manifest(d)) for d in iter_runs(root)) if m["run_id"] in run_ids}
+    if not found:
         raise SystemExit(f"{root}: no training runs with FLOP ground truth")
-    return out
+    return found
+
+
+def training_runs(found: dict[Path, dict]) -> list[dict]:
+    """flop_scores' rows for the runs of ``manifests``."""
+    return [{"dir": str(d), "name": variant(m["labels"]), "setting": config_key(m), "role": "strategy"}
+            for d, m in found.items()]
 
 
 def commit_time(rev: str) -> float:
@@ -82,10 +84,9 @@ def commit_time(rev: str) -> float:
     return float(out.stdout.strip())
 
 
-def recorded_after(root: Path, run_ids: set[str], when: float) -> dict[str, str]:
-    """The runs among ``run_ids`` whose workload started after ``when``: run id → configuration."""
-    return {m["run_id"]: config_key(m) for m in map(read_manifest, iter_runs(root))
-            if m["run_id"] in run_ids and m["start"] > when}
+def recorded_after(found: dict[Path, dict], when: float) -> dict[str, str]:
+    """The runs of ``manifests`` whose workload started after ``when``: run id → configuration."""
+    return {m["run_id"]: config_key(m) for m in found.values() if m["start"] > when}
 
 
 def _stats(e: np.ndarray, band: tuple[float, float] | None = None) -> dict:
@@ -109,10 +110,11 @@ def seed_time_base(rs: RunSet) -> RunSet:
     return replace(rs, X={**rs.X, "busy_gpu_s": rs.X["duration_s"]})
 
 
-def held_out(cal: RunSet, names: tuple[str, ...], seed: int) -> dict:
-    """Per estimator: its held-out errors on the calibration data (8 folds of configurations), summarised."""
+def held_out(errors: dict[str, HeldOut]) -> dict:
+    """Per estimator: its held-out errors on the calibration data (``held_out_errors``: 8 folds of
+    configurations), summarised."""
     out = {}
-    for n, h in held_out_errors(cal, names, seed).items():
+    for n, h in errors.items():
         e = h.errors
         out[n] = {"median_abs_pct_error": float(np.median(np.abs(e))) if e.size else None,
                   "band": [float(np.quantile(e, BAND[0])), float(np.quantile(e, BAND[1]))] if e.size else None,
@@ -124,7 +126,7 @@ def time_base_ablation(cal: RunSet, target: RunSet, seed: int) -> dict:
     """The energy models on the seed study's time base (the duration): held out on the calibration data
     and applied to the one-GPU runs, beside the same on ours (taken from the main scoring, not redone)."""
     c, t = seed_time_base(cal), seed_time_base(target)
-    held = held_out(c, TIME_BASE_ESTIMATORS, seed)
+    held = held_out(held_out_errors(c, TIME_BASE_ESTIMATORS, seed))
     row = {}
     for n in TIME_BASE_ESTIMATORS:
         e = 100.0 * (make(n, seed=seed).fit(c.X, c.flops).predict(t.X) - t.flops) / t.flops
@@ -306,12 +308,18 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     calibrate = args.calibrate or [Path("data/h200")]
     best = json.loads(args.flops_results.read_text())["best"] if args.flops_results.exists() else None
-    cal, target = calibration_set(calibrate), load_runs(args.data)
-    doc = flop_scores(calibrate, training_runs(args.data, set(target.run_ids)), args.seed,
-                      args.model if args.model.exists() else None, best)
+    try:
+        cal = calibration_set(calibrate)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    target = load_runs(args.data)
+    found = manifests(args.data, set(target.run_ids))
+    errors = held_out_errors(cal, ESTIMATORS, args.seed)
+    doc = flop_scores(calibrate, training_runs(found), args.seed, args.model if args.model.exists() else None,
+                      best, cal=cal, held=errors)
     if "error" in doc:
         raise SystemExit(doc["error"])
-    held = held_out(cal, ESTIMATORS, args.seed)
+    held = held_out(errors)
     new_configs = set(target.configs) - set(cal.configs)
     doc.update(command=command.strip(), data=str(args.data), created=time.strftime("%Y-%m-%d", time.gmtime()),
                held_out=held, band=list(BAND), new_configurations=len(new_configs),
@@ -320,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                calibration_one_busy_gpu=int(np.sum(cal.X["busy_gpu_s"] < 1.5 * cal.X["duration_s"])))
     if args.blind_after:
         when = commit_time(args.blind_after)
-        blind = recorded_after(args.data, set(target.run_ids), when)
+        blind = recorded_after(found, when)
         doc["blind"] = {"after": args.blind_after, "after_t": when, "runs": len(blind),
                         "runs_of_new_configurations": sum(c not in set(cal.configs) for c in blind.values())}
     doc["summary"] = summarize(doc, held, new_configs, blind if args.blind_after else set())

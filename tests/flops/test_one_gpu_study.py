@@ -71,7 +71,8 @@ def test_the_blind_test_says_when_nothing_was_recorded_after_the_commit(tmp_path
     cal = tmp_path / "cal"
     dirs = synthetic_runs(cal, configs=[(6.0, 1.0), (9.0, 0.6), (12.0, 0.8), (5.0, 0.5), (15.0, 0.9), (8.0, 0.7)])
     _one_gpu(dirs, tmp_path / "x1")
-    assert mod.recorded_after(tmp_path / "x1", {read_manifest(d)["run_id"] + "-x1" for d in dirs}, 4e9) == {}
+    found = mod.manifests(tmp_path / "x1", {read_manifest(d)["run_id"] + "-x1" for d in dirs})
+    assert len(found) == len(dirs) and mod.recorded_after(found, 4e9) == {}
     out, docs = tmp_path / "r.json", tmp_path / "d.md"
     assert mod.main(["--calibrate", str(cal), "--data", str(tmp_path / "x1"), "--model", str(tmp_path / "none"),
                      "--flops-results", str(tmp_path / "none.json"), "--out", str(out), "--docs", str(docs),

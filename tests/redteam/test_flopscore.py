@@ -158,3 +158,21 @@ def test_an_estimator_with_failed_folds_is_reported_and_not_calibrated_is_no_hea
     assert doc["headline"] is None and "flaky, the best of trainsentry flops-eval, could not be calibrated" in \
         doc["headline_source"]
     assert "No headline estimator (none: flaky" in "\n".join(_flops({"flop_estimator": doc}))
+
+
+def test_a_caller_s_calibration_and_held_out_errors_are_used_as_given(scored):
+    """flops_one_gpu computes the calibration set and its held-out errors itself (it also needs their
+    bands); handed to flop_scores they give the same scores, and they are what it reports."""
+    from trainsentry.flops.estimators import ESTIMATORS
+    from trainsentry.redteam.flopscore import calibration_set, held_out_errors
+
+    doc, root = scored
+    runs = [{"dir": root / "adv" / "adv.accum.k8-r0", "name": "accum", "setting": "k8", "role": "strategy"}]
+    cal = calibration_set([root / "benign"])
+    held = held_out_errors(cal, ESTIMATORS, 0)
+    given = flop_scores([root / "benign"], runs, seed=0, best="tensor", cal=cal, held=held)
+    own = flop_scores([root / "benign"], runs, seed=0, best="tensor")
+    assert given["benign_held_out"] == own["benign_held_out"] and given["settings"] == own["settings"]
+    held["tensor"].errors = held["tensor"].errors * 0 + 1.0       # not recomputed: the given errors are read
+    again = flop_scores([root / "benign"], runs, seed=0, best="tensor", cal=cal, held=held)
+    assert again["benign_held_out"]["tensor"]["median_abs_pct_error"] == 1.0

@@ -162,16 +162,21 @@ def headline_of(best: str | None, estimators: dict) -> tuple[str | None, str]:
 
 
 def flop_scores(benign_dirs: list[Path], scored: list[dict], seed: int = 0, saved_model: Path | None = None,
-                best: str | None = None) -> dict:
+                best: str | None = None, cal: RunSet | None = None,
+                held: dict[str, HeldOut] | None = None) -> dict:
     """``scored``: [{"dir", "name", "setting", "role"}] with role "strategy" or "control" (a benign run
     recorded beside the strategies); ``best``: the estimator ``trainsentry flops-eval`` names best
     (results/flops.json), the headline. Returns the calibration, the benign held-out error range per
-    estimator, the headline estimator, one row per run and medians per (name, setting)."""
-    try:
-        cal = calibration_set(benign_dirs)
-    except ValueError as e:
-        return {"error": str(e)}
-    held = held_out_errors(cal, ESTIMATORS, seed)
+    estimator, the headline estimator, one row per run and medians per (name, setting). ``cal`` and
+    ``held``: the calibration set of ``benign_dirs`` and its ``held_out_errors`` over ESTIMATORS with
+    ``seed``, where the caller has them already (used as given, not recomputed)."""
+    if cal is None:
+        try:
+            cal = calibration_set(benign_dirs)
+        except ValueError as e:
+            return {"error": str(e)}
+    if held is None:
+        held = held_out_errors(cal, ESTIMATORS, seed)
     estimators: dict[str, Estimator] = {}
     not_calibrated: dict[str, str] = {}
     for n in ESTIMATORS:
