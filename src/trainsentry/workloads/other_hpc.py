@@ -113,6 +113,14 @@ def spectral_grid(n: int, device, dtype: torch.dtype) -> tuple[torch.Tensor, tor
     return kx, ky, k2, keep
 
 
+def spectral_band(k2: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The initial spectrum's amplitude envelope: energy near wavenumber 4, dealiased, no mean mode (a
+    periodic box has no mean vorticity)."""
+    band = torch.exp(-((k2.sqrt() - 4.0) ** 2) / 8.0) * keep
+    band[0, 0] = 0.0
+    return band
+
+
 def velocity(w: torch.Tensor, kx, ky, k2) -> tuple[torch.Tensor, torch.Tensor]:
     """The velocity (u, v) in physical space from the vorticity's spectrum, through the stream function
     ψ̂ = ω̂/k²: u = ∂ψ/∂y, v = −∂ψ/∂x."""
@@ -177,8 +185,7 @@ def run_spectral(ctx: Context, cfg: dict) -> None:
     nu, cfl, log_every = float(cfg.get("nu", 1e-4)), float(cfg.get("cfl", 0.5)), int(cfg.get("log_every", 10))
     kx, ky, k2, keep = spectral_grid(n, ctx.device, dtype)
     gen = torch.Generator(device=ctx.device).manual_seed(ctx.seed * 1000 + ctx.rank)
-    band = torch.exp(-((k2.sqrt() - 4.0) ** 2) / 8.0) * keep      # energy near wavenumber 4
-    band[0, 0] = 0.0                                              # a periodic box has no mean vorticity
+    band = spectral_band(k2, keep)
     # White noise in physical space, filtered to the band: a real field's spectrum, Hermitian by
     # construction. The start recorded until 2026-12-02 (random coefficients in the band, made Hermitian
     # by rfft2(irfft2(·))) relied on what an inverse transform does with input that is not: cuFFT's fp32
