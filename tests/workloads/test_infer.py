@@ -26,7 +26,7 @@ from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md"}
-OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil", "spectral"}
+OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil", "spectral", "quantize"}
 # (configs that need a larger launch than this file's 2 ranks are run in test_ngpu.py)
 MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other") and s.min_ranks <= 2)
 STEPS = 4

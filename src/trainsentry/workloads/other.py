@@ -7,7 +7,10 @@
   copies on the copy engines (NVLink bytes with an idle SM);
 - idle: nothing on the GPU, optionally with memory held (a parked process);
 - stencil (other_hpc.py): a domain-decomposed 3-D Jacobi solver exchanging halo planes every sweep,
-  symmetric and regular GPU-to-GPU traffic from a simulation.
+  symmetric and regular GPU-to-GPU traffic from a simulation; spectral (other_hpc.py): a
+  pseudo-spectral turbulence solver;
+- quantize (other_quant.py): GPTQ post-training quantization of a frozen model, token-dimension
+  reductions shaped like weight gradients and the blocks' weights rewritten, with no gradient and no optimizer.
 
 A step: one burn iteration (``iters`` GEMMs), one collective call, one copy, one sleep interval.
 """
@@ -199,4 +202,4 @@ variants("other.idle", "other", "idle", run_idle,
              "hold_40g": {"hold_gib": 40},
          })
 
-from . import other_hpc  # noqa: E402,F401  (registers the stencil solver)
+from . import other_hpc, other_quant  # noqa: E402,F401  (register the stencil and spectral solvers, GPTQ)
