@@ -25,7 +25,7 @@ from trainsentry.workloads.infer_serve import SlotPool, decode_pool, prefill_int
 from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md"}
+INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md", "offload"}
 OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil", "spectral", "quantize"}
 # (configs that need a larger launch than this file's 2 ranks are run in test_ngpu.py)
 MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other") and s.min_ranks <= 2)
@@ -222,6 +222,37 @@ def test_every_workload_runs_at_toy_size(toy_run):
     assert x["bytes_to_host_per_step"] == host["config"]["batch"] * host["config"]["text_len"] * 4 and x["host_checksum"] > 0
     kept = truth(toy_run, "infer.attribute.l1b_b16_l1024")["ground_truth"]["extra"]["0"]
     assert kept["bytes_to_host_per_step"] == 0 and kept["host_checksum"] == 0
+
+
+def test_offloaded_generation_streams_every_block_and_equals_the_resident_model(toy_run):
+    """Weights streamed from host memory block by block give the resident model's logits exactly, and
+    every forward copies every block once (plus the first block's copy made in advance)."""
+    from trainsentry.workloads.base import Context
+    from trainsentry.workloads.infer_offload import StreamedBlocks
+
+    cfg = ModelConfig(**MODELS["toy"], seq_len=32)
+    torch.manual_seed(0)
+    resident = GPT(cfg).eval()
+    torch.manual_seed(0)
+    streamed = GPT(cfg).eval()
+    ctx = Context(rank=0, world_size=1, device=torch.device("cpu"), dtype=torch.float32, deadline=math.inf)
+    s = StreamedBlocks(ctx, streamed)
+    prompt = torch.randint(0, 256, (3, 6), generator=torch.Generator().manual_seed(1))
+
+    def generate(model):
+        cache = KVCache(cfg, cfg.n_layers, 3, 16, "cpu", torch.float32)
+        logits = [model(prompt, cache)[:, -1]]
+        for _ in range(5):
+            logits.append(model(logits[-1].argmax(-1, keepdim=True), cache)[:, -1])
+        return torch.stack(logits)
+
+    with torch.inference_mode():
+        assert torch.equal(generate(resident), generate(streamed))
+    assert s.forwards == 6 and s.bytes == (1 + 6 * cfg.n_layers) * s.block_bytes
+    per_block = sum(p.numel() for p in resident.layers["0"].parameters()) * FP32
+    assert s.block_bytes == per_block
+    t = truth(toy_run, "infer.offload.g7b_b256")["ground_truth"]["extra"]["0"]
+    assert t["forwards"] == STEPS and t["bytes_to_device"] == STEPS * t["weights_streamed_per_forward"] > 0
 
 
 def test_attribution_weight_check_sees_an_update_a_checksum_would_miss():

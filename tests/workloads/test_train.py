@@ -34,6 +34,8 @@ RUNS = {  # run_id -> workload (toy overrides apply)
     "single": "train.single.w1024-l16",
     "lora_ddp": "train.lora.ddp-r16-w2048",
     "lora_single": "train.lora.single-r8-w1536",
+    "offload": "train.offload.w1024-l16",
+    "offload_dpu": "train.offload.w2048-l24-dpu",
 }
 
 
@@ -44,6 +46,7 @@ def truths(tmp_path_factory) -> dict[str, dict]:
     runs.append({"run_id": "long", "workload": "train.single.w1024-l16", "max_steps": LONG_STEPS, "seconds": 120})
     runs.append({"run_id": "bf16_long", "workload": "train.single.w1024-l16", "max_steps": LONG_STEPS, "seconds": 120,
                  "overrides": {"param_dtype": "bf16"}})
+    runs.append({"run_id": "offload_long", "workload": "train.offload.w1024-l16", "max_steps": LONG_STEPS, "seconds": 120})
     runs.append({"run_id": "lora_bf16", "workload": "train.lora.single-r8-w1536", "max_steps": STEPS, "seconds": 120,
                  "overrides": {"param_dtype": "bf16"}})
     return run_plan(out, runs, 2, [str(HERE / "train_worker.py")], timeout=300)
@@ -83,7 +86,7 @@ def test_run_ok_and_ledger_filled(truths, run_id):
 
 
 def test_single_gpu_runs_on_rank_zero_only_and_sends_nothing(truths):
-    for rid in ("single", "lora_single"):
+    for rid in ("single", "lora_single", "offload", "offload_dpu"):
         g = gt(truths[rid])
         assert truths[rid]["ranks"] == [0]
         assert list(g["flops_per_step_per_rank"]) == ["0"]
@@ -96,7 +99,7 @@ def analytic_total(truth: dict) -> float:
     return extra(truth)["analytic_flops_per_token"] * gt(truth)["tokens"]
 
 
-@pytest.mark.parametrize("run_id", ["ddp", "sgd", "fsdp", "accum", "single", "long", "pp_gpipe", "pp_1f1b"])
+@pytest.mark.parametrize("run_id", ["ddp", "sgd", "fsdp", "accum", "single", "long", "pp_gpipe", "pp_1f1b", "offload"])
 def test_counted_flops_match_6n_plus_attention(truths, run_id):
     # Counted and analytic differ only by the attention backward: torch's formula counts the flash
     # kernel's recomputation of QKᵀ (5 products, not 4), a few % at toy size.
@@ -160,6 +163,57 @@ def test_pure_bf16_training_holds_bf16_weights_and_still_learns(truths):
     assert last < first - 1.0, (first, last)
 
 
+def test_offloaded_optimizer_learns_and_moves_gradients_down_and_weights_up(truths):
+    """ZeRO-Offload: bf16 weights on the device, the update on the host; every step sends the bf16
+    gradients down and brings the bf16 weights back, as many bytes each way (the delayed update too,
+    once its last update has landed)."""
+    for rid in ("offload", "offload_dpu"):
+        x, steps = extra(truths[rid]), gt(truths[rid])["steps"]
+        assert x["optimizer_location"] == "host" and x["trainable_dtypes"] == ["torch.bfloat16"]
+        params = x["params_trainable_local"]
+        assert x["offload_bytes_each_way_per_step"] == 2 * params
+        assert x["offload_bytes_d2h"] == x["offload_bytes_h2d"] == steps * 2 * params and x["host_updates"] == steps
+    assert extra(truths["offload"])["offload_overlap"] is False and extra(truths["offload_dpu"])["offload_overlap"] is True
+    losses = [l for _, l in gt(truths["offload_long"])["loss_curve"]]
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert len(losses) == LONG_STEPS and last < first - 1.0, (first, last)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_host_adamw_is_adamw_on_fp32_master_weights(overlap):
+    """The device's weights after each update are exactly AdamW's fp32 master weights cast to bf16; with
+    the delayed update (overlap) they lag one step until ``finish``."""
+    from trainsentry.workloads.base import Context
+    from trainsentry.workloads.train_offload import HostAdamW, _cpu_fused_adamw
+
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(d_model=32, n_layers=2, n_heads=4, seq_len=16)).to(torch.bfloat16)
+    ctx = Context(rank=0, world_size=1, device=torch.device("cpu"), dtype=torch.float32, deadline=math.inf)
+    cfg = {"lr": 1e-2, "warmup": 1, "offload_overlap": overlap}
+    opt = HostAdamW(ctx, model.parameters(), cfg)
+    ref_w = [p.detach().float().clone() for p in model.parameters()]
+    impl = {"fused": True} if _cpu_fused_adamw() else {"foreach": True}   # the same kernel as HostAdamW's
+    ref = torch.optim.AdamW(ref_w, lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1, **impl)
+    x = torch.randint(0, 256, (2, 16))
+    seen = []
+    for _ in range(3):
+        model(x).float().square().mean().backward()
+        for r, p in zip(ref_w, model.parameters()):
+            r.grad = p.grad.float()
+        ref.step()
+        seen.append([r.detach().to(torch.bfloat16) for r in ref_w])
+        opt.step()
+        opt.zero_grad()
+        now = list(model.parameters())
+        expect = seen[-1] if not overlap else (seen[-2] if len(seen) > 1 else None)
+        if expect is not None:
+            assert all(torch.equal(p, e) for p, e in zip(now, expect))
+    opt.finish()
+    assert all(torch.equal(p, e) for p, e in zip(model.parameters(), seen[-1]))
+    with pytest.raises(ValueError, match="AdamW"):
+        HostAdamW(ctx, model.parameters(), {"lr": 1e-2, "optimizer": "sgd"})
+
+
 # --- collective bytes (ground truth of interconnect traffic) -----------------------------------------
 
 def test_ddp_all_reduce_bytes_equal_gradient_bytes(truths):
@@ -214,7 +268,7 @@ def test_registry_covers_the_families():
     families = {r["family"] for r in rows}
     assert families == {"ddp-width-depth", "ddp-long-seq", "ddp-wide-ff", "ddp-deep-narrow", "ddp-head-geometry",
                         "ddp-optimizer", "ddp-batch", "fsdp", "tensor-parallel", "pipeline-parallel",
-                        "grad-accum", "single-gpu", "lora"}
+                        "grad-accum", "single-gpu", "lora", "offload"}
     sizes = [r["params_M"] for r in rows]
     assert min(sizes) < 80 and max(sizes) > 2000
     assert {r["optimizer"] for r in rows if r["family"] == "ddp-optimizer"} == {"adamw", "sgd"}

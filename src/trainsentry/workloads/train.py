@@ -21,6 +21,7 @@ from .data import Batches
 from .flops import measure
 from .lora import lora_from_config
 from .model import loss_fn, n_params
+from .train_offload import HostAdamW
 
 CLS = "training"
 # Shared toy override: a model that runs a few steps in well under a second on one CPU core.
@@ -105,7 +106,12 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
     else:
         net = model
         ctx.ledger.extra["collective_method"] = "none"
-    opts = par.make_optimizers(ctx, net, cfg)
+    if cfg.get("offload"):   # ZeRO-Offload: master weights, optimizer state and update on the host
+        if wrap != "single" or param_dtype != "bf16":
+            raise ValueError("offload trains one GPU's bf16 weights (wrap single, param_dtype bf16)")
+        opts = [HostAdamW(ctx, net.parameters(), cfg)]
+    else:
+        opts = par.make_optimizers(ctx, net, cfg)
     batches = Batches("train", cfg["batch"], mcfg.seq_len, ctx.device, seed=ctx.seed * 7919 + ctx.rank + 1)
     accum = int(cfg.get("accum", 1))
     # Clip plain-tensor gradients (DDP, single GPU); FSDP's sharded norm would add a collective.
@@ -129,6 +135,9 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
 
     with counter if counter is not None else contextlib.nullcontext():
         _train_loop(ctx, cfg, step, accum * cfg["batch"] * mcfg.seq_len)
+    for opt in opts:
+        if isinstance(opt, HostAdamW):
+            opt.finish()   # an update still running on the host lands before validation
     # DDP's forward without grad needs no traffic: evaluate the bare module. FSDP must gather.
     _set_val(ctx, lambda: _val_loss(ctx, cfg, net if wrap == "fsdp" else model, mcfg, ctx.seed + 99))
 
@@ -333,6 +342,8 @@ def _extra(c: dict) -> str:
         bits.append(f"lora r={c['lora_rank']}")
     if c.get("microbatches"):
         bits.append(f"{c.get('schedule', '1f1b')} x{c['microbatches']}")
+    if c.get("offload"):
+        bits.append("host AdamW" + (", delayed update" if c.get("offload_overlap") else ""))
     return ", ".join(bits)
 
 
