@@ -182,14 +182,16 @@ def test_offloaded_optimizer_learns_and_moves_gradients_down_and_weights_up(trut
 @pytest.mark.parametrize("overlap", [False, True])
 def test_host_adamw_is_adamw_on_fp32_master_weights(overlap):
     """The device's weights after each update are exactly AdamW's fp32 master weights cast to bf16; with
-    the delayed update (overlap) they lag one step until ``finish``."""
+    the delayed update (overlap, after one ordinary step) they lag one step until ``finish``."""
     from trainsentry.workloads.base import Context
     from trainsentry.workloads.train_offload import HostAdamW, _cpu_fused_adamw
 
     torch.manual_seed(0)
     model = GPT(ModelConfig(d_model=32, n_layers=2, n_heads=4, seq_len=16)).to(torch.bfloat16)
     ctx = Context(rank=0, world_size=1, device=torch.device("cpu"), dtype=torch.float32, deadline=math.inf)
-    cfg = {"lr": 1e-2, "warmup": 1, "offload_overlap": overlap}
+    # one ordinary step, then the delayed update; the process's thread count left as it is
+    cfg = {"lr": 1e-2, "warmup": 1, "offload_overlap": overlap, "offload_overlap_after": 1,
+           "host_threads": torch.get_num_threads()}
     opt = HostAdamW(ctx, model.parameters(), cfg)
     ref_w = [p.detach().float().clone() for p in model.parameters()]
     impl = {"fused": True} if _cpu_fused_adamw() else {"foreach": True}   # the same kernel as HostAdamW's
@@ -205,9 +207,8 @@ def test_host_adamw_is_adamw_on_fp32_master_weights(overlap):
         opt.step()
         opt.zero_grad()
         now = list(model.parameters())
-        expect = seen[-1] if not overlap else (seen[-2] if len(seen) > 1 else None)
-        if expect is not None:
-            assert all(torch.equal(p, e) for p, e in zip(now, expect))
+        expect = seen[-1] if not overlap or len(seen) == 1 else seen[-2]
+        assert all(torch.equal(p, e) for p, e in zip(now, expect))
     opt.finish()
     assert all(torch.equal(p, e) for p, e in zip(model.parameters(), seen[-1]))
     with pytest.raises(ValueError, match="AdamW"):

@@ -8,19 +8,28 @@ per step. A model whose optimizer state does not fit next to it on the GPU train
 verifier it is a different sight from the training in the corpus: the optimizer step is gone from the
 GPU, which waits for the CPU, and PCIe carries a symmetric exchange.
 
-``offload_overlap`` is the paper's delayed parameter update: the CPU's update of step t runs in a
-thread while the GPU computes step t + 1 on the weights of step t − 1, so the GPU no longer waits, at the
-price of gradients one step stale; the weights of step t are uploaded when its update is done, at the
-start of step t + 2's update.
+``offload_overlap`` is the paper's delayed parameter update: after ``offload_overlap_after`` ordinary
+steps (10), the CPU's update of step t runs in a thread while the GPU computes step t + 1 on the weights
+of step t − 1, so the GPU no longer waits, at the price of gradients one step stale; the weights of step t
+are uploaded when its update is done, at the start of step t + 2's update. The update uses
+``host_threads`` CPU threads (default: all the host's cores).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
 
 from .base import Context
+
+
+class _StepsWithUpdate:
+    """HostAdamW's ``warmup``: the learning-rate schedule advances with each host update instead."""
+
+    def step(self) -> None:
+        pass
 
 
 class HostAdamW:
@@ -39,22 +48,32 @@ class HostAdamW:
         # the transfer buffers, pinned so the copies run on the copy engines asynchronously
         self.grads_host = [torch.empty(p.shape, dtype=p.dtype, pin_memory=pin) for p in self.params]
         self.weights_host = [torch.empty(p.shape, dtype=p.dtype, pin_memory=pin) for p in self.params]
+        # the host's cores do the update, as ZeRO-Offload's CPU Adam does (a launcher may have set 1)
+        torch.set_num_threads(int(cfg.get("host_threads") or os.cpu_count() or 1))
         fused = {"fused": True} if _cpu_fused_adamw() else {"foreach": True}
         self.opt = torch.optim.AdamW(self.master, lr=cfg["lr"], betas=(0.9, 0.95), weight_decay=0.1, **fused)
         warmup = max(1, int(cfg.get("warmup", 1)))
-        self.warmup = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda step: min(1.0, (step + 1) / warmup))
+        # stepped by the host with each update (in the update's thread when it overlaps), so the
+        # training loop's warm-up call is a no-op here
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda step: min(1.0, (step + 1) / warmup))
+        self.warmup = _StepsWithUpdate()
         self.overlap = bool(cfg.get("offload_overlap", False))
+        # the paper starts the delayed update after some ordinary steps: stale gradients at the start of
+        # training, while the learning rate warms up, hurt the loss
+        self.overlap_after = int(cfg.get("offload_overlap_after", 10))
         self.pending: threading.Thread | None = None
         self.bytes_each_way = sum(p.numel() * p.element_size() for p in self.params)
         self.updates = self.uploads = self.downloads = 0
         ctx.ledger.extra.update(optimizer_location="host", optimizer_impl="fused" if fused.get("fused") else "foreach",
                                 host_threads=torch.get_num_threads(), offload_overlap=self.overlap,
+                                offload_overlap_after=self.overlap_after if self.overlap else None,
                                 offload_bytes_each_way_per_step=self.bytes_each_way)
 
     def _update_on_host(self) -> None:
         for m, g in zip(self.master, self.grads_host):
             m.grad.copy_(g)
         self.opt.step()
+        self.schedule.step()
         for h, m in zip(self.weights_host, self.master):
             h.copy_(m)   # fp32 -> bf16 on the CPU, into the pinned buffer
         self.updates += 1
@@ -80,7 +99,7 @@ class HostAdamW:
             h.copy_(p.grad, non_blocking=True)
         self.ctx.sync()   # the gradients are in host memory before the CPU reads them
         self.downloads += 1
-        if self.overlap:
+        if self.overlap and self.downloads > self.overlap_after:
             self.pending = threading.Thread(target=self._update_on_host, name="host-adamw", daemon=True)
             self.pending.start()
         else:
