@@ -1,0 +1,46 @@
+"""scripts/offload_gate.py on synthetic one-GPU traces with a known answer: a GPU that sends over PCIe
+what it receives (host-staged training's gradients out, weights back) passes the exchange gate, one
+that only receives (weights streamed in for inference) does not, and the ground truth rides along."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+import numpy as np
+
+from trainsentry.traces.io import write_trace
+from trainsentry.traces.schema import GPU_METRICS
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "offload_gate.py"
+
+
+def _trace(root: Path, run_id: str, cls: str, tx_mibps: float, rx_mibps: float, extra: dict) -> None:
+    t = 1_800_000_000.0 + np.arange(400) / 10.0
+    cols = {"node": ["n"] * t.size, "device": ["gpu0"] * t.size, "kind": ["gpu"] * t.size, "t": list(t)}
+    for m in GPU_METRICS:
+        cols[m.name] = [None] * t.size
+    cols.update(power_mw=[400_000] * t.size, gpu_util_pct=[60.0] * t.size, gpm_sm_util_pct=[50.0] * t.size,
+                gpm_pcie_tx_mibps=[tx_mibps] * t.size, gpm_pcie_rx_mibps=[rx_mibps] * t.size)
+    manifest = {"run_id": run_id, "node": "n", "start": float(t[0]), "end": float(t[-1]), "sample_hz": 10.0,
+                "labels": {"workload": run_id, "class": cls, "family": "offload", "config": {}},
+                "ground_truth": {"extra": {"0": extra}}}
+    write_trace(root / run_id, cols, manifest)
+
+
+def test_a_symmetric_pcie_exchange_passes_the_gate_and_one_way_streaming_does_not(tmp_path):
+    data = tmp_path / "d"
+    _trace(data, "zero-offload", "training", 2000.0, 2000.0, {"offload_bytes_d2h": 5, "offload_bytes_h2d": 5})
+    _trace(data, "streamed", "inference", 5.0, 20000.0, {"bytes_to_device": 9})
+    out = tmp_path / "g.json"
+    main = runpy.run_path(str(SCRIPT))["main"]
+    assert main(["--data", str(data), "--family", "offload", "--out", str(out), "--cache", str(tmp_path / "c")]) == 0
+    res = json.loads(out.read_text())
+    train, infer = res["runs"]["zero-offload"], res["runs"]["streamed"]
+    assert train["gate_pass_share"] > 0.9 and infer["gate_pass_share"] == 0.0
+    assert train["pcie_factors_median"]["symmetry"] > 0.9 > 0.1 > infer["pcie_factors_median"]["symmetry"]
+    assert train["ground_truth"] == {"offload_bytes_d2h": 5, "offload_bytes_h2d": 5}
+    assert infer["ground_truth"] == {"bytes_to_device": 9}
+    assert res["by_family"]["training offload"] == {"runs": 1, "passing_runs": 1, "max_pass_share": train["gate_pass_share"]}
+    assert res["by_family"]["inference offload"]["passing_runs"] == 0
