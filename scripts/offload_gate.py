@@ -4,7 +4,7 @@ families, the share of in-run windows passing the gate and the medians of the PC
 factors and of the features they read (rules.exchange_factors at the gate's thresholds), with the
 workload's own ground truth of bytes moved over PCIe beside them.
 
-    python scripts/offload_gate.py --data data/h200x1 --family offload --out results/offload-gate.json
+    python scripts/offload_gate.py --data data/h200x1 --family offload --family zero-offload --out results/offload-gate.json
 """
 
 from __future__ import annotations

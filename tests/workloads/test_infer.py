@@ -142,6 +142,17 @@ def test_every_type_registered_with_enough_configs():
         assert name.split(".")[1].startswith(spec.family)   # infer.tp8.* is family tp
 
 
+def test_every_family_belongs_to_one_class():
+    """Results are keyed by family (per-family alert rates, leave-one-family-out): a family name shared
+    by two classes would pool, say, offloaded inference with offloaded training."""
+    from trainsentry.workloads import train  # noqa: F401  (registers the training workloads)
+
+    classes: dict[str, set] = {}
+    for spec in WORKLOADS.values():
+        classes.setdefault(spec.family, set()).add(spec.cls)
+    assert {f: c for f, c in classes.items() if len(c) > 1} == {}
+
+
 def test_gpu_configs_fit_two_h200():
     """Every full-size config is consistent and its weights plus KV cache fit one H200 (141 GB)."""
     for name, spec in WORKLOADS.items():

@@ -269,7 +269,7 @@ def test_registry_covers_the_families():
     families = {r["family"] for r in rows}
     assert families == {"ddp-width-depth", "ddp-long-seq", "ddp-wide-ff", "ddp-deep-narrow", "ddp-head-geometry",
                         "ddp-optimizer", "ddp-batch", "fsdp", "tensor-parallel", "pipeline-parallel",
-                        "grad-accum", "single-gpu", "lora", "offload"}
+                        "grad-accum", "single-gpu", "lora", "zero-offload"}
     sizes = [r["params_M"] for r in rows]
     assert min(sizes) < 80 and max(sizes) > 2000
     assert {r["optimizer"] for r in rows if r["family"] == "ddp-optimizer"} == {"adamw", "sgd"}

@@ -88,7 +88,7 @@ FAMILIES: list[tuple[str, str, str, int, dict, dict[str, dict]]] = [
         "single-r8-w1536": w(1536, 24, batch=16, lora_rank=8),
     }),
     # ZeRO-Offload (train_offload.py): bf16 weights on the GPU, fp32 master weights and AdamW on the host
-    ("train.offload", "offload", "train_single", 1, {"offload": True, "param_dtype": "bf16"}, {
+    ("train.offload", "zero-offload", "train_single", 1, {"offload": True, "param_dtype": "bf16"}, {
         "w1024-l16": w(1024, 16, batch=32),          # 201M
         "w2048-l24": w(2048, 24, batch=16),          # 1.2B
         "w2048-l24-dpu": w(2048, 24, batch=16, offload_overlap=True),   # delayed parameter update
@@ -139,5 +139,5 @@ DESCRIPTIONS = {
     "grad-accum": "DDP with gradient accumulation: one all-reduce every few micro-batches",
     "single-gpu": "one GPU, no interconnect traffic",
     "lora": "LoRA fine-tuning, base frozen: adapter-only gradient traffic, ~4N FLOPs per token",
-    "offload": "ZeRO-Offload on one GPU: bf16 gradients to the host, AdamW there, bf16 weights back over PCIe",
+    "zero-offload": "ZeRO-Offload on one GPU: bf16 gradients to the host, AdamW there, bf16 weights back over PCIe",
 }
