@@ -745,3 +745,34 @@ def test_flops_on_one_gpu_told_from_its_results_and_optional(tmp_path):
     b = build(res, DATA, tmp_path / "out2", allow_missing=False, pdf=False, configs=CONFIGS)
     text = b.html_path.read_text()
     assert not b.missing and "This is a draft" not in text and "FLOPs on a one-GPU node" not in text
+
+
+def test_host_link_item_told_from_the_offload_gate_and_optional(tmp_path):
+    """Section 8's host-link item reads results/offload-gate.json (optional) and the fused detector's
+    per-family alert rate from results/one_gpu.json; every number is traced, and without the family or
+    the file nothing is said."""
+    from trainsentry.report.context import Ctx
+    from trainsentry.report.sections.s8_recommendations import _host_link
+
+    assert INPUTS["offload_gate"].optional and all("offload_gate" not in s.INPUTS for s in SECTIONS)
+    res = tmp_path / "results"
+    res.mkdir()
+    gate = {"by_family": {"training zero-offload": {"runs": 6, "passing_runs": 5, "max_pass_share": 1.0},
+                          "inference offload": {"runs": 4, "passing_runs": 1, "max_pass_share": 0.6},
+                          "training lora": {"runs": 7, "passing_runs": 0, "max_pass_share": 0.0}}}
+    (res / "offload-gate.json").write_text(json.dumps(gate))
+    doc = json.loads((RESULTS / "one_gpu.json").read_text())
+    doc["frozen"]["fused"]["per_family"]["zero-offload"] = {"class": "training", "test_instances": 6, "alerted_frac": 0.25}
+    (res / "one_gpu.json").write_text(json.dumps(doc))
+    ctx = Ctx(res, DATA, True, CONFIGS)
+    said = re.sub(r"<[^>]+>", "", _host_link(ctx))
+    assert "in 5 of its 6 runs" in said and "while 1 of that node's other 11 runs did" in said
+    assert "alerted on 25" in said
+    assert [i.value for i in ctx.injected] == [1, 11, 0.25, 5, 6]
+    del doc["frozen"]["fused"]["per_family"]["zero-offload"]   # not judged by the fused detector: no rate
+    (res / "one_gpu.json").write_text(json.dumps(doc))
+    said = re.sub(r"<[^>]+>", "", _host_link(Ctx(res, DATA, True, CONFIGS)))
+    assert "alerted on" not in said and "decide whether it alerts" in said
+    del gate["by_family"]["training zero-offload"]
+    (res / "offload-gate.json").write_text(json.dumps(gate))
+    assert _host_link(Ctx(res, DATA, True, CONFIGS)) == ""

@@ -134,6 +134,34 @@ def _pipes(ctx) -> str:
     return sentence + "."
 
 
+def _host_link(ctx) -> str:
+    """One item from results/offload-gate.json (optional): training whose optimizer moved to the host
+    passes the exchange gate on PCIe, and whether the fused detector's trees followed."""
+    fams = ctx.value("offload_gate", "by_family") or {}
+    zero = fams.get("training zero-offload")
+    if not zero:
+        return ""
+    key = "by_family/training zero-offload"
+    others = {f: v for f, v in fams.items() if f != "training zero-offload"}
+    src = [("offload_gate", "by_family")]
+    passing = ctx.derived(sum(v["passing_runs"] for v in others.values()), "int", src)
+    total = ctx.derived(sum(v["runs"] for v in others.values()), "int", src)
+    fused = (ctx.value("one_gpu", "frozen/fused/per_family") or {}).get("zero-offload") if ctx.has("one_gpu") else None
+    verdict = (f"yet the fused detector, whose trees learned training from exchanges over NVLink, alerted on "
+               f"{ctx.num('one_gpu', 'frozen/fused/per_family/zero-offload/alerted_frac', 'pct')} of them"
+               if fused else "yet the fused detector's trees, which learned training from exchanges over NVLink, "
+               "decide whether it alerts")
+    return (f"<li><b>Let the exchange gate speak on the host link.</b> Training whose optimizer runs on the host "
+            f"(ZeRO-Offload: gradients out and weights back over PCIe at every step) passed the exchange gate in "
+            f"at least half its windows in {ctx.num('offload_gate', key + '/passing_runs', 'int')} of its "
+            f"{ctx.num('offload_gate', key + '/runs', 'int')} runs on the one-GPU node, while {passing} of that "
+            f"node's other {total} runs did (offloaded inference streams weights one way); {verdict}. Moving the "
+            f"optimizer to the host is an evasion that costs the adversary only speed. The gate's evidence on PCIe "
+            f"should be able to alert on its own, once the benign corpus holds work that moves as many bytes into "
+            f"the GPU as out of it (data services streaming inputs in and results out) to bound its false alerts."
+            f"</li>")
+
+
 def render(ctx, figs) -> str:
     c, t = ctx.cite, ctx.term
     items = []
@@ -221,6 +249,8 @@ def render(ctx, figs) -> str:
                      f"see small fine-tuning jobs needs a signal of the weight update that these activity counters "
                      f"do not give.{_backward_without_update(ctx)}"
                      f"{_pipes(ctx)}</li>")
+    if ctx.has("offload_gate"):
+        items.append(_host_link(ctx))
     if ctx.has("simulator"):
         rows = ctx.value("simulator", "traffic_free")
         net_only = [i for i, r in enumerate(rows) if r["seen_by"] == ["network"]]
