@@ -8,25 +8,15 @@ import json
 import runpy
 from pathlib import Path
 
-import numpy as np
-
-from trainsentry.traces.io import write_trace
-from trainsentry.traces.schema import GPU_METRICS
+from fakes.gpu_trace import gpu_trace
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "offload_gate.py"
 
 
 def _trace(root: Path, run_id: str, cls: str, tx_mibps: float, rx_mibps: float, extra: dict) -> None:
-    t = 1_800_000_000.0 + np.arange(400) / 10.0
-    cols = {"node": ["n"] * t.size, "device": ["gpu0"] * t.size, "kind": ["gpu"] * t.size, "t": list(t)}
-    for m in GPU_METRICS:
-        cols[m.name] = [None] * t.size
-    cols.update(power_mw=[400_000] * t.size, gpu_util_pct=[60.0] * t.size, gpm_sm_util_pct=[50.0] * t.size,
-                gpm_pcie_tx_mibps=[tx_mibps] * t.size, gpm_pcie_rx_mibps=[rx_mibps] * t.size)
-    manifest = {"run_id": run_id, "node": "n", "start": float(t[0]), "end": float(t[-1]), "sample_hz": 10.0,
-                "labels": {"workload": run_id, "class": cls, "family": "offload", "config": {}},
-                "ground_truth": {"extra": {"0": extra}}}
-    write_trace(root / run_id, cols, manifest)
+    gpu_trace(root, run_id, cls, "offload", {"power_mw": 400_000, "gpu_util_pct": 60.0, "gpm_sm_util_pct": 50.0,
+                                             "gpm_pcie_tx_mibps": tx_mibps, "gpm_pcie_rx_mibps": rx_mibps},
+              extra, samples=400)
 
 
 def test_a_symmetric_pcie_exchange_passes_the_gate_and_one_way_streaming_does_not(tmp_path):

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from trainsentry.features.activity import pipe_activity
-from trainsentry.traces.io import write_trace
-from trainsentry.traces.schema import GPU_METRICS
+from fakes.gpu_trace import gpu_trace
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pipes_study.py"
 
@@ -31,20 +30,13 @@ def test_pipe_features_are_window_means_and_shares_of_sm_activity():
 def _trace(root: Path, run_id: str, cls: str, fp32: float, precision: str | None, pipes: bool = True,
            fp16: float = 0.0, config: dict | None = None, family: str = "f", tensor: float = 50.0,
            dram: float = 30.0) -> None:
-    t = 1_800_000_000.0 + np.arange(300) / 10.0
-    cols = {"node": ["n"] * t.size, "device": ["gpu0"] * t.size, "kind": ["gpu"] * t.size, "t": list(t)}
-    for m in GPU_METRICS:
-        cols[m.name] = [None] * t.size
-    cols.update(power_mw=[650_000] * t.size, gpu_util_pct=[97.0] * t.size, gpm_sm_util_pct=[90.0] * t.size,
-                gpm_tensor_util_pct=[tensor] * t.size, gpm_dram_bw_util_pct=[dram] * t.size)
+    values = {"power_mw": 650_000, "gpu_util_pct": 97.0, "gpm_sm_util_pct": 90.0, "gpm_tensor_util_pct": tensor,
+              "gpm_dram_bw_util_pct": dram}
     if pipes:
-        cols.update(gpm_fp32_util_pct=list(fp32 + 0.1 * np.sin(t)), gpm_fp16_util_pct=[fp16] * t.size,
-                    gpm_integer_util_pct=[9.0] * t.size)
-    extra = {"0": {"param_dtype": precision}} if cls == "training" else {"0": {"weights_dtype": f"torch.{precision}"}}
-    manifest = {"run_id": run_id, "node": "n", "start": float(t[0]), "end": float(t[-1]), "sample_hz": 10.0,
-                "labels": {"workload": run_id, "class": cls, "family": family, "config": config or {}},
-                "ground_truth": {"extra": extra}}
-    write_trace(root / run_id, cols, manifest)
+        values.update(gpm_fp32_util_pct=lambda t: fp32 + 0.1 * np.sin(t), gpm_fp16_util_pct=fp16,
+                      gpm_integer_util_pct=9.0)
+    extra = {"param_dtype": precision} if cls == "training" else {"weights_dtype": f"torch.{precision}"}
+    gpu_trace(root, run_id, cls, family, values, extra, config)
 
 
 def test_the_study_finds_a_separating_pipe_and_says_when_counter_cases_erase_it(tmp_path):
