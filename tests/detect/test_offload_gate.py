@@ -13,24 +13,24 @@ from fakes.gpu_trace import gpu_trace
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "offload_gate.py"
 
 
-def _trace(root: Path, run_id: str, cls: str, tx_mibps: float, rx_mibps: float, extra: dict) -> None:
-    gpu_trace(root, run_id, cls, "offload", {"power_mw": 400_000, "gpu_util_pct": 60.0, "gpm_sm_util_pct": 50.0,
+def _trace(root: Path, run_id: str, cls: str, family: str, tx_mibps: float, rx_mibps: float, extra: dict) -> None:
+    gpu_trace(root, run_id, cls, family, {"power_mw": 400_000, "gpu_util_pct": 60.0, "gpm_sm_util_pct": 50.0,
                                              "gpm_pcie_tx_mibps": tx_mibps, "gpm_pcie_rx_mibps": rx_mibps},
               extra, samples=400)
 
 
 def test_a_symmetric_pcie_exchange_passes_the_gate_and_one_way_streaming_does_not(tmp_path):
     data = tmp_path / "d"
-    _trace(data, "zero-offload", "training", 2000.0, 2000.0, {"offload_bytes_d2h": 5, "offload_bytes_h2d": 5})
-    _trace(data, "streamed", "inference", 5.0, 20000.0, {"bytes_to_device": 9})
+    _trace(data, "zero-offload", "training", "zero-offload", 2000.0, 2000.0, {"offload_bytes_d2h": 5, "offload_bytes_h2d": 5})
+    _trace(data, "streamed", "inference", "offload", 5.0, 20000.0, {"bytes_to_device": 9})
     out = tmp_path / "g.json"
     main = runpy.run_path(str(SCRIPT))["main"]
-    assert main(["--data", str(data), "--family", "offload", "--out", str(out), "--cache", str(tmp_path / "c")]) == 0
+    assert main(["--data", str(data), "--family", "offload", "--family", "zero-offload", "--out", str(out), "--cache", str(tmp_path / "c")]) == 0
     res = json.loads(out.read_text())
     train, infer = res["runs"]["zero-offload"], res["runs"]["streamed"]
     assert train["gate_pass_share"] > 0.9 and infer["gate_pass_share"] == 0.0
     assert train["pcie_factors_median"]["symmetry"] > 0.9 > 0.1 > infer["pcie_factors_median"]["symmetry"]
     assert train["ground_truth"] == {"offload_bytes_d2h": 5, "offload_bytes_h2d": 5}
     assert infer["ground_truth"] == {"bytes_to_device": 9}
-    assert res["by_family"]["training offload"] == {"runs": 1, "passing_runs": 1, "max_pass_share": train["gate_pass_share"]}
+    assert res["by_family"]["training zero-offload"] == {"runs": 1, "passing_runs": 1, "max_pass_share": train["gate_pass_share"]}
     assert res["by_family"]["inference offload"]["passing_runs"] == 0

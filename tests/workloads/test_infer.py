@@ -264,6 +264,8 @@ def test_offloaded_generation_streams_every_block_and_equals_the_resident_model(
     assert s.block_bytes == per_block
     t = truth(toy_run, "infer.offload.g7b_b256")["ground_truth"]["extra"]["0"]
     assert t["forwards"] == STEPS and t["bytes_to_device"] == STEPS * t["weights_streamed_per_forward"] > 0
+    # every copy issued: the run's forwards, the FLOP fit's two and the first block's copy in advance
+    assert t["bytes_to_device_all"] == (STEPS + 2) * t["weights_streamed_per_forward"] + t["block_bytes"]
 
 
 def test_attribution_weight_check_sees_an_update_a_checksum_would_miss():

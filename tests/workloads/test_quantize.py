@@ -57,7 +57,21 @@ def test_gptq_matrix_products_are_what_gptq_flops_counts():
     products = sum(2 * rows * bs * (cols - i - bs) for i in range(0, cols, bs))
     inblock = (cols // bs) * 2 * rows * bs * (bs + 1) // 2
     assert counted == products   # FlopCounterMode sees the per-block GEMMs only
-    assert gptq_flops(rows, cols, bs) == products + inblock + cols ** 3
+    assert gptq_flops(rows, cols, bs) == products + inblock + 4 * cols ** 3 // 3
+
+
+def test_the_statistics_hooks_are_counted_as_flops():
+    """Collecting XᵀX costs 2·tokens·in² per linear layer on top of the block's forward, and the FLOP
+    counter sees it (an in-place addmm_ it would not)."""
+    from trainsentry.workloads.infer_common import MODELS
+    from trainsentry.workloads.model import Block, ModelConfig
+    from trainsentry.workloads.other_quant import collect_h, linears
+
+    block = Block(ModelConfig(**MODELS["toy"], seq_len=16))
+    x = torch.randn(3, 16, 64)
+    hooked = flopcount.measure(lambda: collect_h(block, x, 2))
+    plain = flopcount.measure(lambda: block(x))
+    assert hooked - plain == sum(2 * 3 * 16 * m.in_features ** 2 for _, m in linears(block))
 
 
 def test_bad_grouping_is_refused():
@@ -84,3 +98,4 @@ def test_a_run_rewrites_every_weight_without_a_gradient_and_restores_them_betwee
     for p in passes:
         assert math.isfinite(p["loss_after"]) and p["loss_after"] != p["loss_before"]
         assert 0 < p["error_vs_rtn_mean"] < 1   # GPTQ's layer outputs closer than round-to-nearest's
+        assert p["tensors_written"] == 6 * p["blocks_done"]   # the blocks' linear weights, nothing else

@@ -2,15 +2,18 @@
 (Sheng et al., 2023), Hugging Face Accelerate's CPU offload and ZeRO-Inference serve a model larger
 than the GPU: every transformer block's weights stay in pinned host memory and are copied into one of
 two device buffers just before the block runs, the next block's copy overlapping this block's compute.
-Embeddings, norms, the output head and the KV cache stay on the device.
+Embeddings, the final norm, the output head and the KV cache stay on the device (each block's own
+norms travel with it).
 
 Why it is in the benign corpus: it loads PCIe as nothing else in the corpus does, with the whole
 model's block weights crossing host to device at every forward (a prefill or one decode step), and its
 training counterpart is ZeRO-Offload (train_offload.py), whose PCIe traffic goes both ways. A verifier
 must not read "heavy PCIe" as training, nor miss the training whose optimizer moved to the host.
 
-Ground truth: ``bytes_to_device`` (the block weights copied, counted where this code issues the copy)
-and ``forwards``; FLOPs as for ``generate`` (the same model, the same arithmetic).
+Ground truth: ``forwards`` and ``bytes_to_device``, forwards × the blocks' bytes (every forward copies
+every block once); ``bytes_to_device_all``, every copy this code issued, counted where it issues it (the
+FLOP fit's forwards and the copy made in advance included; a test checks the two agree). FLOPs as for
+``generate`` (the same model, the same arithmetic).
 """
 
 from __future__ import annotations

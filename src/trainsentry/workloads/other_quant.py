@@ -27,10 +27,11 @@ original weights are restored (a device copy) and the next pass takes the next o
 
 Ground truth: ``passes`` (bits, loss before and after, and the layers' output error relative to
 round-to-nearest on the same grid, ``tr(ΔW H ΔWᵀ)`` over RTN's, below 1 when GPTQ works),
-``weights_changed`` (True) and ``weight_grads`` (0). FLOPs per step: the two block forwards and the
+``tensors_written`` per pass (the weight tensors written before the restore: six per finished block,
+nothing else), ``weights_changed`` (True) and ``weight_grads`` (0). FLOPs per step: the two block forwards and the
 ``XᵀX`` hooks counted by FlopCounterMode on one chunk, GPTQ's own arithmetic from ``gptq_flops``
-(its matrix products exactly, the three Cholesky-type factorisations by their textbook ``n³/3``
-each), and the ground truth's error measurement (``ΔW H`` for GPTQ and for RTN: ``4·rows·cols²``
+(its matrix products exactly, the two Cholesky factorisations and the inverse by their textbook
+counts), and the ground truth's error measurement (``ΔW H`` for GPTQ and for RTN: ``4·rows·cols²``
 per layer), which the GPU does too.
 """
 
@@ -124,14 +125,14 @@ def gptq(w: torch.Tensor, h: torch.Tensor, bits: int, blocksize: int = 128, grou
 
 def gptq_flops(rows: int, cols: int, blocksize: int) -> int:
     """GPTQ's arithmetic on one ``rows × cols`` weight: the per-block GEMMs and the in-block rank-one
-    updates exactly (2 FLOPs per multiply-add), Cholesky, its inverse and the second Cholesky at
-    ``cols³/3`` each (their textbook counts; FlopCounterMode does not count them)."""
+    updates exactly (2 FLOPs per multiply-add); the two Cholesky factorisations at ``cols³/3`` each and
+    the inverse from the factor at ``2·cols³/3`` (textbook counts; FlopCounterMode does not count them)."""
     total = 0
     for i1 in range(0, cols, blocksize):
         b = min(blocksize, cols - i1)
         total += 2 * rows * b * (cols - i1 - b)          # err @ u[block, rest]
         total += 2 * rows * b * (b + 1) // 2             # rank-one updates inside the block
-    return total + cols ** 3
+    return total + 4 * cols ** 3 // 3
 
 
 def linears(block: nn.Module) -> list[tuple[str, nn.Linear]]:
@@ -146,7 +147,7 @@ def collect_h(block: nn.Module, inputs: torch.Tensor, chunk: int) -> tuple[dict[
     def hook(name):
         def fn(mod, args, out):
             x = args[0].reshape(-1, mod.in_features).float()
-            stats[name].addmm_(x.T, x)
+            stats[name] += x.T @ x   # an mm, which FlopCounterMode counts (it has no formula for addmm_)
         return fn
 
     handles = [m.register_forward_hook(hook(n)) for n, m in linears(block)]
@@ -200,6 +201,7 @@ def run_quantize(ctx: Context, cfg: dict) -> None:
         held = src.prompts(int(cfg.get("eval_texts", 8)), length + 1)
         original = [p.detach().clone() for p in model.parameters()]
         versions = weight_versions(model)
+        start = list(versions)
 
         def held_loss() -> float:
             return float(loss_fn(model(held[:, :-1]), held[:, 1:]))
@@ -235,11 +237,15 @@ def run_quantize(ctx: Context, cfg: dict) -> None:
                 ctx.ledger.step(time.perf_counter() - t0, calib * length)
                 entry["blocks_done"] += 1
             entry["loss_after"] = held_loss()
+            # the ground truth that GPTQ wrote: every linear weight of every block it finished, nothing else
+            written = [p._version != v for p, v in zip(model.parameters(), versions)]
+            entry["tensors_written"] = sum(written)
             ratios = entry.pop("error_vs_rtn")
             entry["error_vs_rtn_mean"] = sum(ratios) / max(len(ratios), 1)
             for p, o in zip(model.parameters(), original):
                 p.copy_(o)
-        ctx.ledger.extra.update(passes=passes, weights_changed=weights_written(model, versions),
+            versions = weight_versions(model)   # the restore is not the next pass's writing
+        ctx.ledger.extra.update(passes=passes, weights_changed=weights_written(model, start),
                                 weight_grads=sum(p.grad is not None for p in model.parameters()))
 
 

@@ -1,4 +1,4 @@
-"""ZeRO-Offload's optimizer (Ren et al., 2021) for single-GPU training (family ``offload``): the fp32
+"""ZeRO-Offload's optimizer (Ren et al., 2021) for single-GPU training (family ``zero-offload``): the fp32
 master weights and the AdamW state live in host memory and the update runs on the CPU.
 
 The GPU keeps only bf16 weights and computes the forward and backward passes. Every step its bf16
@@ -10,9 +10,10 @@ GPU, which waits for the CPU, and PCIe carries a symmetric exchange.
 
 ``offload_overlap`` is the paper's delayed parameter update: after ``offload_overlap_after`` ordinary
 steps (10), the CPU's update of step t runs in a thread while the GPU computes step t + 1 on the weights
-of step t − 1, so the GPU no longer waits, at the price of gradients one step stale; the weights of step t
-are uploaded when its update is done, at the start of step t + 2's update. The update uses
-``host_threads`` CPU threads (default: all the host's cores).
+of step t − 1, so the GPU no longer waits, at the price of gradients one step stale; update t is joined
+and its weights uploaded at the end of GPU step t + 1 (before update t + 1 starts), and GPU step t + 2
+runs on them. The update uses ``host_threads`` CPU threads (default: every core this process may run
+on).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class HostAdamW:
         self.grads_host = [torch.empty(p.shape, dtype=p.dtype, pin_memory=pin) for p in self.params]
         self.weights_host = [torch.empty(p.shape, dtype=p.dtype, pin_memory=pin) for p in self.params]
         # the host's cores do the update, as ZeRO-Offload's CPU Adam does (a launcher may have set 1)
-        torch.set_num_threads(int(cfg.get("host_threads") or os.cpu_count() or 1))
+        torch.set_num_threads(int(cfg.get("host_threads") or _cores()))
         fused = {"fused": True} if _cpu_fused_adamw() else {"foreach": True}
         self.opt = torch.optim.AdamW(self.master, lr=cfg["lr"], betas=(0.9, 0.95), weight_decay=0.1, **fused)
         warmup = max(1, int(cfg.get("warmup", 1)))
@@ -117,6 +118,14 @@ class HostAdamW:
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
             p.grad = None
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity), else the host's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def _cpu_fused_adamw() -> bool:
