@@ -155,8 +155,9 @@ def _host_link(ctx) -> str:
             f"(ZeRO-Offload: gradients out and weights back over PCIe at every step) passed the exchange gate in "
             f"at least half its windows in {ctx.num('offload_gate', key + '/passing_runs', 'int')} of its "
             f"{ctx.num('offload_gate', key + '/runs', 'int')} runs on the one-GPU node, while {passing} of that "
-            f"node's other {total} runs did (offloaded inference streams weights one way); {verdict}. Moving the "
-            f"optimizer to the host is an evasion that costs the adversary only speed. The gate's evidence on PCIe "
+            f"node's other {total} runs did (offloaded inference streams weights one way); {verdict}. Any training "
+            f"framework that offloads its optimizer offers this evasion, at the price of the host's update time per "
+            f"step (not yet measured against a baseline by the red team). The gate's evidence on PCIe "
             f"should be able to alert on its own, once the benign corpus holds work that moves as many bytes into "
             f"the GPU as out of it (data services streaming inputs in and results out) to bound its false alerts."
             f"</li>")
