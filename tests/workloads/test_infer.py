@@ -149,7 +149,9 @@ def test_every_family_belongs_to_one_class():
 
     classes: dict[str, set] = {}
     for spec in WORKLOADS.values():
-        classes.setdefault(spec.family, set()).add(spec.cls)
+        # the lab's workloads; red-team strategies (adv.*) are judged apart and keyed by strategy name
+        if spec.name.split(".")[0] in ("train", "infer", "other"):
+            classes.setdefault(spec.family, set()).add(spec.cls)
     assert {f: c for f, c in classes.items() if len(c) > 1} == {}
 
 
