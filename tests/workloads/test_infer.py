@@ -25,8 +25,8 @@ from trainsentry.workloads.infer_serve import SlotPool, decode_pool, prefill_int
 from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md", "offload"}
-OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil", "spectral", "quantize"}
+INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md", "offload", "kvswap"}
+OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil", "spectral", "quantize", "stream"}
 # (configs that need a larger launch than this file's 2 ranks are run in test_ngpu.py)
 MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other") and s.min_ranks <= 2)
 STEPS = 4
@@ -178,6 +178,11 @@ def test_gpu_configs_fit_two_h200():
         elif spec.family == "attribute":   # no KV cache; activations kept for the backward are not bounded here
             assert cfg["text_len"] <= cfg["seq_len"], name
             tokens = 0
+        elif spec.family == "kvswap":   # two device caches; every cohort's cache in pinned host memory
+            assert cfg["turn_len"] + cfg["reply_len"] <= cfg["seq_len"] and cfg["cohorts"] >= 3, name
+            tokens = 2 * cfg["batch"] * cfg["seq_len"]
+            host_gb = cfg["cohorts"] * cfg["batch"] * cfg["seq_len"] * kv_per_token / 1e9
+            assert host_gb < 40, f"{name} pins ~{host_gb:.0f} GB of host memory"
         elif spec.family == "cp":   # no KV cache is kept: one layer's gathered K/V at a time
             assert cfg["prompt_len"] <= cfg["seq_len"] and cfg["prompt_len"] % 2 == 0, name
             tokens = 0
@@ -268,6 +273,78 @@ def test_offloaded_generation_streams_every_block_and_equals_the_resident_model(
     assert t["forwards"] == STEPS and t["bytes_to_device"] == STEPS * t["weights_streamed_per_forward"] > 0
     # every copy issued: the run's forwards, the FLOP fit's two and the first block's copy in advance
     assert t["bytes_to_device_all"] == (STEPS + 2) * t["weights_streamed_per_forward"] + t["block_bytes"]
+
+
+def test_kv_tier_moves_a_conversation_and_its_next_turn_equals_the_resident_one():
+    """A conversation's cache saved to host memory, the device copy destroyed, loaded into the other
+    device cache: the next turn, prefilled as one chunk into it (masked attention), gives the logits the
+    resident conversation gets feeding the same tokens one by one; ``new`` saves only the turn's tokens
+    and keeps the same host copy."""
+    from trainsentry.workloads.base import Context
+    from trainsentry.workloads.infer_kvswap import KVTier
+
+    cfg = ModelConfig(**MODELS["toy"], seq_len=32)
+    torch.manual_seed(0)
+    model = GPT(cfg).eval()
+    ctx = Context(rank=0, world_size=1, device=torch.device("cpu"), dtype=torch.float32, deadline=math.inf)
+    g = torch.Generator().manual_seed(3)
+    first, second = torch.randint(0, 256, (2, 7), generator=g), torch.randint(0, 256, (2, 5), generator=g)
+    full, new = KVTier(ctx, cfg, 3, 2, "full"), KVTier(ctx, cfg, 3, 2, "new")
+    resident = KVCache(cfg, cfg.n_layers, 2, 32, "cpu", torch.float32)
+    per_token = 2 * cfg.n_layers * 2 * cfg.kv_heads * cfg.head_dim * FP32
+    with torch.inference_mode():
+        model(first, resident)
+        for tier in (full, new):
+            tier.slots[0].length = 0
+            model(first, tier.slots[0])
+            tier.store(1, 0, 0)
+            for t in tier.slots[0].store:
+                t.normal_()                        # the device copy is gone
+            tier.load(1, 1, 7)
+        assert full.to_host == full.to_device == 7 * per_token
+        chunk = model(second, full.slots[1])
+        model(second, new.slots[1])
+        new.store(1, 1, 7)                         # only the turn's 5 tokens cross back
+        assert new.to_host == 12 * per_token and full.slots[1].length == new.lengths[1] == 12
+        ones = [model(second[:, i:i + 1], resident)[:, -1] for i in range(5)]
+    for i in range(5):
+        torch.testing.assert_close(chunk[:, i], ones[i], rtol=1e-4, atol=1e-5)
+    for a, b in zip(new.host[1].store, full.slots[1].store):
+        assert torch.equal(a[:12], b[:12])
+
+
+def test_kvswap_and_stream_ground_truth(toy_run):
+    """Toy kvswap (seq 48, turns of 6 + 4 tokens, 3 cohorts of 2 at ages of 0, 1 and 2 turns): the one
+    turn a 4-step run has time for (a prefill and 4 decode steps) saves cohort 0's 10 tokens; the loads
+    issued are cohort 0's (nothing), cohort 1's 10 and, after the turn, cohort 2's 20. The stream
+    service sends every block back as large as it came, and its compressed pulses peak at the echoes."""
+    for name, save in (("infer.kvswap.l1b_b16_full", "full"), ("infer.kvswap.l1b_b16_new", "new")):
+        x = truth(toy_run, name)["ground_truth"]["extra"]["0"]
+        per = 2 * x["kv_bytes_per_token"]            # batch 2
+        assert x["save"] == save and x["turns"] == 1 and x["conversations_ended"] == 0, name
+        assert x["warmup_bytes_to_host"] == 30 * per and x["bytes_to_device"] == 30 * per, name
+        assert x["bytes_to_host"] == 10 * per, name
+    for name in ("other.stream.p2048_f1", "other.stream.p2048_f8", "other.stream.p1024_f4_dwell"):
+        t = truth(toy_run, name)
+        x, c = t["ground_truth"]["extra"]["0"], t["config"]
+        assert x["blocks"] == STEPS and x["block_bytes"] == c["pulses"] * c["samples"] * 8, name
+        assert x["bytes_to_device"] == x["bytes_to_host"] == STEPS * x["block_bytes"], name
+        assert x["peaks_correct"] == 1.0, name
+
+
+def test_pulse_compression_finds_the_echo_and_its_filter():
+    """The matched filter bank peaks at the echo's delay; a filter of another chirp rate peaks lower."""
+    from trainsentry.workloads.other_stream import compress, filter_bank, received
+
+    x, delays = received(6, 512, 64, 3, seed=5)
+    bank = filter_bank(512, 3, 64)
+    assert torch.equal(compress(x, bank).abs().argmax(dim=-1), delays)
+    # the echo's amplitude (4) times the chirp's length (64): the right filter's gain on every pulse;
+    # the first filter alone, on pulses holding another chirp, falls well short of it
+    peak = compress(x, bank).abs().amax(dim=-1)
+    one = compress(x, bank[:1]).abs().amax(dim=-1)
+    assert torch.allclose(peak, torch.full_like(peak, 4 * 64), rtol=0.1) and bool((peak >= one).all())
+    assert float(one.min()) < 0.5 * 4 * 64
 
 
 def test_attribution_weight_check_sees_an_update_a_checksum_would_miss():
@@ -565,4 +642,6 @@ def test_flop_fit_is_exact_for_pool_decode_and_prefill():
     cache = KVCache(TOY, TOY.n_layers, 2, 32, "cpu", torch.float32)
     prompt = torch.zeros(2, 21, dtype=torch.long)
     assert flopcount.measure(lambda: model(prompt, cache)) == fit.prefill(2, 21)
+    turn = torch.zeros(2, 6, dtype=torch.long)        # a new turn appended to the 21 cached tokens
+    assert flopcount.measure(lambda: model(turn, cache)) == fit.extend(2, 6, 21)
     assert fit.decode(1, 30) == pytest.approx(TOY.flops_per_token(30, training=False), rel=1e-9)

@@ -10,7 +10,8 @@ Conventions every inference workload follows (documented in docs/workloads-infer
   is counted at two context lengths and, because the counter's matmul and attention formulas are linear
   in the number of rows and in the attended length, ``n·(w + c·L)`` is exact for any batch ``n`` and
   context ``L``; a prefill of ``T`` tokens is ``n·(T·w + c·T²)`` (full QKᵀ, no causal discount, as the
-  counter does). ``FlopFit.check`` compares the fit with a direct count; the tests do too.
+  counter does), and ``T`` tokens appended to a cache of ``S`` are ``n·(T·w + c·T·(S + T))``.
+  The tests compare the fit with a direct count.
 """
 
 from __future__ import annotations
@@ -91,7 +92,12 @@ class FlopFit:
         return int(round(n * (self.w + self.c * attended)))
 
     def prefill(self, n: int, tokens: int) -> int:
-        return int(round(n * (tokens * self.w + self.c * tokens * tokens)))
+        return self.extend(n, tokens, 0)
+
+    def extend(self, n: int, tokens: int, start: int) -> int:
+        """``tokens`` new tokens appended to a cache already holding ``start``: each attends to every
+        key of the chunk's end (full QKᵀ, as the counter does)."""
+        return int(round(n * (tokens * self.w + self.c * tokens * (start + tokens))))
 
     @classmethod
     def measure(cls, decode_at: Callable[[int], None], l1: int = 4, l2: int = 12) -> "FlopFit":

@@ -94,20 +94,23 @@ class Attention(nn.Module):
         k = self.k(x).view(b, t, -1, hd).transpose(1, 2)
         v = self.v(x).view(b, t, -1, hd).transpose(1, 2)
         causal = self.cfg.causal
+        mask = None
         if cache is not None:
             start = cache.length
             cache.k[layer][:, :, start:start + t] = k
             cache.v[layer][:, :, start:start + t] = v
             k = cache.k[layer][:, :, :start + t]
             v = cache.v[layer][:, :, :start + t]
+            if causal and t > 1 and start > 0:
+                # a chunk appended to a non-empty cache (a conversation's next turn): query i sees the
+                # cached keys and the chunk's keys up to its own position
+                mask = torch.ones(t, start + t, dtype=torch.bool, device=x.device).tril(diagonal=start)
             causal = causal and t > 1 and start == 0
-            if t > 1 and start > 0:
-                raise ValueError("chunked prefill into a non-empty cache is not supported")
         rep = q.shape[1] // k.shape[1]
         if rep > 1:
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         return self.o(y.transpose(1, 2).reshape(b, t, -1))
 
 

@@ -202,4 +202,4 @@ variants("other.idle", "other", "idle", run_idle,
              "hold_40g": {"hold_gib": 40},
          })
 
-from . import other_hpc, other_quant  # noqa: E402,F401  (register the stencil and spectral solvers, GPTQ)
+from . import other_hpc, other_quant, other_stream  # noqa: E402,F401  (register the stencil and spectral solvers, GPTQ, the stream service)

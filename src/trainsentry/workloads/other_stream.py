@@ -1,0 +1,151 @@
+"""A GPU stream-processing service (family ``stream``, class other): radar pulse compression, as a
+signal-processing back end does it on a GPU. Blocks of received pulses arrive in host memory, cross
+PCIe to the GPU, are correlated with a bank of chirp filters in the frequency domain (one FFT of every
+pulse, then per filter a multiplication and an inverse FFT, the strongest filter's output kept per
+pulse), and the compressed pulses, as large as what came in, cross back to the host. Copies in, the
+compute and copies out run on three streams, so one block goes in while another comes out.
+
+Why in the benign corpus: PCIe traffic both ways, equally and at the same time, with no model and no
+training, the data-service pattern a verifier must not read as ZeRO-Offload's exchange of gradients
+and weights (train_offload.py).
+
+The pulses are real: each holds one of the bank's chirps at a known delay in complex noise, and the
+run checks on the host that the compressed pulses peak at those delays (``peaks_correct``). Ground
+truth: ``blocks``, ``bytes_to_device``, ``bytes_to_host``. FLOPs are analytic, as for the spectral
+solver: 5 · M · log₂M per complex FFT of M points, 6 · M per complex multiplication, per pulse one
+forward transform and per filter one multiplication and one inverse transform.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from .base import Context, variants
+
+
+def chirp(m: int, rate: float, length: int) -> torch.Tensor:
+    """A linear-frequency-modulated pulse of ``length`` samples, zero-padded to ``m``, complex64."""
+    t = torch.arange(length, dtype=torch.float64)
+    phase = math.pi * rate * t * t / length
+    out = torch.zeros(m, dtype=torch.complex128)
+    out[:length] = torch.polar(torch.ones(length, dtype=torch.float64), phase)
+    return out.to(torch.complex64)
+
+
+def filter_bank(m: int, filters: int, length: int) -> torch.Tensor:
+    """The matched filters' spectra, conj(FFT(chirp)), of ``filters`` chirp rates: [filters, m]."""
+    rates = torch.linspace(0.1, 0.45, filters).tolist()
+    return torch.stack([torch.fft.fft(chirp(m, r, length)).conj() for r in rates])
+
+
+def received(pulses: int, m: int, bank_len: int, filters: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pulses holding chirp ``f`` (a random filter of the bank) at a random delay in unit complex noise
+    (the echo 4x the noise's amplitude): the block and the delays."""
+    g = torch.Generator().manual_seed(seed)
+    delays = torch.randint(0, m - bank_len, (pulses,), generator=g)
+    which = torch.randint(0, filters, (pulses,), generator=g)
+    rates = torch.linspace(0.1, 0.45, filters).tolist()
+    x = torch.randn(pulses, m, dtype=torch.complex64, generator=g)
+    for f in range(filters):
+        rows = (which == f).nonzero().flatten()
+        if rows.numel():
+            c = chirp(m, rates[f], bank_len) * 4
+            idx = (torch.arange(m)[None, :] - delays[rows, None]) % m
+            x[rows] += c[idx]
+    return x, delays
+
+
+def compress(x: torch.Tensor, bank: torch.Tensor) -> torch.Tensor:
+    """Pulse compression: per pulse, the circular correlation with the bank's filter whose output peaks
+    highest (the output has the input's shape and type)."""
+    spec = torch.fft.fft(x, dim=-1)
+    best = best_peak = None
+    for h in bank:
+        y = torch.fft.ifft(spec * h, dim=-1)
+        peak = y.abs().amax(dim=-1)
+        if best is None:
+            best, best_peak = y, peak
+        else:
+            better = peak > best_peak
+            best = torch.where(better[:, None], y, best)
+            best_peak = torch.maximum(peak, best_peak)
+    return best
+
+
+@torch.inference_mode()
+def run_stream(ctx: Context, cfg: dict) -> None:
+    """Blocks of ``pulses`` × ``samples`` complex64 streamed through ``compress`` and back, two blocks
+    in flight; a pool of ``pool`` distinct input blocks in pinned host memory is cycled (generating new
+    noise on the host every block would measure the host, not the service); ``pause_s`` between blocks
+    (exponential, mean) makes a service with gaps between dwells."""
+    pulses, m, filters = int(cfg["pulses"]), int(cfg["samples"]), int(cfg["filters"])
+    pool, bank_len = int(cfg.get("pool", 4)), int(cfg.get("chirp_len", m // 8))
+    pause_s = float(cfg.get("pause_s", 0.0))
+    pin = ctx.is_cuda
+    bank = filter_bank(m, filters, bank_len).to(ctx.device)
+    ins, delays = [], []
+    for i in range(pool):
+        x, d = received(pulses, m, bank_len, filters, ctx.seed * 1000 + ctx.rank * 100 + i)
+        ins.append(x.pin_memory() if pin else x)
+        delays.append(d)
+    outs = [torch.empty(x.shape, dtype=x.dtype, pin_memory=pin) for x in ins]
+    dev_in = [torch.empty(pulses, m, dtype=torch.complex64, device=ctx.device) for _ in range(2)]
+    dev_out = [torch.empty_like(t) for t in dev_in]
+    block_bytes = ins[0].numel() * ins[0].element_size()
+    flops = pulses * (5 * m * math.log2(m) * (1 + filters) + 6 * m * filters)
+    ctx.ledger.extra.update(method="analytic", pulses=pulses, samples=m, filters=filters, block_bytes=block_bytes)
+    streams = [torch.cuda.Stream(ctx.device) for _ in range(2)] if ctx.is_cuda else None
+    stored: list = [None, None]       # the event after block k's copy out, per buffer
+    rng = torch.Generator().manual_seed(ctx.seed + ctx.rank)
+    blocks = 0
+    last = [None] * pool               # the block index last written into each host output buffer
+    while ctx.keep_going():
+        t0 = time.perf_counter()
+        b, p = blocks % 2, blocks % pool
+        if streams is None:
+            dev_in[b].copy_(ins[p])
+            dev_out[b].copy_(compress(dev_in[b], bank))
+            outs[p].copy_(dev_out[b])
+        else:
+            h2d, d2h = streams
+            cur = torch.cuda.current_stream(ctx.device)
+            if stored[b] is not None:
+                stored[b].synchronize()          # block k-2 is out: its compute and buffers are done
+            with torch.cuda.stream(h2d):         # in while block k-1 computes or goes out
+                dev_in[b].copy_(ins[p], non_blocking=True)
+                loaded = torch.cuda.Event()
+                loaded.record(h2d)
+            cur.wait_event(loaded)
+            dev_out[b].copy_(compress(dev_in[b], bank))
+            computed = torch.cuda.Event()
+            computed.record(cur)
+            with torch.cuda.stream(d2h):
+                d2h.wait_event(computed)
+                outs[p].copy_(dev_out[b], non_blocking=True)
+                stored[b] = torch.cuda.Event()
+                stored[b].record(d2h)
+        last[p] = blocks
+        blocks += 1
+        ctx.ledger.step(time.perf_counter() - t0, 0, flops=int(flops))
+        if pause_s > 0:
+            time.sleep(float(torch.empty(1).exponential_(1 / pause_s, generator=rng)))
+    ctx.sync()
+    written = [p for p in range(pool) if last[p] is not None]
+    hits = sum(int((outs[p].abs().argmax(dim=-1) == delays[p]).sum()) for p in written)
+    ctx.ledger.extra.update(blocks=blocks, bytes_to_device=blocks * block_bytes, bytes_to_host=blocks * block_bytes,
+                            peaks_correct=hits / max(1, len(written) * pulses))
+
+
+# Sizes: a block of 2048 pulses × 16 Ki samples is 256 MiB each way; the pool's inputs and outputs
+# (4 + 4 blocks) are 2 GiB of pinned host memory.
+variants("other.stream", "other", "stream", run_stream,
+         base={"pulses": 2048, "samples": 16384, "filters": 1, "pool": 4},
+         toy={"pulses": 8, "samples": 256, "filters": 2, "pool": 2, "pause_s": 0.0}, gpus=1,
+         description="radar pulse compression streamed host to GPU and back (FFT matched filters)", grid={
+             "p2048_f1": {},
+             "p2048_f8": {"filters": 8},
+             "p1024_f4_dwell": {"pulses": 1024, "filters": 4, "pause_s": 0.5},
+         })
