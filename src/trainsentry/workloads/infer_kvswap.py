@@ -198,4 +198,6 @@ variants("infer.kvswap", "inference", "kvswap", run_kvswap,
              "l1b_b16_full": {},
              "xl3b_b16_full": {"model": "gpt3b", "cohorts": 4, "reply_len": 128},
              "l1b_b16_new": {"save": "new"},
+             # retrieval-augmented chat: documents pasted into every turn, short answers
+             "l1b_b32_rag_full": {"batch": 32, "cohorts": 4, "turn_len": 512, "reply_len": 16},
          })
