@@ -36,6 +36,7 @@ RUNS = {  # run_id -> workload (toy overrides apply)
     "lora_single": "train.lora.single-r8-w1536",
     "offload": "train.offload.w1024-l16",
     "offload_dpu": "train.offload.w2048-l24-dpu",
+    "offload_accum": "train.offload.w1024-l16-x8",
 }
 
 
@@ -166,14 +167,15 @@ def test_pure_bf16_training_holds_bf16_weights_and_still_learns(truths):
 def test_offloaded_optimizer_learns_and_moves_gradients_down_and_weights_up(truths):
     """ZeRO-Offload: bf16 weights on the device, the update on the host; every step sends the bf16
     gradients down and brings the bf16 weights back, as many bytes each way (the delayed update too,
-    once its last update has landed)."""
-    for rid in ("offload", "offload_dpu"):
+    once its last update has landed; with gradient accumulation, once per step, not per micro-batch)."""
+    for rid in ("offload", "offload_dpu", "offload_accum"):
         x, steps = extra(truths[rid]), gt(truths[rid])["steps"]
         assert x["optimizer_location"] == "host" and x["trainable_dtypes"] == ["torch.bfloat16"]
         params = x["params_trainable_local"]
         assert x["offload_bytes_each_way_per_step"] == 2 * params
         assert x["offload_bytes_d2h"] == x["offload_bytes_h2d"] == steps * 2 * params and x["host_updates"] == steps
     assert extra(truths["offload"])["offload_overlap"] is False and extra(truths["offload_dpu"])["offload_overlap"] is True
+    assert truths["offload_accum"]["config"]["accum"] == 8 and truths["offload"]["config"].get("accum", 1) == 1
     losses = [l for _, l in gt(truths["offload_long"])["loss_curve"]]
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert len(losses) == LONG_STEPS and last < first - 1.0, (first, last)

@@ -92,6 +92,10 @@ FAMILIES: list[tuple[str, str, str, int, dict, dict[str, dict]]] = [
         "w1024-l16": w(1024, 16, batch=32),          # 201M
         "w2048-l24": w(2048, 24, batch=16),          # 1.2B
         "w2048-l24-dpu": w(2048, 24, batch=16, offload_overlap=True),   # delayed parameter update
+        # gradient accumulation: several micro-batches on the GPU per exchange and host update, so the
+        # GPU works most of the time instead of waiting for the CPU, and PCIe carries less per second
+        "w1024-l16-x8": w(1024, 16, batch=32, accum=8),
+        "w2048-l24-x4": w(2048, 24, batch=16, accum=4),
     }),
 ]
 
