@@ -1,10 +1,14 @@
-"""The exchange gate on the one-GPU node, ZeRO-Offload training and offloaded inference in detail: per
-family, how many runs pass the gate in at least half their in-run windows; per run of the chosen
-families, the share of in-run windows passing the gate and the medians of the PCIe channel's exchange
-factors and of the features they read (rules.exchange_factors at the gate's thresholds), with the
-workload's own ground truth of bytes moved over PCIe beside them.
+"""The exchange gate on the one-GPU node, ZeRO-Offload training and the benign work that loads PCIe in
+detail: per family, how many runs pass the gate in at least half their in-run windows; per run of the
+chosen families, the share of in-run windows passing the gate and the medians of the PCIe channel's
+exchange factors and of the features they read (rules.exchange_factors at the gate's thresholds), with
+the workload's own ground truth of bytes moved over PCIe beside them; and what offloading the optimizer
+costs: per ZeRO-Offload configuration, its tokens per second (tokens per step over the run's median
+step time, median over its runs) against the same configuration (model, batch, bf16 weights, AdamW)
+trained on the GPU alone (`train.single` runs).
 
-    python scripts/offload_gate.py --data data/h200x1 --family offload --family zero-offload --out results/offload-gate.json
+    python scripts/offload_gate.py --data data/h200x1 --family offload --family zero-offload \
+        --family kvswap --family stream --out results/offload-gate.json
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from trainsentry.detect.dataset import load_dataset
+from trainsentry.detect.pipeline import default_cache_dir
 from trainsentry.detect.rules import (GATE_BYTES_PER_J_MAX, GATE_FLOOR_FACTOR, GATE_SIMULT_MIN, GATE_SYM_MIN,
                                       exchange_factors, exchange_gate)
 from trainsentry.features.comm import ACTIVE_FLOOR_BPS
@@ -31,12 +36,55 @@ def _median(v) -> float | None:
     return round(float(np.median(v)), 4) if v.size else None
 
 
+# the keys that make a configuration ZeRO-Offload; everything else must match the GPU-only baseline
+OFFLOAD_KEYS = ("offload", "offload_overlap", "offload_overlap_after", "host_threads", "accum")
+
+
+def _tokens_per_s(manifest: dict) -> float | None:
+    g = manifest["ground_truth"]
+    if not g.get("steps") or not g.get("step_times_s"):
+        return None
+    return g["tokens"] / g["steps"] / float(np.median(g["step_times_s"]))
+
+
+def _key(config: dict) -> str:
+    return json.dumps({k: v for k, v in config.items() if k not in OFFLOAD_KEYS}, sort_keys=True)
+
+
+def offload_cost(data: Path) -> dict:
+    """Per ZeRO-Offload configuration: its tokens per second against the same configuration trained on
+    the GPU alone (the same model, batch, precision and optimizer; `train.single` runs)."""
+    offload: dict[str, list] = {}
+    alone: dict[str, list] = {}
+    for m in sorted(data.glob("*/manifest.json")):
+        man = json.loads(m.read_text())
+        lab, tps = man["labels"], _tokens_per_s(man)
+        if tps is None:
+            continue
+        if lab["family"] == "zero-offload":
+            offload.setdefault(lab["workload"], []).append((m.parent.name, tps, lab["config"]))
+        elif lab["family"] == "single-gpu":
+            alone.setdefault(_key(lab["config"]), []).append((m.parent.name, tps))
+    cost = {}
+    for workload, runs in sorted(offload.items()):
+        config = runs[0][2]
+        base = alone.get(_key(config), [])
+        mine = float(np.median([t for _, t, _ in runs]))
+        ref = float(np.median([t for _, t in base])) if base else None
+        cost[workload] = {"accum": config.get("accum", 1), "delayed_update": bool(config.get("offload_overlap")),
+                          "runs": [r for r, *_ in runs], "tokens_per_s": round(mine, 1),
+                          "baseline_runs": [r for r, _ in base],
+                          "baseline_tokens_per_s": round(ref, 1) if ref else None,
+                          "slowdown": round(ref / mine, 3) if ref else None}
+    return cost
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True)
     ap.add_argument("--family", action="append", help="families to list run by run (default: every run)")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--cache", default=".cache/features")
+    ap.add_argument("--cache", default=str(default_cache_dir()))
     a = ap.parse_args(argv)
     runs = load_dataset(a.data, Path(a.cache))
     out = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
@@ -64,9 +112,12 @@ def main(argv: list[str] | None = None) -> int:
             "pcie_factors_median": {k: _median(v) for k, v in f.items()},
             "features_median": {k: _median(df[k]) if k in df else None for k in FEATURES},
             "ground_truth": truth}
+    out["cost"] = offload_cost(Path(a.data))
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     for fam, v in sorted(out["by_family"].items()):
         print(fam, v)
+    for w, c in out["cost"].items():
+        print(w, c["tokens_per_s"], c["baseline_tokens_per_s"], c["slowdown"])
     return 0
 
 

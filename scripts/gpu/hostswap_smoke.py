@@ -31,9 +31,11 @@ for name in sorted(n for n in WORKLOADS if n.startswith(("infer.kvswap.", "other
     total = time.time() - t0
     x, steps = ctx.ledger.extra, ctx.ledger.step_times_s
     busy = sum(steps)
+    # (a rate only over steps; with none, the loads issued before the first turn have no time to go with)
+    rates = (f"{x['bytes_to_device'] / 1e9 / busy:.2f} / {x['bytes_to_host'] / 1e9 / busy:.2f} GB/s" if steps
+             else "no steps")
     print(f"{name}: {total:.1f} s in all, {len(steps)} steps in {busy:.1f} s (set-up {total - busy:.1f} s), "
-          f"to device {x['bytes_to_device'] / 1e9:.2f} GB, to host {x['bytes_to_host'] / 1e9:.2f} GB "
-          f"= {x['bytes_to_device'] / 1e9 / max(busy, 1e-9):.2f} / {x['bytes_to_host'] / 1e9 / max(busy, 1e-9):.2f} GB/s, "
+          f"to device {x['bytes_to_device'] / 1e9:.2f} GB, to host {x['bytes_to_host'] / 1e9:.2f} GB = {rates}, "
           f"{ {k: x[k] for k in ('turns', 'conversations_ended', 'blocks', 'peaks_correct') if k in x} }, "
           f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
     del ctx
