@@ -749,8 +749,10 @@ def test_flops_on_one_gpu_told_from_its_results_and_optional(tmp_path):
 
 def test_host_link_item_told_from_the_offload_gate_and_optional(tmp_path):
     """Section 8's host-link item reads results/offload-gate.json (optional) and the fused detector's
-    per-family alert rate from results/one_gpu.json; every number is traced, and without the family or
-    the file nothing is said."""
+    per-family alert rate from results/one_gpu.json; every number is traced. Benign runs that pass the
+    gate are named, family by family, and then the gate is not offered as an alert on its own; without
+    them the item says the corpus lacks such work; the cost of offloading is said when measured; without
+    the family or the file nothing is said."""
     from trainsentry.report.context import Ctx
     from trainsentry.report.sections.s8_recommendations import _host_link
 
@@ -758,21 +760,28 @@ def test_host_link_item_told_from_the_offload_gate_and_optional(tmp_path):
     res = tmp_path / "results"
     res.mkdir()
     gate = {"by_family": {"training zero-offload": {"runs": 6, "passing_runs": 5, "max_pass_share": 1.0},
-                          "inference offload": {"runs": 4, "passing_runs": 1, "max_pass_share": 0.6},
-                          "training lora": {"runs": 7, "passing_runs": 0, "max_pass_share": 0.0}}}
+                          "inference kvswap": {"runs": 4, "passing_runs": 1, "max_pass_share": 0.6},
+                          "training lora": {"runs": 7, "passing_runs": 0, "max_pass_share": 0.0}},
+            "cost": {"train.offload.a": {"slowdown": 3.6}, "train.offload.b": {"slowdown": 7.7},
+                     "train.offload.c": {"slowdown": None}}}
     (res / "offload-gate.json").write_text(json.dumps(gate))
     doc = json.loads((RESULTS / "one_gpu.json").read_text())
     doc["frozen"]["fused"]["per_family"]["zero-offload"] = {"class": "training", "test_instances": 6, "alerted_frac": 0.25}
     (res / "one_gpu.json").write_text(json.dumps(doc))
     ctx = Ctx(res, DATA, True, CONFIGS)
     said = re.sub(r"<[^>]+>", "", _host_link(ctx))
-    assert "in 5 of its 6 runs" in said and "while 1 of that node's other 11 runs did" in said
-    assert "alerted on 25" in said
-    assert [i.value for i in ctx.injected] == [1, 11, 0.25, 5, 6]
+    assert "in 5 of its 6 runs" in said and "alerted on 25" in said and "ran 3.60× to 7.70× as many tokens" in said
+    assert "1 of the node's other 11 runs passed it too" in said and "(1 of 4 kvswap (inference):" in said
+    assert "cannot be the answer" in said and "Host CPU energy" in said
+    assert [i.value for i in ctx.injected] == [1, 11, 0.25, 3.6, 7.7, 5, 6, 1, 4]
+    gate["by_family"]["inference kvswap"]["passing_runs"] = 0     # no benign run passes: the corpus lacks such work
+    del gate["cost"]
+    (res / "offload-gate.json").write_text(json.dumps(gate))
     del doc["frozen"]["fused"]["per_family"]["zero-offload"]   # not judged by the fused detector: no rate
     (res / "one_gpu.json").write_text(json.dumps(doc))
     said = re.sub(r"<[^>]+>", "", _host_link(Ctx(res, DATA, True, CONFIGS)))
-    assert "alerted on" not in said and "decide whether it alerts" in said
+    assert "alerted on" not in said and "decide whether it alerts" in said and "the host's update in every step" in said
+    assert "None of that node's other 11 runs passed the gate" in said and "cannot be trusted to alert alone" in said
     del gate["by_family"]["training zero-offload"]
     (res / "offload-gate.json").write_text(json.dumps(gate))
     assert _host_link(Ctx(res, DATA, True, CONFIGS)) == ""

@@ -62,8 +62,9 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "whether windows are like the detectors' fitting data"),
     Input("offload_gate", "offload-gate.json", "results",
           "python scripts/offload_gate.py --data data/h200x1 --family offload --family zero-offload "
-          "--out results/offload-gate.json",
-          "the exchange gate on the one-GPU node, host-offloaded training and inference", optional=True),
+          "--family kvswap --family stream --out results/offload-gate.json",
+          "the exchange gate on the one-GPU node: host-offloaded training, the benign work that loads PCIe, "
+          "and what offloading costs", optional=True),
     Input("one_gpu", "one_gpu.json", "results",
           "trainsentry eval-transfer --base data/h200 --target data/h200x1 --splits 30 --detector comm-rules "
           "--detector comm-ml --detector fused --detector rt-baseline --detector fused+single-device "
