@@ -104,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         f = exchange_factors(df, "pcie", GATE_FLOOR_FACTOR * ACTIVE_FLOOR_BPS["pcie"], GATE_SYM_MIN, GATE_SIMULT_MIN,
                              GATE_BYTES_PER_J_MAX)
         extra = read_manifest(Path(a.data) / r.run_id)["ground_truth"]["extra"]["0"]
-        truth = {k: extra[k] for k in ("offload_bytes_d2h", "offload_bytes_h2d", "bytes_to_device", "host_threads",
-                                       "offload_overlap") if k in extra}
+        truth = {k: extra[k] for k in ("offload_bytes_d2h", "offload_bytes_h2d", "bytes_to_device", "bytes_to_host",
+                                       "warmup_bytes_to_host", "save", "host_threads", "offload_overlap")
+                 if k in extra}
         out["runs"][r.run_id] = {
             "class": r.cls, "family": r.family, "windows": int(len(df)),
             "gate_pass_share": share,

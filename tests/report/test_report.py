@@ -771,17 +771,29 @@ def test_host_link_item_told_from_the_offload_gate_and_optional(tmp_path):
     ctx = Ctx(res, DATA, True, CONFIGS)
     said = re.sub(r"<[^>]+>", "", _host_link(ctx))
     assert "in 5 of its 6 runs" in said and "alerted on 25" in said and "ran 3.60× to 7.70× as many tokens" in said
-    assert "1 of the node's other 11 runs passed it too" in said and "(1 of 4 kvswap (inference):" in said
-    assert "cannot be the answer" in said and "Host CPU energy" in said
-    assert [i.value for i in ctx.injected] == [1, 11, 0.25, 3.6, 7.7, 5, 6, 1, 4]
-    gate["by_family"]["inference kvswap"]["passing_runs"] = 0     # no benign run passes: the corpus lacks such work
+    assert "1 of the node's 4 benign runs passed it too" in said and "(1 of 4 kvswap runs (inference: a chat server" in said
+    assert "signal-processing" not in said      # only the families that passed are described
+    assert "cannot be the answer" in said and "might separate them" in said
+    assert [i.value for i in ctx.injected] == [4, 0.25, 3.6, 7.7, 5, 6, 1, 4, 1]
+    # a training family passing is not counted as benign; accumulation's cost is told apart
+    gate["by_family"]["training lora"]["passing_runs"] = 2
+    gate["cost"]["train.offload.d"] = {"slowdown": 1.5, "accum": 8}
+    (res / "offload-gate.json").write_text(json.dumps(gate))
+    said = re.sub(r"<[^>]+>", "", _host_link(Ctx(res, DATA, True, CONFIGS)))
+    assert "1 of the node's 4 benign runs passed it too" in said and "(1.50× with gradient accumulation" in said
+    gate["by_family"]["inference kvswap"]["passing_runs"] = 0     # benign look-alikes recorded, none passes
     del gate["cost"]
     (res / "offload-gate.json").write_text(json.dumps(gate))
     del doc["frozen"]["fused"]["per_family"]["zero-offload"]   # not judged by the fused detector: no rate
     (res / "one_gpu.json").write_text(json.dumps(doc))
     said = re.sub(r"<[^>]+>", "", _host_link(Ctx(res, DATA, True, CONFIGS)))
     assert "alerted on" not in said and "decide whether it alerts" in said and "the host's update in every step" in said
-    assert "None of that node's other 11 runs passed the gate" in said and "cannot be trusted to alert alone" in said
+    assert "None of that node's 4 benign runs passed the gate." in said and "cannot be trusted" not in said
+    gate["by_family"]["inference offload"] = gate["by_family"].pop("inference kvswap")   # no look-alike recorded
+    (res / "offload-gate.json").write_text(json.dumps(gate))
+    said = re.sub(r"<[^>]+>", "", _host_link(Ctx(res, DATA, True, CONFIGS)))
+    assert "None of that node's 4 benign runs passed the gate, but none of them moved" in said
+    assert "cannot be trusted to alert alone" in said
     del gate["by_family"]["training zero-offload"]
     (res / "offload-gate.json").write_text(json.dumps(gate))
     assert _host_link(Ctx(res, DATA, True, CONFIGS)) == ""

@@ -134,51 +134,69 @@ def _pipes(ctx) -> str:
     return sentence + "."
 
 
+# what each benign family that loads PCIe both ways is, for the host-link item (a family not listed is named only)
+HOST_LINK_WORK = {
+    "inference kvswap": "a chat server keeping its conversations' caches in host memory between turns",
+    "other stream": "a signal-processing service streaming blocks in and results out",
+}
+
+
 def _host_link(ctx) -> str:
     """One item from results/offload-gate.json (optional): training whose optimizer moved to the host
-    passes the exchange gate on PCIe; whether benign work that moves as many bytes each way passes it too
-    (then the gate cannot alert alone), whether the fused detector's trees followed, and what the
-    offloading costs."""
+    passes the exchange gate on PCIe; whether benign work passes it too (then the gate cannot alert
+    alone), whether the fused detector's trees followed, and what the offloading costs."""
     fams = ctx.value("offload_gate", "by_family") or {}
     zero = fams.get("training zero-offload")
     if not zero:
         return ""
     key = "by_family/training zero-offload"
     others = {f: v for f, v in fams.items() if f != "training zero-offload"}
+    benign = {f: v for f, v in others.items() if not f.startswith("training")}
     src = [("offload_gate", "by_family")]
-    passing = ctx.derived(sum(v["passing_runs"] for v in others.values()), "int", src)
-    total = ctx.derived(sum(v["runs"] for v in others.values()), "int", src)
-    benign = [f for f, v in sorted(others.items()) if v["passing_runs"] and not f.startswith("training")]
+    passing = sum(v["passing_runs"] for v in benign.values())
+    total = ctx.derived(sum(v["runs"] for v in benign.values()), "int", src)
     fused = (ctx.value("one_gpu", "frozen/fused/per_family") or {}).get("zero-offload") if ctx.has("one_gpu") else None
     verdict = (f"the fused detector, whose trees learned training from exchanges over NVLink, alerted on "
                f"{ctx.num('one_gpu', 'frozen/fused/per_family/zero-offload/alerted_frac', 'pct')} of them"
                if fused else "the fused detector's trees, which learned training from exchanges over NVLink, "
                "decide whether it alerts")
     cost = {w: c for w, c in ((ctx.load("offload_gate") or {}).get("cost") or {}).items() if c.get("slowdown")}
-    price = ("at the price of the host's update in every step" if not cost else
-             "at a price: the same configurations trained on the GPU alone ran "
-             + ctx.spread([c["slowdown"] for c in cost.values()], "x", [("offload_gate", "cost")])
-             + " as many tokens per second")
+    plain = [c["slowdown"] for c in cost.values() if c.get("accum", 1) == 1]
+    accum = [c["slowdown"] for c in cost.values() if c.get("accum", 1) > 1]
+    csrc = [("offload_gate", "cost")]
+    price = "at the price of the host's update in every step"
+    if plain:
+        price = (f"at a price: the same configurations trained on the GPU alone ran "
+                 f"{ctx.spread(plain, 'x', csrc)} as many tokens per second"
+                 + (f" ({ctx.spread(accum, 'x', csrc)} with gradient accumulation, several micro-batches per "
+                    f"exchange)" if accum else ""))
     item = (f"<li><b>Watch the host beside the host link.</b> Training whose optimizer runs on the host "
             f"(ZeRO-Offload: gradients out and weights back over PCIe at every step) passed the exchange gate in "
             f"at least half its windows in {ctx.num('offload_gate', key + '/passing_runs', 'int')} of its "
             f"{ctx.num('offload_gate', key + '/runs', 'int')} runs on the one-GPU node, and {verdict}: any "
             f"framework that offloads its optimizer offers this evasion, {price}. ")
-    if not benign:
-        return item + (f"None of that node's other {total} runs passed the gate, but none of them moved as many "
-                       f"bytes into the GPU as out of it; until benign work that does is in the corpus, the gate's "
-                       f"PCIe evidence cannot be trusted to alert alone.</li>")
-    named = ", ".join(f"{ctx.num('offload_gate', f'by_family/{f}/passing_runs', 'int')} of "
-                      f"{ctx.num('offload_gate', f'by_family/{f}/runs', 'int')} {html.escape(f.split(' ', 1)[1])} "
-                      f"({html.escape(f.split(' ', 1)[0])})" for f in benign)
-    return item + (f"The gate alone cannot be the answer: {passing} of the node's other {total} runs passed it too, "
-                   f"all benign work that moves about as many bytes each way ({named}: a chat server keeping "
-                   f"conversations' caches in host memory between turns, a signal-processing service streaming "
-                   f"blocks in and results out). What sets the optimizer apart is on the host: the update is "
-                   f"arithmetic on every byte that came down, done by the CPU between the download and the "
-                   f"upload, where a cache tier or a stream only copies. Host CPU energy and utilisation, sampled "
-                   f"beside the PCIe counters, would let the gate's evidence alert; this project has not measured "
-                   f"them yet.</li>")
+    if not passing:
+        lacking = not any(f in benign for f in HOST_LINK_WORK)
+        return item + (f"None of that node's {total} benign runs passed the gate"
+                       + (", but none of them moved as many bytes into the GPU as out of it; until benign work "
+                          "that does is in the corpus, the gate's PCIe evidence cannot be trusted to alert alone"
+                          if lacking else "") + ".</li>")
+    named = []
+    for f, v in sorted(benign.items()):
+        if not v["passing_runs"]:
+            continue
+        cls, fam = f.split(" ", 1)
+        what = f": {HOST_LINK_WORK[f]}" if f in HOST_LINK_WORK else ""
+        named.append(f"{ctx.num('offload_gate', f'by_family/{f}/passing_runs', 'int')} of "
+                     f"{ctx.num('offload_gate', f'by_family/{f}/runs', 'int')} {html.escape(fam)} runs "
+                     f"({html.escape(cls)}{html.escape(what)})")
+    return item + (f"The gate alone cannot be the answer: "
+                   f"{ctx.derived(passing, 'int', src)} of the node's {total} benign runs passed it too ("
+                   + "; ".join(named) + "). What sets the optimizer apart may be on the host: the update is "
+                   "arithmetic on every byte that came down, done by the CPU between the download and the upload, "
+                   "where a cache tier mostly copies (a real service also spends host CPU on its own work). Host "
+                   "CPU energy and utilisation sampled beside the PCIe counters might separate them; this project "
+                   "has not measured them yet.</li>")
 
 
 def render(ctx, figs) -> str:
