@@ -10,19 +10,18 @@ same one, while the next cohort computes in the other. The save and the load run
 on that stream, so PCIe carries both directions within a fraction of a second, not at the same instant;
 and because every ledger step synchronises the whole device (all streams), the copies overlap only the
 next turn's prefill, whose recorded step time includes them (as the H200 runs of 2026-12-02 were
-recorded). A conversation that
-would outgrow ``seq_len`` ends and a new one starts in its place (nothing to load); the cohorts'
-conversations start at staggered ages (their histories prefilled before the run) so a run sees every
-length, as a server with many users does.
+recorded). A conversation that would outgrow ``seq_len`` ends and a new one starts in its place
+(nothing to load); the cohorts' conversations start at staggered ages (their histories prefilled
+before the run) so a run sees every length, as a server with many users does.
 
 ``save``: ``full`` writes the whole cache back each turn (a swap space: the device blocks are freed,
 the host copy is the only one), ``new`` only the turn's tokens (a persistent host tier that keeps
 what it had): the first saves a little more than it loads (the turn's tokens, and a new conversation
 loads nothing but saves its first turn), the second mostly loads.
 
-Why in the benign corpus: heavy PCIe traffic both ways, at similar rates, at the same time, is what
-ZeRO-Offload training (train_offload.py) does with gradients down and weights up, and what the
-exchange gate reads as training on a one-GPU node.
+Why in the benign corpus: heavy PCIe traffic both ways at similar rates, within a fraction of a
+second, is what ZeRO-Offload training (train_offload.py) does with gradients down and weights up, and
+what the exchange gate reads as training on a one-GPU node.
 
 Ground truth: ``turns``, ``conversations_ended``, ``bytes_to_device`` / ``bytes_to_host`` (the run's
 loads and saves, counted where they are issued; the warm-up's saves are apart in
