@@ -44,7 +44,7 @@ from torch import nn
 
 from . import flops as flopcount
 from .base import Context, variants
-from .infer import weight_versions, weights_written
+from .infer import weight_versions
 from .infer_common import build_model, model_config, prompt_source
 from .model import loss_fn
 
@@ -201,7 +201,6 @@ def run_quantize(ctx: Context, cfg: dict) -> None:
         held = src.prompts(int(cfg.get("eval_texts", 8)), length + 1)
         original = [p.detach().clone() for p in model.parameters()]
         versions = weight_versions(model)
-        start = list(versions)
 
         def held_loss() -> float:
             return float(loss_fn(model(held[:, :-1]), held[:, 1:]))
@@ -245,7 +244,9 @@ def run_quantize(ctx: Context, cfg: dict) -> None:
             for p, o in zip(model.parameters(), original):
                 p.copy_(o)
             versions = weight_versions(model)   # the restore is not the next pass's writing
-        ctx.ledger.extra.update(passes=passes, weights_changed=weights_written(model, start),
+        # GPTQ wrote the weights if a pass did (the restores between passes are writes too, so the
+        # versions at the end would say True whatever GPTQ did)
+        ctx.ledger.extra.update(passes=passes, weights_changed=any(p["tensors_written"] for p in passes),
                                 weight_grads=sum(p.grad is not None for p in model.parameters()))
 
 

@@ -35,10 +35,14 @@ def chirp(m: int, rate: float, length: int) -> torch.Tensor:
     return out.to(torch.complex64)
 
 
+def chirp_rates(filters: int) -> list[float]:
+    """The bank's chirp rates (cycles per sample at the pulse's end), below the Nyquist limit."""
+    return torch.linspace(0.1, 0.45, filters).tolist()
+
+
 def filter_bank(m: int, filters: int, length: int) -> torch.Tensor:
     """The matched filters' spectra, conj(FFT(chirp)), of ``filters`` chirp rates: [filters, m]."""
-    rates = torch.linspace(0.1, 0.45, filters).tolist()
-    return torch.stack([torch.fft.fft(chirp(m, r, length)).conj() for r in rates])
+    return torch.stack([torch.fft.fft(chirp(m, r, length)).conj() for r in chirp_rates(filters)])
 
 
 def received(pulses: int, m: int, bank_len: int, filters: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,7 +51,7 @@ def received(pulses: int, m: int, bank_len: int, filters: int, seed: int) -> tup
     g = torch.Generator().manual_seed(seed)
     delays = torch.randint(0, m - bank_len, (pulses,), generator=g)
     which = torch.randint(0, filters, (pulses,), generator=g)
-    rates = torch.linspace(0.1, 0.45, filters).tolist()
+    rates = chirp_rates(filters)
     x = torch.randn(pulses, m, dtype=torch.complex64, generator=g)
     for f in range(filters):
         rows = (which == f).nonzero().flatten()
