@@ -2,10 +2,12 @@
 detail: per family, how many runs pass the gate in at least half their in-run windows; per run of the
 chosen families, the share of in-run windows passing the gate and the medians of the PCIe channel's
 exchange factors and of the features they read (rules.exchange_factors at the gate's thresholds), with
-the workload's own ground truth of bytes moved over PCIe beside them; and what offloading the optimizer
-costs: per ZeRO-Offload configuration, its tokens per second (tokens per step over the run's median
-step time, median over its runs) against the same configuration (model, batch, bf16 weights, AdamW)
-trained on the GPU alone (`train.single` runs).
+the workload's own ground truth of bytes moved over PCIe beside them (and over the time its steps took,
+``*_per_step_s``: the rate while it worked; set-up before the first step is left out); and what
+offloading the optimizer costs, by the red team's measure (``redteam.cost``: tokens per GPU-hour over
+the run's wall time, the GPU-hour multiplier, the loss penalty at equal tokens) against the same
+configuration (model, batch, bf16 weights, AdamW) trained on the GPU alone (`train.single` runs, the
+longest as the baseline, as ``redteam.cost.score_costs`` picks it).
 
     python scripts/offload_gate.py --data data/h200x1 --family offload --family zero-offload \
         --family kvswap --family stream --out results/offload-gate.json
@@ -25,6 +27,7 @@ from trainsentry.detect.pipeline import default_cache_dir
 from trainsentry.detect.rules import (GATE_BYTES_PER_J_MAX, GATE_FLOOR_FACTOR, GATE_SIMULT_MIN, GATE_SYM_MIN,
                                       exchange_factors, exchange_gate)
 from trainsentry.features.comm import ACTIVE_FLOOR_BPS
+from trainsentry.redteam.cost import compare, load_truth, run_cost
 from trainsentry.traces.io import read_manifest
 
 FEATURES = ("comm.pcie.Bps.min", "comm.pcie.sym.min", "comm.pcie.duty.min", "comm.pcie.log_bytes_per_J.mean")
@@ -40,43 +43,56 @@ def _median(v) -> float | None:
 OFFLOAD_KEYS = ("offload", "offload_overlap", "offload_overlap_after", "host_threads", "accum")
 
 
-def _tokens_per_s(manifest: dict) -> float | None:
-    g = manifest["ground_truth"]
-    if not g.get("steps") or not g.get("step_times_s"):
-        return None
-    return g["tokens"] / g["steps"] / float(np.median(g["step_times_s"]))
-
-
 def _key(config: dict) -> str:
     return json.dumps({k: v for k, v in config.items() if k not in OFFLOAD_KEYS}, sort_keys=True)
 
 
 def offload_cost(data: Path) -> dict:
-    """Per ZeRO-Offload configuration: its tokens per second against the same configuration trained on
-    the GPU alone (the same model, batch, precision and optimizer; `train.single` runs)."""
+    """Per ZeRO-Offload configuration, medians over its runs of ``redteam.cost.compare`` against the
+    longest GPU-only run of the same configuration; ``slowdown``: the baseline's tokens per GPU-hour
+    over the configuration's."""
     offload: dict[str, list] = {}
     alone: dict[str, list] = {}
     for m in sorted(data.glob("*/manifest.json")):
-        man = json.loads(m.read_text())
-        lab, tps = man["labels"], _tokens_per_s(man)
-        if tps is None:
+        lab = json.loads(m.read_text())["labels"]
+        if lab["family"] not in ("zero-offload", "single-gpu"):
             continue
+        truth = load_truth(m.parent)
+        if not (truth["ground_truth"].get("steps") and truth["ground_truth"].get("loss_curve")):
+            continue   # nothing to score (run_cost needs steps and a loss curve)
         if lab["family"] == "zero-offload":
-            offload.setdefault(lab["workload"], []).append((m.parent.name, tps, lab["config"]))
-        elif lab["family"] == "single-gpu":
-            alone.setdefault(_key(lab["config"]), []).append((m.parent.name, tps))
+            offload.setdefault(lab["workload"], []).append((run_cost(truth), lab["config"]))
+        else:
+            alone.setdefault(_key(lab["config"]), []).append(run_cost(truth))
     cost = {}
     for workload, runs in sorted(offload.items()):
-        config = runs[0][2]
-        base = alone.get(_key(config), [])
-        mine = float(np.median([t for _, t, _ in runs]))
-        ref = float(np.median([t for _, t in base])) if base else None
+        config = runs[0][1]
+        base = max(alone.get(_key(config), []), key=lambda c: c.total_tokens, default=None)
+        rows = [compare(c, base) for c, _ in runs] if base else []
         cost[workload] = {"accum": config.get("accum", 1), "delayed_update": bool(config.get("offload_overlap")),
-                          "runs": [r for r, *_ in runs], "tokens_per_s": round(mine, 1),
-                          "baseline_runs": [r for r, _ in base],
-                          "baseline_tokens_per_s": round(ref, 1) if ref else None,
-                          "slowdown": round(ref / mine, 3) if ref else None}
+                          "runs": [c.run_id for c, _ in runs], "baseline_run": base.run_id if base else None,
+                          "tokens_per_gpu_hour": _median([r["tokens_per_gpu_hour"] for r in rows]),
+                          "baseline_tokens_per_gpu_hour": round(rows[0]["baseline_tokens_per_gpu_hour"], 1) if rows else None,
+                          "slowdown": _median([r["baseline_tokens_per_gpu_hour"] / r["tokens_per_gpu_hour"] for r in rows]),
+                          "gpu_hour_multiplier": _median([r["gpu_hour_multiplier"] for r in rows
+                                                          if r["gpu_hour_multiplier"] is not None]),
+                          "loss_penalty_equal_tokens": _median([r["loss_penalty_equal_tokens"] for r in rows
+                                                                if r["loss_penalty_equal_tokens"] is not None])}
     return cost
+
+
+def _truth(manifest: dict) -> dict:
+    """The ground truth of PCIe bytes, with rates over the time the run's steps took."""
+    g = manifest["ground_truth"]
+    extra = g["extra"]["0"]
+    truth = {k: extra[k] for k in ("offload_bytes_d2h", "offload_bytes_h2d", "bytes_to_device", "bytes_to_host",
+                                   "warmup_bytes_to_host", "save", "host_threads", "offload_overlap") if k in extra}
+    steps_s = float(sum(g.get("step_times_s") or []))
+    truth.update(run_s=round(manifest["end"] - manifest["start"], 2), steps_s=round(steps_s, 2))
+    for k in ("offload_bytes_d2h", "offload_bytes_h2d", "bytes_to_device", "bytes_to_host"):
+        if k in extra and steps_s > 0:
+            truth[f"{k}_per_step_s"] = round(extra[k] / steps_s, 1)
+    return truth
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,22 +119,18 @@ def main(argv: list[str] | None = None) -> int:
             continue
         f = exchange_factors(df, "pcie", GATE_FLOOR_FACTOR * ACTIVE_FLOOR_BPS["pcie"], GATE_SYM_MIN, GATE_SIMULT_MIN,
                              GATE_BYTES_PER_J_MAX)
-        extra = read_manifest(Path(a.data) / r.run_id)["ground_truth"]["extra"]["0"]
-        truth = {k: extra[k] for k in ("offload_bytes_d2h", "offload_bytes_h2d", "bytes_to_device", "bytes_to_host",
-                                       "warmup_bytes_to_host", "save", "host_threads", "offload_overlap")
-                 if k in extra}
         out["runs"][r.run_id] = {
             "class": r.cls, "family": r.family, "windows": int(len(df)),
             "gate_pass_share": share,
             "pcie_factors_median": {k: _median(v) for k, v in f.items()},
             "features_median": {k: _median(df[k]) if k in df else None for k in FEATURES},
-            "ground_truth": truth}
+            "ground_truth": _truth(read_manifest(Path(a.data) / r.run_id))}
     out["cost"] = offload_cost(Path(a.data))
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     for fam, v in sorted(out["by_family"].items()):
         print(fam, v)
     for w, c in out["cost"].items():
-        print(w, c["tokens_per_s"], c["baseline_tokens_per_s"], c["slowdown"])
+        print(w, c["tokens_per_gpu_hour"], c["baseline_tokens_per_gpu_hour"], c["slowdown"])
     return 0
 
 

@@ -770,7 +770,7 @@ def test_host_link_item_told_from_the_offload_gate_and_optional(tmp_path):
     (res / "one_gpu.json").write_text(json.dumps(doc))
     ctx = Ctx(res, DATA, True, CONFIGS)
     said = re.sub(r"<[^>]+>", "", _host_link(ctx))
-    assert "in 5 of its 6 runs" in said and "alerted on 25" in said and "ran 3.60× to 7.70× as many tokens" in said
+    assert "in 5 of its 6 runs" in said and "alerted on 25" in said and "ran 3.60× to 7.70× as many tokens per GPU-hour" in said
     assert "1 of the node's 4 benign runs passed it too" in said and "(1 of 4 kvswap runs (inference: a chat server" in said
     assert "signal-processing" not in said      # only the families that passed are described
     assert "cannot be the answer" in said and "might separate them" in said

@@ -167,7 +167,7 @@ def _host_link(ctx) -> str:
     price = "at the price of the host's update in every step"
     if plain:
         price = (f"at a price: the same configurations trained on the GPU alone ran "
-                 f"{ctx.spread(plain, 'x', csrc)} as many tokens per second"
+                 f"{ctx.spread(plain, 'x', csrc)} as many tokens per GPU-hour"
                  + (f" ({ctx.spread(accum, 'x', csrc)} with gradient accumulation, several micro-batches per "
                     f"exchange)" if accum else ""))
     item = (f"<li><b>Watch the host beside the host link.</b> Training whose optimizer runs on the host "
