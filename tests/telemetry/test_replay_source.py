@@ -119,8 +119,9 @@ def test_open_sources(trace, tmp_path):
 
 
 def test_a_trace_from_before_the_pipe_metrics_reads_them_as_not_reported(trace, tmp_path):
-    """The committed datasets were recorded before the GPM pipe metrics (schema ``late``): their
-    samples lack those columns, which read back as nulls; any other missing column is an error."""
+    """The committed datasets were recorded before the GPM pipe metrics and the host source (schema
+    ``late``): their samples lack those columns (and the host counters' rate columns), which read back
+    as nulls; any other missing column is an error."""
     import shutil
 
     import pyarrow.parquet as pq
@@ -129,7 +130,9 @@ def test_a_trace_from_before_the_pipe_metrics_reads_them_as_not_reported(trace, 
     from trainsentry.traces.schema import METRICS
 
     late = [m.name for m in METRICS if m.late]
-    assert late == ["gpm_fp32_util_pct", "gpm_fp16_util_pct", "gpm_integer_util_pct"]
+    assert late == ["gpm_fp32_util_pct", "gpm_fp16_util_pct", "gpm_integer_util_pct", "cpu_user_ms",
+                    "cpu_system_ms", "cpu_idle_ms", "cpu_energy_uj", "host_mem_used_bytes"]
+    late += [m.rate_name for m in METRICS if m.late and m.rate_name]
     run, readings = trace
     old = tmp_path / "old"
     shutil.copytree(run, old)

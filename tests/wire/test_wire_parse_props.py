@@ -25,12 +25,15 @@ CODES = {"bad_json", "bad_schema", "bad_version", "bad_field", "too_large"}
 
 finite = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e18, max_value=1e18)
 metric_value = st.one_of(st.integers(min_value=-(2 ** 63), max_value=2 ** 64 - 1), finite)
-sample = st.fixed_dictionaries({
-    "dev": st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._:-]{0,20}\Z"),
-    "kind": st.sampled_from(DEVICE_KINDS),
+_sample_rest = {
     "t": st.floats(min_value=0, max_value=4e9, allow_nan=False),
     "m": st.dictionaries(st.sampled_from([m.name for m in METRICS]), metric_value, max_size=6),
-})
+}
+sample = st.one_of(
+    st.fixed_dictionaries({"dev": st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._:-]{0,20}\Z"),
+                           "kind": st.sampled_from([k for k in DEVICE_KINDS if k != "host"]), **_sample_rest}),
+    st.fixed_dictionaries({"dev": st.just("host"), "kind": st.just("host"), **_sample_rest}),  # one per node
+)
 batch_args = st.fixed_dictionaries({
     "node": st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,30}\Z"),
     "seq": st.integers(min_value=1, max_value=2 ** 63 - 1),
@@ -146,7 +149,7 @@ def test_a_bad_value_anywhere_is_rejected(args, data, bad, in_t):
 
 
 @SETTINGS
-@given(nonempty, st.data(), st.sampled_from(["unknown_metric", "bad_dev", "bad_kind", "drop_key", "extra_key",
+@given(nonempty, st.data(), st.sampled_from(["unknown_metric", "bad_dev", "bad_kind", "second_host", "drop_key", "extra_key",
                                              "not_object", "m_not_object"]))
 def test_structural_mutations_are_rejected_with_their_code(args, data, how):
     def mutate(samples, i):
@@ -157,6 +160,8 @@ def test_structural_mutations_are_rejected_with_their_code(args, data, how):
             s["dev"] = data.draw(st.sampled_from(["", "-gpu", "gpu 0", "g" * 65, 7, None, ["gpu0"]]))
         elif how == "bad_kind":
             s["kind"] = data.draw(st.sampled_from(["GPU", "cpu", "", 1, None]))
+        elif how == "second_host":    # a node has one host device, named "host"
+            s["kind"], s["dev"] = "host", data.draw(st.sampled_from(["gpu0", "host2", "Host"]))
         elif how == "drop_key":
             del s[data.draw(st.sampled_from(sorted(s)))]
         elif how == "extra_key":
@@ -165,7 +170,7 @@ def test_structural_mutations_are_rejected_with_their_code(args, data, how):
             samples[i] = data.draw(st.sampled_from([[], 1, "s", None, True]))
         else:
             s["m"] = data.draw(st.sampled_from([[], 1, "m", None]))
-    want = "bad_field" if how in ("unknown_metric", "bad_dev", "bad_kind") else "bad_schema"
+    want = "bad_field" if how in ("unknown_metric", "bad_dev", "bad_kind", "second_host") else "bad_schema"
     assert _outcome(_mutated_sample(args, data, mutate)) == ("error", want)
 
 

@@ -5,7 +5,9 @@ Existing Grafana dashboards for dcgm-exporter select series by metric name and t
 (power in W, framebuffer in MiB, energy in mJ, PROF activity as a 0..1 ratio, PROF bandwidth in
 bytes per second), converted from the raw readings below. Network counters follow node_exporter
 (``node_network_transmit_bytes_total{device="eth0"}``; InfiniBand ports as
-``node_infiniband_port_data_transmitted_bytes_total{device="mlx5_0",port="1"}``).
+``node_infiniband_port_data_transmitted_bytes_total{device="mlx5_0",port="1"}``). The host source's
+readings are summed over CPUs and packages, unlike node_exporter's per-CPU ones, so they carry our own
+names (``trainsentry_host_cpu_seconds_total{mode="user"}``).
 
 Counters stay cumulative (the reader takes ``rate()``). prometheus-client always appends
 ``_total`` to a family typed "counter", but dcgm-exporter's counter names have no suffix; to keep
@@ -146,6 +148,20 @@ class LatestReadings:
                 out.append(Reading(r.device, r.kind, r.t, fresh))
             return out
 
+# host metric -> (exposed name, prometheus type, scale, labels, help)
+HOST_MAP: dict[str, tuple[str, str, float, dict[str, str], str]] = {
+    "cpu_user_ms": ("trainsentry_host_cpu_seconds", "counter", 1e-3, {"mode": "user"},
+                    "CPU seconds, summed over CPUs, by mode (/proc/stat)."),
+    "cpu_system_ms": ("trainsentry_host_cpu_seconds", "counter", 1e-3, {"mode": "system"},
+                      "CPU seconds, summed over CPUs, by mode (/proc/stat)."),
+    "cpu_idle_ms": ("trainsentry_host_cpu_seconds", "counter", 1e-3, {"mode": "idle"},
+                    "CPU seconds, summed over CPUs, by mode (/proc/stat)."),
+    "cpu_energy_uj": ("trainsentry_host_cpu_package_joules", "counter", 1e-6, {},
+                      "RAPL package energy, all packages, since the agent's host source opened (in J)."),
+    "host_mem_used_bytes": ("trainsentry_host_memory_used_bytes", "gauge", 1.0, {},
+                            "Host memory in use, MemTotal - MemAvailable (in B)."),
+}
+
 
 def _compact(sets: dict[tuple, Reading]) -> int:
     """Drop the readings whose every metric a newer one has (they serve nothing); returns how many
@@ -188,6 +204,13 @@ class AgentCollector:
                         continue  # unsupported on this device: absent, never zero
                     sample_name = name + "_total" if typ == "counter" else name
                     family(name, typ, doc).add_sample(sample_name, labels, float(v) * scale)
+            elif r.kind == "host":
+                for raw, (name, typ, scale, extra, doc) in HOST_MAP.items():
+                    v = r.values.get(raw)
+                    if v is not None:
+                        sample_name = name + "_total" if typ == "counter" else name
+                        family(name, typ, doc).add_sample(sample_name, {"Hostname": self.hostname, **extra},
+                                                          float(v) * scale)
             else:
                 table = IB_MAP if r.kind == "ib" else NET_MAP
                 if r.kind == "ib" and ":" in r.device:

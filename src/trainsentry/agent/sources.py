@@ -4,8 +4,10 @@ Specs: ``nvml``, ``nvml:KEY=SECONDS[,KEY=SECONDS]`` (how often the costlier NVML
 ``nvlink_period_s`` (0: every tick, the default), ``energy_period_s`` (1), ``gpm_period_s`` (1),
 ``slow_period_s`` (1); docs/telemetry.md says what each costs), ``net``, ``net+lo`` (also the
 loopback interface, which ``net`` leaves out), ``net:SYSFS_ROOT`` (node_exporter's
-``--path.sysfs``: a container that mounts the host's /sys elsewhere), ``replay:RUN_DIR``. The
-``net:ROOT`` and ``nvml:...`` forms are translated into the telemetry package's options;
+``--path.sysfs``: a container that mounts the host's /sys elsewhere), ``host`` (CPU time, CPU
+package energy and memory in use, from /proc and /sys), ``host:ROOT`` (the same from ROOT/proc and
+ROOT/sys: a container that mounts the host's under /host), ``replay:RUN_DIR``. The ``net:ROOT``,
+``host:ROOT`` and ``nvml:...`` forms are translated into the telemetry package's options;
 everything else is passed through.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-DEFAULT_SPECS = ("nvml", "net")
+DEFAULT_SPECS = ("nvml", "net", "host")
 NVML_PERIODS = ("nvlink_period_s", "energy_period_s", "gpm_period_s", "slow_period_s")
 
 
@@ -44,6 +46,10 @@ def open_sources(specs: Sequence[str], replay_speed: float = 1.0) -> list:
         elif spec.startswith("net:"):
             opts["net_sysfs_root"] = spec[4:]
             plain.append("net")
+        elif spec.startswith("host:"):
+            opts["host_proc_root"] = f"{spec[5:].rstrip('/')}/proc"
+            opts["host_sysfs_root"] = f"{spec[5:].rstrip('/')}/sys"
+            plain.append("host")
         elif spec == "net+lo":
             opts["net_exclude"] = ()  # the loopback interface too (ranks on one machine talk over it)
             plain.append("net")

@@ -145,6 +145,15 @@ ALTER TABLE samples ADD COLUMN gpm_fp16_util_pct REAL;
 ALTER TABLE samples ADD COLUMN gpm_integer_util_pct REAL;
 """
 
+# The host source (telemetry/host.py): CPU time, RAPL package energy, host memory in use.
+_V16 = """
+ALTER TABLE samples ADD COLUMN cpu_user_ms INTEGER;
+ALTER TABLE samples ADD COLUMN cpu_system_ms INTEGER;
+ALTER TABLE samples ADD COLUMN cpu_idle_ms INTEGER;
+ALTER TABLE samples ADD COLUMN cpu_energy_uj INTEGER;
+ALTER TABLE samples ADD COLUMN host_mem_used_bytes INTEGER;
+"""
+
 # Back-dated batches: how many of a node's batches started before its latest sample already stored,
 # and by how much at most (store.py; time regressions beyond the tolerance are also unmonitored).
 _V12 = """
@@ -201,6 +210,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (13, _V13),  # nodes.last_data_seen: when the last batch carrying samples was committed (server clock)
     (14, _V14),  # devices.last_t: each device's latest sample, so a device that stops reporting is seen
     (15, _V15),  # device_silences: the spans a GPU or IB port went unreported while its node went on
+    (16, _V16),  # samples: the host source's CPU time, CPU package energy and host memory in use
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -17,9 +17,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from ..traces.schema import GPU_METRICS, NET_METRICS
+from ..traces.schema import GPU_METRICS, HOST_METRICS, NET_METRICS
 
 RATE_COLUMNS = ("nvlink_tx_Bps", "nvlink_rx_Bps", "energy_W", "net_tx_Bps", "net_rx_Bps")
+# The host source (kind ``host``): busy cores by mode and CPU package power, re-binned like byte rates;
+# host memory in use, held like a gauge.
+HOST_RATE_COLUMNS = tuple(m.rate_name for m in HOST_METRICS if m.rate_name)
+HOST_GAUGE_COLUMNS = tuple(m.name for m in HOST_METRICS if m.kind != "counter")
 GAUGE_COLUMNS = tuple(m.name for m in GPU_METRICS if m.kind != "counter")
 # Gauges that cannot be negative (power, utilisation, memory, clocks, byte rates): a negative reading is
 # no reading, and is held as missing. The wire takes any |v| < 2**64, so a node can send one; before,
@@ -38,10 +42,12 @@ class NodeGrid:
     dt_s: float
     gpus: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     nets: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    host: dict[str, np.ndarray] = field(default_factory=dict)   # the host source's series, if recorded
 
     def slice(self, i0: int, i1: int) -> "NodeGrid":
         cut = lambda devs: {d: {k: v[i0:i1] for k, v in m.items()} for d, m in devs.items()}  # noqa: E731
-        return NodeGrid(self.node, self.t[i0:i1], self.dt_s, cut(self.gpus), cut(self.nets))
+        return NodeGrid(self.node, self.t[i0:i1], self.dt_s, cut(self.gpus), cut(self.nets),
+                        {k: v[i0:i1] for k, v in self.host.items()})
 
     def gpu_metric(self, name: str) -> dict[str, np.ndarray]:
         """Per GPU, the metric's series where the GPU reports it at all."""
@@ -92,8 +98,9 @@ def to_grids(table: pa.Table, hz: float = 10.0, t0: float | None = None, t1: flo
     devices = np.asarray(table.column("device").to_pylist())
     kinds = np.asarray(table.column("kind").to_pylist())
     t_all = _column(table, "t")
-    cols = {c: _column(table, c) for c in RATE_COLUMNS + GAUGE_COLUMNS if c in table.column_names}
-    for c in NON_NEGATIVE_GAUGES:
+    cols = {c: _column(table, c) for c in RATE_COLUMNS + GAUGE_COLUMNS + HOST_RATE_COLUMNS + HOST_GAUGE_COLUMNS
+            if c in table.column_names}
+    for c in NON_NEGATIVE_GAUGES + HOST_GAUGE_COLUMNS:
         if c in cols:
             cols[c] = np.where(cols[c] < 0, np.nan, cols[c])
     dt = 1.0 / hz
@@ -119,7 +126,12 @@ def to_grids(table: pa.Table, hz: float = 10.0, t0: float | None = None, t1: flo
                     if c in cols:
                         series[c] = _hold(t, cols[c][sel][order], edges[1:], max_hold_s)
                 grid.gpus[dev] = {k: v for k, v in series.items() if np.isfinite(v).any()}
-            elif dev not in IGNORED_NET_DEVICES:
+            elif kind == "host" and dev == "host":      # the wire accepts no other host device
+                series = {c: _rebin_rate(t, cols[c][sel][order], edges) for c in HOST_RATE_COLUMNS if c in cols}
+                series.update({c: _hold(t, cols[c][sel][order], edges[1:], max_hold_s)
+                               for c in HOST_GAUGE_COLUMNS if c in cols})
+                grid.host = {k: v for k, v in series.items() if np.isfinite(v).any()}
+            elif kind in ("net", "ib") and dev not in IGNORED_NET_DEVICES:
                 series = {c: _rebin_rate(t, cols[c][sel][order], edges) for c in ("net_tx_Bps", "net_rx_Bps")
                           if c in cols}
                 grid.nets[dev] = {k: v for k, v in series.items() if np.isfinite(v).any()}
@@ -127,4 +139,5 @@ def to_grids(table: pa.Table, hz: float = 10.0, t0: float | None = None, t1: flo
     return grids
 
 
-__all__ = ["NodeGrid", "to_grids", "RATE_COLUMNS", "GAUGE_COLUMNS", "NON_NEGATIVE_GAUGES", "NET_METRICS"]
+__all__ = ["NodeGrid", "to_grids", "RATE_COLUMNS", "GAUGE_COLUMNS", "NON_NEGATIVE_GAUGES", "NET_METRICS",
+           "HOST_RATE_COLUMNS", "HOST_GAUGE_COLUMNS"]

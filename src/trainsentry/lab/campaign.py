@@ -198,7 +198,7 @@ def run_campaign(path: str | Path, data_root: str | Path = "data", budget_s: flo
     if recorder_factory is None:
         from ..agent.record import Recorder
         from ..agent.sources import open_sources
-        recorder_factory = lambda: Recorder(open_sources(sources or ["nvml", "net"]), hz=campaign.hz,  # noqa: E731
+        recorder_factory = lambda: Recorder(open_sources(sources or ["nvml", "net", "host"]), hz=campaign.hz,  # noqa: E731
                                             node=campaign.node)
     recorder = recorder_factory()
     recorder.start()

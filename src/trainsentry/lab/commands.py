@@ -17,7 +17,7 @@ console = Console()
 @app.command("run")
 def run(campaign: Path, data: Path = typer.Option(Path("data"), help="root for run directories"),
         budget_s: float = typer.Option(None, help="plan only the runs that fit this many seconds"),
-        source: list[str] = typer.Option(["nvml", "net"], help="telemetry sources to record"),
+        source: list[str] = typer.Option(["nvml", "net", "host"], help="telemetry sources to record"),
         retry_failed: bool = typer.Option(False, help="plan again the runs an earlier call failed")) -> None:
     """Run the campaign's runs that are not on disk yet, under the recording agent."""
     from .campaign import run_campaign

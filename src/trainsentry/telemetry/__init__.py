@@ -1,4 +1,5 @@
-"""Telemetry sources: nvml (GPUs), net (sysfs network counters), replay (recorded traces)."""
+"""Telemetry sources: nvml (GPUs), net (sysfs network counters), host (CPU time and energy, host memory),
+replay (recorded traces)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,20 @@ from .base import Reading, Source, SourceError
 
 __all__ = ["Reading", "Source", "SourceError", "open_sources", "SOURCE_KINDS"]
 
-SOURCE_KINDS = ("nvml", "net", "replay:PATH")
+SOURCE_KINDS = ("nvml", "net", "host", "replay:PATH")
 
 
 def open_sources(spec: list[str], **opts: Any) -> list[Source]:
-    """Open sources by name: ``"nvml"``, ``"net"``, ``"replay:PATH"``.
+    """Open sources by name: ``"nvml"``, ``"net"``, ``"host"``, ``"replay:PATH"``.
 
     ``opts`` go to the constructor of the source they belong to, by prefix: ``nvml_gpus=[0, 1]``,
     ``nvml_gpm=False``, ``nvml_module=fake_pynvml``, ``net_sysfs_root="/host/sys"``,
+    ``host_proc_root="/host/proc"``, ``host_sysfs_root="/host/sys"``,
     ``replay_speed=10.0``, ``replay_loop=True``; ``clock=`` goes to every source. An unknown name or
     option is a ValueError naming it; a source that opens fails as a whole, after closing the ones
     already opened.
     """
+    from .host import HostSource
     from .net import NetSource
     from .nvml import NvmlSource
 
@@ -30,7 +33,7 @@ def open_sources(spec: list[str], **opts: Any) -> list[Source]:
         from .replay import ReplaySource
         return ReplaySource(*args, **kw)
 
-    classes = {"nvml": NvmlSource, "net": NetSource, "replay": replay_source}
+    classes = {"nvml": NvmlSource, "net": NetSource, "host": HostSource, "replay": replay_source}
     by_kind: dict[str, dict[str, Any]] = {k: {} for k in classes}
     common: dict[str, Any] = {}
     for key, value in opts.items():
@@ -40,7 +43,7 @@ def open_sources(spec: list[str], **opts: Any) -> list[Source]:
         elif kind in by_kind and name:
             by_kind[kind]["nvml" if (kind, name) == ("nvml", "module") else name] = value
         else:
-            raise ValueError(f"unknown source option {key!r} (use nvml_*, net_*, replay_* or clock)")
+            raise ValueError(f"unknown source option {key!r} (use nvml_*, net_*, host_*, replay_* or clock)")
     opened: list[Source] = []
     try:
         for item in spec:

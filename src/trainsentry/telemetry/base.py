@@ -14,8 +14,8 @@ from typing import Protocol, runtime_checkable
 
 @dataclass(slots=True)
 class Reading:
-    device: str                     # "gpu0", "eth0", "mlx5_0:1"
-    kind: str                       # "gpu" | "net" | "ib"
+    device: str                     # "gpu0", "eth0", "mlx5_0:1", "host"
+    kind: str                       # "gpu" | "net" | "ib" | "host"
     t: float                        # seconds since the epoch
     values: dict[str, float | int] = field(default_factory=dict)
 

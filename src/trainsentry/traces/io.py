@@ -38,7 +38,8 @@ def arrow_schema() -> pa.Schema:
 
 
 SCHEMA = arrow_schema()
-_LATE = frozenset(m.name for m in METRICS if m.late)
+# a late counter's derived rate column is as late as the counter
+_LATE = frozenset(m.name for m in METRICS if m.late) | frozenset(m.rate_name for m in METRICS if m.late and m.rate_name)
 
 
 def readings_to_columns(node: str, readings: Iterable[Reading]) -> dict[str, list]:

@@ -1,7 +1,7 @@
 """The one set of metric names shared by sources, the wire format, the store and trace files.
 
-A *sample* is one reading of one device (a GPU or a network interface) at one instant:
-``node``, ``device`` (``gpu0``, ``eth0``, ``mlx5_0:1``), ``kind`` (``gpu`` | ``net`` | ``ib``),
+A *sample* is one reading of one device (a GPU, a network interface or the host) at one instant:
+``node``, ``device`` (``gpu0``, ``eth0``, ``mlx5_0:1``, ``host``), ``kind`` (``gpu`` | ``net`` | ``ib`` | ``host``),
 ``t`` (seconds since the epoch, taken from the counter's own timestamp where the source gives one)
 and a subset of the metrics below. A metric a device cannot report is absent, never zero.
 
@@ -73,11 +73,28 @@ NET_METRICS: tuple[Metric, ...] = (
            integer=True, rate_name="net_rx_Bps"),
 )
 
-METRICS: tuple[Metric, ...] = GPU_METRICS + NET_METRICS
+# The host beside the GPUs (added 2026-12-02, twenty-first session; telemetry/host.py): CPU time and
+# package energy, to tell an optimizer run on the host (ZeRO-Offload) from copies that cost the CPU
+# nothing (a KV cache kept in host memory, a streaming service), which PCIe bytes alone do not.
+HOST_METRICS: tuple[Metric, ...] = (
+    Metric("cpu_user_ms", "counter", "ms", "CPU time in user mode (user + nice), all CPUs (/proc/stat)",
+           integer=True, scale=1e-3, rate_name="cpu_user_cores", wrap_bits=64, late=True),
+    Metric("cpu_system_ms", "counter", "ms", "CPU time in the kernel (system + irq + softirq), all CPUs",
+           integer=True, scale=1e-3, rate_name="cpu_system_cores", wrap_bits=64, late=True),
+    Metric("cpu_idle_ms", "counter", "ms", "CPU time idle (idle + iowait), all CPUs",
+           integer=True, scale=1e-3, rate_name="cpu_idle_cores", wrap_bits=64, late=True),
+    Metric("cpu_energy_uj", "counter", "uJ", "RAPL package energy, all packages, counted by the agent since its "
+           "source opened (RAPL's own counters wrap at max_energy_range_uj; the agent unwraps them)",
+           integer=True, scale=1e-6, rate_name="cpu_energy_W", wrap_bits=64, late=True),
+    Metric("host_mem_used_bytes", "gauge", "B", "Host memory in use (MemTotal - MemAvailable, /proc/meminfo)",
+           integer=True, late=True),
+)
+
+METRICS: tuple[Metric, ...] = GPU_METRICS + NET_METRICS + HOST_METRICS
 METRIC_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)
 COUNTERS: tuple[Metric, ...] = tuple(m for m in METRICS if m.kind == "counter")
 RATE_NAMES: tuple[str, ...] = tuple(m.rate_name for m in COUNTERS if m.rate_name)
 
-DEVICE_KINDS = ("gpu", "net", "ib")
+DEVICE_KINDS = ("gpu", "net", "ib", "host")
 KEY_COLUMNS = ("node", "device", "kind", "t")

@@ -206,6 +206,8 @@ def _check_samples(samples: list) -> None:
             raise BatchError("bad_field", f"samples[{i}].dev is not a valid device name")
         if s["kind"] not in DEVICE_KINDS:
             raise BatchError("bad_field", f"samples[{i}].kind must be one of {DEVICE_KINDS}")
+        if s["kind"] == "host" and dev != "host":
+            raise BatchError("bad_field", f"samples[{i}]: a node has one host device, named 'host'")
         _number(s["t"], f"samples[{i}].t")
         m = s["m"]
         if not isinstance(m, dict):
@@ -229,7 +231,10 @@ def _samples_certainly_valid(samples: list) -> bool:
             return False
         # Four keys each, and each of dev/kind/t/m present (else KeyError): exactly those four.
         devs = set(map(_DEV, samples))  # TypeError when a dev is unhashable (list, dict)
-        if not set(map(_KIND, samples)) <= _KIND_SET:  # str-only set: anything else is not a subset
+        kinds = set(map(_KIND, samples))
+        if not kinds <= _KIND_SET:  # str-only set: anything else is not a subset
+            return False
+        if "host" in kinds and any(s["kind"] == "host" and s["dev"] != "host" for s in samples):
             return False
         ms = list(map(_M, samples))
         if set(map(type, ms)) != {dict}:
