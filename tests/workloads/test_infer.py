@@ -324,12 +324,17 @@ def test_kvswap_and_stream_ground_truth(toy_run):
         assert x["save"] == save and x["turns"] == 1 and x["conversations_ended"] == 0, name
         assert x["warmup_bytes_to_host"] == 30 * per and x["bytes_to_device"] == 30 * per, name
         assert x["bytes_to_host"] == 10 * per, name
-    for name in ("other.stream.p2048_f1", "other.stream.p2048_f8", "other.stream.p1024_f4_dwell"):
+    for name in ("other.stream.p2048_f1", "other.stream.p2048_f8", "other.stream.p1024_f4_dwell",
+                 "other.stream.p2048_f1_cfar", "other.stream.p1024_f4_cfar"):
         t = truth(toy_run, name)
         x, c = t["ground_truth"]["extra"]["0"], t["config"]
         assert x["blocks"] == STEPS and x["block_bytes"] == c["pulses"] * c["samples"] * 8, name
         assert x["bytes_to_device"] == x["bytes_to_host"] == STEPS * x["block_bytes"], name
         assert x["peaks_correct"] == 1.0, name
+        # the host's detector ran on every block (on the CPU each block is back before the next)
+        assert ("detected_blocks" in x) == name.endswith("_cfar"), name
+        if name.endswith("_cfar"):
+            assert x["detected_blocks"] == STEPS and x["host_threads"] >= 1 and x["detect_hits"] > 0.5, name
 
 
 def test_pulse_compression_finds_the_echo_and_its_filter():
@@ -345,6 +350,25 @@ def test_pulse_compression_finds_the_echo_and_its_filter():
     one = compress(x, bank[:1]).abs().amax(dim=-1)
     assert torch.allclose(peak, torch.full_like(peak, 4 * 64), rtol=0.1) and bool((peak >= one).all())
     assert float(one.min()) < 0.5 * 4 * 64
+
+
+def test_cfar_flags_the_echoes_and_nothing_far_from_them():
+    """The host's detector after pulse compression: at a chirp of 512 samples every echo cell is flagged
+    and no cell farther than a chirp's length from an echo is (a CFAR threshold of 20 times the local
+    noise); without an echo in the pulse nearly nothing is."""
+    from trainsentry.workloads.other_stream import cfar, compress, filter_bank, received
+
+    m, chirp_len = 4096, 512
+    x, delays = received(64, m, chirp_len, 4, seed=5)
+    y = compress(x, filter_bank(m, 4, chirp_len))
+    found = cfar(y, guard=4, train=32, scale=20.0)
+    assert bool(found.gather(1, delays[:, None]).all())
+    cells = torch.arange(m)[None, :]
+    distance = torch.minimum((cells - delays[:, None]) % m, (delays[:, None] - cells) % m)
+    assert int((found & (distance > chirp_len)).sum()) == 0
+    noise = compress(torch.randn(64, m, dtype=torch.complex64, generator=torch.Generator().manual_seed(1)),
+                     filter_bank(m, 4, chirp_len))
+    assert int(cfar(noise, guard=4, train=32, scale=20.0).sum()) <= 2
 
 
 def test_attribution_weight_check_sees_an_update_a_checksum_would_miss():

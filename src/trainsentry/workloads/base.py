@@ -11,6 +11,7 @@ FlopCounterMode), and the bytes it handed to collectives. The ledger is never sh
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,15 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import _disable_current_modes
 
 CLASSES = ("training", "inference", "other")
+
+
+def host_cores() -> int:
+    """The cores this process may run on (its affinity), else the host's: how many threads a workload
+    gives the work it does on the host (a launcher may have set torch's threads to 1)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 @dataclass

@@ -18,12 +18,11 @@ on).
 
 from __future__ import annotations
 
-import os
 import threading
 
 import torch
 
-from .base import Context
+from .base import Context, host_cores
 
 
 class _StepsWithUpdate:
@@ -50,7 +49,7 @@ class HostAdamW:
         self.grads_host = [torch.empty(p.shape, dtype=p.dtype, pin_memory=pin) for p in self.params]
         self.weights_host = [torch.empty(p.shape, dtype=p.dtype, pin_memory=pin) for p in self.params]
         # the host's cores do the update, as ZeRO-Offload's CPU Adam does (a launcher may have set 1)
-        torch.set_num_threads(int(cfg.get("host_threads") or _cores()))
+        torch.set_num_threads(int(cfg.get("host_threads") or host_cores()))
         fused = {"fused": True} if _cpu_fused_adamw() else {"foreach": True}
         self.opt = torch.optim.AdamW(self.master, lr=cfg["lr"], betas=(0.9, 0.95), weight_decay=0.1, **fused)
         warmup = max(1, int(cfg.get("warmup", 1)))
@@ -119,13 +118,6 @@ class HostAdamW:
         for p in self.params:
             p.grad = None
 
-
-def _cores() -> int:
-    """The cores this process may run on (its affinity), else the host's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def _cpu_fused_adamw() -> bool:
