@@ -56,8 +56,8 @@ def agent_cmd(
     spool: Path = typer.Option(DEFAULT_SPOOL, "--spool", help="Durable local spool (SQLite); one per node"),
     hz: float = typer.Option(10.0, "--hz", help="Samples per second"),
     batch_s: float = typer.Option(1.0, "--batch-s", help="Seconds of samples per signed batch"),
-    source: list[str] = typer.Option([], "--source", help="nvml[:nvlink_period_s=S,...], net[:SYSFS_ROOT], replay:RUN_DIR (repeatable; "
-                                     "default: nvml and net)"),
+    source: list[str] = typer.Option([], "--source", help="nvml[:nvlink_period_s=S,...], net[:SYSFS_ROOT], host[:ROOT], replay:RUN_DIR "
+                                     "(repeatable; default: nvml, net and host)"),
     prometheus_port: int | None = typer.Option(None, "--prometheus-port", help="Serve /metrics here (e.g. 9400)"),
     duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds (default: run "
                                           "until SIGINT/SIGTERM)"),
@@ -104,7 +104,8 @@ def _parse_labels(labels: list[str]) -> dict[str, str]:
 def record_cmd(
     out_dir: Path = typer.Argument(..., help="Run directory to write samples.parquet + manifest.json into"),
     hz: float = typer.Option(10.0, "--hz", help="Samples per second"),
-    source: list[str] = typer.Option([], "--source", help="nvml[:nvlink_period_s=S,...], net[:SYSFS_ROOT] (repeatable; default both)"),
+    source: list[str] = typer.Option([], "--source", help="nvml[:nvlink_period_s=S,...], net[:SYSFS_ROOT], host[:ROOT] (repeatable; "
+                                     "default: all three)"),
     duration: float | None = typer.Option(None, "--duration", help="Seconds to record (default: until "
                                           "SIGINT/SIGTERM)"),
     label: list[str] = typer.Option([], "--label", help="key=value; workload and class "

@@ -1,0 +1,139 @@
+"""The host beside the GPU: does the host's CPU time tell an optimizer run on the host (ZeRO-Offload)
+from benign work that also moves PCIe both ways? Runs recorded with the agent's host source
+(telemetry/host.py; data/h200x1-host). Per run: the share of in-run windows passing the exchange gate
+(rules.exchange_gate, as scripts/offload_gate.py counts it), and the host's busy cores (user + system
+time per second, all CPUs) between the run's start and end, on the 10 Hz grid: median, 90th percentile,
+and the share of bins with at least ``--busy-cores`` cores busy. A run is *host-witnessed* when that
+share is at least ``--busy-share``: the CPU busy beyond the one core a GPU program's launching thread
+keeps spinning. Per family: runs, runs passing the gate, runs passing gate and witness together.
+
+    python scripts/host_study.py --data data/h200x1-host --out results/host-study.json \
+        --docs docs/host.md --figure results/figures/host_cpu.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from trainsentry.detect.dataset import load_dataset
+from trainsentry.detect.pipeline import default_cache_dir
+from trainsentry.detect.rules import exchange_gate
+from trainsentry.features.grid import to_grids
+from trainsentry.traces.io import read_trace
+
+
+def _r(x: float, nd: int = 2) -> float | None:
+    return None if x is None or not np.isfinite(x) else round(float(x), nd)
+
+
+def host_series(run_dir: Path) -> dict:
+    """Busy cores (user + system), user and system cores, and the GPU's PCIe rates (GPM, B/s) on the
+    10 Hz grid, between the manifest's start and end."""
+    table, m = read_trace(run_dir)
+    grid = next(iter(to_grids(table, hz=10.0).values()))
+    inside = (grid.t > m["start"]) & (grid.t <= m["end"])
+    h = grid.host
+    if "cpu_user_cores" not in h:
+        raise ValueError(f"{run_dir}: recorded without the host source")
+    gpu = next(iter(grid.gpus.values()))
+    pcie = sum(gpu.get(k, np.zeros_like(grid.t)) for k in ("gpm_pcie_tx_mibps", "gpm_pcie_rx_mibps")) * 2 ** 20
+    return {"busy": (h["cpu_user_cores"] + h["cpu_system_cores"])[inside], "user": h["cpu_user_cores"][inside],
+            "system": h["cpu_system_cores"][inside], "pcie_Bps": pcie[inside], "manifest": m}
+
+
+def study(data: Path, cache: Path, busy_cores: float, busy_share: float) -> dict:
+    runs = load_dataset(str(data), cache)
+    out = {"busy_cores": busy_cores, "busy_share": busy_share, "by_family": {}, "runs": {}}
+    for r in sorted(runs, key=lambda r: r.run_id):
+        df = r.windows["trainsentry"]
+        df = df[df["in_run"]]
+        gate = float(np.mean(exchange_gate(df)[0] >= 0.5)) if len(df) else 0.0
+        s = host_series(data / r.run_id)
+        busy = s["busy"][np.isfinite(s["busy"])]
+        share = float(np.mean(busy >= busy_cores)) if busy.size else 0.0
+        extra = s["manifest"]["ground_truth"]["extra"]["0"]
+        row = {"class": r.cls, "family": r.family, "workload": s["manifest"]["labels"]["workload"],
+               "gate_pass_share": _r(gate, 3), "passes_gate": gate >= 0.5,
+               "busy_cores_median": _r(np.median(busy)), "busy_cores_p90": _r(np.percentile(busy, 90)),
+               "user_cores_median": _r(np.nanmedian(s["user"])), "system_cores_median": _r(np.nanmedian(s["system"])),
+               "busy_share": _r(share, 3), "witnessed": share >= busy_share,
+               "pcie_GBps_median": _r(np.nanmedian(s["pcie_Bps"]) / 1e9, 3),
+               "host_threads": extra.get("host_threads")}
+        out["runs"][r.run_id] = row
+        fam = out["by_family"].setdefault(f"{r.cls} {r.family}", {"runs": 0, "gate": 0, "witnessed": 0,
+                                                                   "gate_and_witness": 0})
+        fam["runs"] += 1
+        fam["gate"] += row["passes_gate"]
+        fam["witnessed"] += row["witnessed"]
+        fam["gate_and_witness"] += row["passes_gate"] and row["witnessed"]
+    return out
+
+
+def figure(res: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    marks = {"training": "o", "inference": "s", "other": "^"}
+    groups = sorted({(v["class"], v["family"], "_cfar" in v["workload"]) for v in res["runs"].values()})
+    for i, (cls, fam, host_work) in enumerate(groups):
+        rows = [v for v in res["runs"].values() if (v["class"], v["family"], "_cfar" in v["workload"]) == (cls, fam, host_work)]
+        ax.scatter([max(v["pcie_GBps_median"] or 0, 1e-3) for v in rows], [v["busy_share"] for v in rows],
+                   marker=marks[cls], color=plt.get_cmap("tab10")(i % 10), alpha=0.85,
+                   label=f"{cls} {fam}" + (" + host CFAR" if host_work else ""))
+    ax.axhline(res["busy_share"], color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_xlabel("median PCIe rate in the run, both directions (GB/s, GPM)")
+    ax.set_ylabel(f"share of 0.1 s bins with ≥ {res['busy_cores']:g} host cores busy")
+    ax.set_title("The host's CPU beside the GPU's PCIe (data/h200x1-host)")
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def markdown(res: dict) -> str:
+    lines = ["| run | class | family | gate pass share | busy cores median / p90 | user / system median | "
+             f"share ≥ {res['busy_cores']:g} cores | PCIe GB/s |", "|---|---|---|---|---|---|---|---|"]
+    for rid, v in res["runs"].items():
+        lines.append(f"| `{rid}` | {v['class']} | {v['family']} | {v['gate_pass_share']} | {v['busy_cores_median']} / "
+                     f"{v['busy_cores_p90']} | {v['user_cores_median']} / {v['system_cores_median']} | "
+                     f"{v['busy_share']} | {v['pcie_GBps_median']} |")
+    lines += ["", "| class family | runs | pass the gate | host-witnessed | both |", "|---|---|---|---|---|"]
+    for fam, v in sorted(res["by_family"].items()):
+        lines.append(f"| {fam} | {v['runs']} | {v['gate']} | {v['witnessed']} | {v['gate_and_witness']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="data/h200x1-host")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--docs", help="rewrite the generated tables between the markers of this Markdown file")
+    ap.add_argument("--figure")
+    ap.add_argument("--cache", default=str(default_cache_dir()))
+    ap.add_argument("--busy-cores", type=float, default=3.0)
+    ap.add_argument("--busy-share", type=float, default=0.1)
+    a = ap.parse_args(argv)
+    res = study(Path(a.data), Path(a.cache), a.busy_cores, a.busy_share)
+    res = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]), **res}
+    Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
+    if a.figure:
+        figure(res, Path(a.figure))
+    if a.docs:
+        doc = Path(a.docs).read_text()
+        begin, end = "<!-- host-study:begin -->", "<!-- host-study:end -->"
+        i, j = doc.index(begin) + len(begin), doc.index(end)
+        Path(a.docs).write_text(doc[:i] + "\n" + markdown(res) + doc[j:])
+    for fam, v in sorted(res["by_family"].items()):
+        print(fam, v)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
