@@ -87,10 +87,18 @@ def _stats(values: list) -> tuple[float | None, float | None]:
 
 def node_table(series: dict) -> Table:
     t = Table(title=f"node {series['node']}: what the collector stored (1 s buckets)")
-    for c in ("device", "samples", "TX mean", "TX peak", "RX mean", "RX peak", "power W (mean)"):
+    for c in ("device", "samples", "TX mean", "TX peak", "RX mean", "RX peak", "power W (mean)", "CPU cores busy"):
         t.add_column(c)
     for dev, s in sorted(series["devices"].items()):
         cols = s["columns"]
+        if s["kind"] == "host":   # the host source: CPU time and package energy, no bytes
+            busy = [u + k for u, k in zip(cols.get("cpu_user_cores", []), cols.get("cpu_system_cores", []))
+                    if u is not None and k is not None]
+            w_mean, _ = _stats(cols.get("cpu_energy_W", []))
+            b_mean, _ = _stats(busy)
+            t.add_row(f"{dev} (host)", str(sum(s["n"])), "—", "—", "—", "—", "—" if w_mean is None else f"{w_mean:.0f}",
+                      "—" if b_mean is None else f"{b_mean:.1f}")
+            continue
         tx, rx = ("nvlink_tx_Bps", "nvlink_rx_Bps") if s["kind"] == "gpu" else ("net_tx_Bps", "net_rx_Bps")
         tx_mean, tx_max = _stats(cols.get(tx, []))
         rx_mean, rx_max = _stats(cols.get(rx, []))
@@ -98,7 +106,7 @@ def node_table(series: dict) -> Table:
                                                          for x in cols.get("power_mw", [])])
         t.add_row(f"{dev} ({'NVLink' if s['kind'] == 'gpu' else s['kind']})", str(sum(s["n"])),
                   _fmt_rate(tx_mean), _fmt_rate(tx_max), _fmt_rate(rx_mean), _fmt_rate(rx_max),
-                  "—" if p_mean is None else f"{p_mean:.0f}")
+                  "—" if p_mean is None else f"{p_mean:.0f}", "—")
     return t
 
 

@@ -31,6 +31,15 @@
           fmtRight: (v) => v.toFixed(0) + " %", rightMax: 100, series: [
             { t, y: watts || [], color: COLORS.pw, label: "power" },
             { t, y: act || [], color: COLORS.act, label: "activity", axis: "right" }] });
+    } else if (kind === "host") {
+      const user = col(c, "cpu_user_cores"), sys = col(c, "cpu_system_cores");
+      if (user || sys)
+        out.push({ key: "cpu", title: "host CPU cores busy", fmtLeft: (v) => v.toFixed(1), series: [
+          { t, y: user || [], color: COLORS.tx, label: "user" }, { t, y: sys || [], color: COLORS.rx, label: "system" }] });
+      const watts = col(c, "cpu_energy_W");
+      if (watts)
+        out.push({ key: "cpuw", title: "CPU package power W", fmtLeft: (v) => v.toFixed(0) + " W", series: [
+          { t, y: watts, color: COLORS.pw, label: "power" }] });
     } else {
       out.push({ key: "net", title: "network bytes/s", fmtLeft: TS.rate, series: [
         { t, y: col(c, "net_tx_Bps") || [], color: COLORS.tx, label: "net_tx" },
