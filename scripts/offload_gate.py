@@ -27,7 +27,7 @@ from trainsentry.detect.pipeline import default_cache_dir
 from trainsentry.detect.rules import (GATE_BYTES_PER_J_MAX, GATE_FLOOR_FACTOR, GATE_SIMULT_MIN, GATE_SYM_MIN,
                                       exchange_factors, exchange_gate)
 from trainsentry.features.comm import ACTIVE_FLOOR_BPS
-from trainsentry.redteam.cost import compare, load_truth, run_cost
+from trainsentry.redteam.cost import offload_costs
 from trainsentry.traces.io import read_manifest
 
 FEATURES = ("comm.pcie.Bps.min", "comm.pcie.sym.min", "comm.pcie.duty.min", "comm.pcie.log_bytes_per_J.mean")
@@ -37,48 +37,6 @@ def _median(v) -> float | None:
     v = np.asarray(v, dtype=float)
     v = v[np.isfinite(v)]
     return round(float(np.median(v)), 4) if v.size else None
-
-
-# the keys that make a configuration ZeRO-Offload; everything else must match the GPU-only baseline
-OFFLOAD_KEYS = ("offload", "offload_overlap", "offload_overlap_after", "host_threads", "accum")
-
-
-def _key(config: dict) -> str:
-    return json.dumps({k: v for k, v in config.items() if k not in OFFLOAD_KEYS}, sort_keys=True)
-
-
-def offload_cost(data: Path) -> dict:
-    """Per ZeRO-Offload configuration, medians over its runs of ``redteam.cost.compare`` against the
-    longest GPU-only run of the same configuration; ``slowdown``: the baseline's tokens per GPU-hour
-    over the configuration's."""
-    offload: dict[str, list] = {}
-    alone: dict[str, list] = {}
-    for m in sorted(data.glob("*/manifest.json")):
-        lab = json.loads(m.read_text())["labels"]
-        if lab["family"] not in ("zero-offload", "single-gpu"):
-            continue
-        truth = load_truth(m.parent)
-        if not (truth["ground_truth"].get("steps") and truth["ground_truth"].get("loss_curve")):
-            continue   # nothing to score (run_cost needs steps and a loss curve)
-        if lab["family"] == "zero-offload":
-            offload.setdefault(lab["workload"], []).append((run_cost(truth), lab["config"]))
-        else:
-            alone.setdefault(_key(lab["config"]), []).append(run_cost(truth))
-    cost = {}
-    for workload, runs in sorted(offload.items()):
-        config = runs[0][1]
-        base = max(alone.get(_key(config), []), key=lambda c: c.total_tokens, default=None)
-        rows = [compare(c, base) for c, _ in runs] if base else []
-        cost[workload] = {"accum": config.get("accum", 1), "delayed_update": bool(config.get("offload_overlap")),
-                          "runs": [c.run_id for c, _ in runs], "baseline_run": base.run_id if base else None,
-                          "tokens_per_gpu_hour": _median([r["tokens_per_gpu_hour"] for r in rows]),
-                          "baseline_tokens_per_gpu_hour": round(rows[0]["baseline_tokens_per_gpu_hour"], 1) if rows else None,
-                          "slowdown": _median([r["baseline_tokens_per_gpu_hour"] / r["tokens_per_gpu_hour"] for r in rows]),
-                          "gpu_hour_multiplier": _median([r["gpu_hour_multiplier"] for r in rows
-                                                          if r["gpu_hour_multiplier"] is not None]),
-                          "loss_penalty_equal_tokens": _median([r["loss_penalty_equal_tokens"] for r in rows
-                                                                if r["loss_penalty_equal_tokens"] is not None])}
-    return cost
 
 
 def _truth(manifest: dict) -> dict:
@@ -125,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             "pcie_factors_median": {k: _median(v) for k, v in f.items()},
             "features_median": {k: _median(df[k]) if k in df else None for k in FEATURES},
             "ground_truth": _truth(read_manifest(Path(a.data) / r.run_id))}
-    out["cost"] = offload_cost(Path(a.data))
+    out["cost"] = offload_costs([Path(a.data)])
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     for fam, v in sorted(out["by_family"].items()):
         print(fam, v)
