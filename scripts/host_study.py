@@ -6,8 +6,14 @@ time per second, all CPUs) between the run's start and end, on the 10 Hz grid: m
 and the share of bins with at least ``--busy-cores`` cores busy. A run is *host-witnessed* when that
 share is at least ``--busy-share``: the CPU busy beyond the one core a GPU program's launching thread
 keeps spinning. Per family: runs, runs passing the gate, runs passing gate and witness together.
+With ``--prospective`` (a result of scripts/prospective.py on the same runs), also what the committed
+detectors said (``fused`` or the single-device lead) and the evidence stack: the detectors, or gate and
+witness together. Per ZeRO-Offload configuration (host threads and accumulation told apart): how many of its runs the
+witness saw, and what offloading cost by the red team's measure (``redteam.cost.offload_costs``, against
+the same configuration trained on the GPU alone, in ``--data`` or ``--baseline-data``).
 
-    python scripts/host_study.py --data data/h200x1-host --out results/host-study.json \
+    python scripts/host_study.py --data data/h200x1-host --baseline-data data/h200x1 \
+        --prospective results/prospective-6784c23-h200x1-host.json --out results/host-study.json \
         --docs docs/host.md --figure results/figures/host_cpu.png
 """
 
@@ -24,6 +30,7 @@ from trainsentry.detect.dataset import load_dataset
 from trainsentry.detect.pipeline import default_cache_dir
 from trainsentry.detect.rules import exchange_gate
 from trainsentry.features.grid import to_grids
+from trainsentry.redteam.cost import offload_costs
 from trainsentry.traces.io import read_trace
 
 
@@ -46,8 +53,10 @@ def host_series(run_dir: Path) -> dict:
             "system": h["cpu_system_cores"][inside], "pcie_Bps": pcie[inside], "manifest": m}
 
 
-def study(data: Path, cache: Path, busy_cores: float, busy_share: float) -> dict:
+def study(data: Path, cache: Path, busy_cores: float, busy_share: float, baselines: list[Path] = (),
+          prospective: dict | None = None) -> dict:
     runs = load_dataset(str(data), cache)
+    judged = {r["run_id"]: r["either_alerted"] for r in (prospective or {}).get("per_run", [])}
     out = {"busy_cores": busy_cores, "busy_share": busy_share, "by_family": {}, "runs": {}}
     for r in sorted(runs, key=lambda r: r.run_id):
         df = r.windows["trainsentry"]
@@ -57,13 +66,18 @@ def study(data: Path, cache: Path, busy_cores: float, busy_share: float) -> dict
         busy = s["busy"][np.isfinite(s["busy"])]
         share = float(np.mean(busy >= busy_cores)) if busy.size else 0.0
         extra = s["manifest"]["ground_truth"]["extra"]["0"]
-        row = {"class": r.cls, "family": r.family, "workload": s["manifest"]["labels"]["workload"],
+        threads = (s["manifest"]["labels"].get("overrides") or {}).get("host_threads")
+        row = {"class": r.cls, "family": r.family,
+               "workload": s["manifest"]["labels"]["workload"] + (f"@host_threads={threads}" if threads else ""),
                "gate_pass_share": _r(gate, 3), "passes_gate": gate >= 0.5,
                "busy_cores_median": _r(np.median(busy)), "busy_cores_p90": _r(np.percentile(busy, 90)),
                "user_cores_median": _r(np.nanmedian(s["user"])), "system_cores_median": _r(np.nanmedian(s["system"])),
                "busy_share": _r(share, 3), "witnessed": share >= busy_share,
                "pcie_GBps_median": _r(np.nanmedian(s["pcie_Bps"]) / 1e9, 3),
                "host_threads": extra.get("host_threads")}
+        if prospective is not None:
+            row["detectors_alerted"] = judged.get(r.run_id)     # None: recorded before the models' fit
+            row["stack_alerted"] = bool(row["detectors_alerted"]) or (row["passes_gate"] and row["witnessed"])
         out["runs"][r.run_id] = row
         fam = out["by_family"].setdefault(f"{r.cls} {r.family}", {"runs": 0, "gate": 0, "witnessed": 0,
                                                                    "gate_and_witness": 0})
@@ -71,6 +85,21 @@ def study(data: Path, cache: Path, busy_cores: float, busy_share: float) -> dict
         fam["gate"] += row["passes_gate"]
         fam["witnessed"] += row["witnessed"]
         fam["gate_and_witness"] += row["passes_gate"] and row["witnessed"]
+        if prospective is not None:
+            fam["detectors"] = fam.get("detectors", 0) + bool(row["detectors_alerted"])
+            fam["stack"] = fam.get("stack", 0) + row["stack_alerted"]
+    if prospective is not None:
+        out["prospective"] = prospective["command"]
+    out["offload"] = {}
+    for name, c in offload_costs([data], list(baselines)).items():
+        rows = [out["runs"][rid] for rid in c["runs"]]
+        out["offload"][name] = {**c, "host_threads": rows[0]["host_threads"],
+                                "witnessed_runs": sum(v["witnessed"] for v in rows),
+                                "busy_share_median": _r(np.median([v["busy_share"] for v in rows]), 3),
+                                "busy_cores_p90_median": _r(np.median([v["busy_cores_p90"] for v in rows]))}
+        if prospective is not None:
+            out["offload"][name]["detectors_alerted_runs"] = sum(bool(v["detectors_alerted"]) for v in rows)
+            out["offload"][name]["stack_alerted_runs"] = sum(v["stack_alerted"] for v in rows)
     return out
 
 
@@ -78,7 +107,7 @@ def figure(res: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.5, 1]})
     marks = {"training": "o", "inference": "s", "other": "^"}
     groups = sorted({(v["class"], v["family"], "_cfar" in v["workload"]) for v in res["runs"].values()})
     for i, (cls, fam, host_work) in enumerate(groups):
@@ -92,6 +121,15 @@ def figure(res: dict, path: Path) -> None:
     ax.set_ylabel(f"share of 0.1 s bins with ≥ {res['busy_cores']:g} host cores busy")
     ax.set_title("The host's CPU beside the GPU's PCIe (data/h200x1-host)")
     ax.legend(fontsize=7, loc="upper right")
+    cfg = [(k, v) for k, v in res["offload"].items() if v["slowdown"] is not None]
+    for k, v in cfg:
+        ax2.scatter(v["slowdown"], v["busy_share_median"], color="tab:red" if v["witnessed_runs"] else "tab:gray")
+        ax2.annotate(f"{v['host_threads']} thr, accum {v['accum']}", (v["slowdown"], v["busy_share_median"]),
+                     fontsize=7, xytext=(4, 3), textcoords="offset points")
+    ax2.axhline(res["busy_share"], color="grey", lw=0.8, ls="--")
+    ax2.set_xlabel("slowdown: GPU-only tokens per GPU-hour over ZeRO-Offload's (redteam.cost)")
+    ax2.set_ylabel("median share of bins with the host busy")
+    ax2.set_title("ZeRO-Offload 0.2 B: the witness against its cost", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -104,23 +142,40 @@ def markdown(res: dict) -> str:
         lines.append(f"| `{rid}` | {v['class']} | {v['family']} | {v['gate_pass_share']} | {v['busy_cores_median']} / "
                      f"{v['busy_cores_p90']} | {v['user_cores_median']} / {v['system_cores_median']} | "
                      f"{v['busy_share']} | {v['pcie_GBps_median']} |")
-    lines += ["", "| class family | runs | pass the gate | host-witnessed | both |", "|---|---|---|---|---|"]
+    stack = "prospective" in res
+    lines += ["", "| class family | runs | pass the gate | host-witnessed | both |"
+              + (" detectors alerted | detectors, or gate and witness |" if stack else ""),
+              "|---|---|---|---|---|" + ("---|---|" if stack else "")]
     for fam, v in sorted(res["by_family"].items()):
-        lines.append(f"| {fam} | {v['runs']} | {v['gate']} | {v['witnessed']} | {v['gate_and_witness']} |")
+        lines.append(f"| {fam} | {v['runs']} | {v['gate']} | {v['witnessed']} | {v['gate_and_witness']} |"
+                     + (f" {v['detectors']} | {v['stack']} |" if stack else ""))
+    lines += ["", "| ZeRO-Offload configuration | host threads | accumulation | runs | witnessed | busy share "
+              "(median) | busy cores p90 (median) | slowdown | GPU-hour multiplier | baseline |"
+              + (" detectors alerted | stack alerted |" if stack else ""),
+              "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if stack else "")]
+    for name, v in res["offload"].items():
+        lines.append(f"| `{name}` | {v['host_threads']} | {v['accum']} | {len(v['runs'])} | {v['witnessed_runs']} | "
+                     f"{v['busy_share_median']} | {v['busy_cores_p90_median']} | {v['slowdown']} | "
+                     f"{v['gpu_hour_multiplier']} | `{v['baseline_run']}` |"
+                     + (f" {v['detectors_alerted_runs']} | {v['stack_alerted_runs']} |" if stack else ""))
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="data/h200x1-host")
+    ap.add_argument("--baseline-data", action="append", default=[],
+                    help="datasets holding GPU-only runs of the offloaded configurations (repeatable)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--docs", help="rewrite the generated tables between the markers of this Markdown file")
     ap.add_argument("--figure")
     ap.add_argument("--cache", default=str(default_cache_dir()))
     ap.add_argument("--busy-cores", type=float, default=3.0)
     ap.add_argument("--busy-share", type=float, default=0.1)
+    ap.add_argument("--prospective", help="scripts/prospective.py's result on the same runs")
     a = ap.parse_args(argv)
-    res = study(Path(a.data), Path(a.cache), a.busy_cores, a.busy_share)
+    pro = json.loads(Path(a.prospective).read_text()) if a.prospective else None
+    res = study(Path(a.data), Path(a.cache), a.busy_cores, a.busy_share, [Path(b) for b in a.baseline_data], pro)
     res = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]), **res}
     Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
     if a.figure:

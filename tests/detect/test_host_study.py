@@ -43,3 +43,12 @@ def test_the_host_witness_tells_the_optimizer_from_the_copies(tmp_path):
     assert res["by_family"]["inference kvswap"]["gate_and_witness"] == 0
     text = docs.read_text()
     assert "old" not in text and text.endswith("<!-- host-study:end -->\ntail\n") and "| `offload` |" in text
+    # with the committed detectors' prospective verdicts: the stack is the detectors, or gate and witness
+    pro = tmp_path / "p.json"
+    pro.write_text(json.dumps({"command": "python scripts/prospective.py ...", "per_run": [
+        {"run_id": "offload", "either_alerted": False}, {"run_id": "cache", "either_alerted": False},
+        {"run_id": "busy-host", "either_alerted": True}]}))
+    assert main(["--data", str(data), "--out", str(out), "--prospective", str(pro), "--cache", str(tmp_path / "c")]) == 0
+    res = json.loads(out.read_text())
+    assert [res["runs"][r]["stack_alerted"] for r in ("offload", "cache", "busy-host")] == [True, False, True]
+    assert res["by_family"]["training zero-offload"]["detectors"] == 0 and res["by_family"]["training zero-offload"]["stack"] == 1
