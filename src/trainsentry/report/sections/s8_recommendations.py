@@ -3,6 +3,8 @@ which measurement decides it rather than assuming an outcome."""
 
 import html
 
+import numpy as np
+
 from ..ranking import rank
 from .s5_redteam import ONE_GPU, SINGLE, one_gpu_missed
 from .s6_ranking import CHEAP
@@ -141,6 +143,10 @@ HOST_LINK_WORK = {
 }
 
 
+# what the benign families the host witness can see do on the host (a family not listed is named only)
+HOST_WORK = {"other stream": "in its detector configurations, a service that computes on the host what the GPU returns"}
+
+
 def _host_link(ctx) -> str:
     """One item from results/offload-gate.json (optional): training whose optimizer moved to the host
     passes the exchange gate on PCIe; whether benign work passes it too (then the gate cannot alert
@@ -194,9 +200,62 @@ def _host_link(ctx) -> str:
                    f"{ctx.derived(passing, 'int', src)} of the node's {total} benign runs passed it too ("
                    + "; ".join(named) + "). What sets the optimizer apart may be on the host: the update is "
                    "arithmetic on every byte that came down, done by the CPU between the download and the upload, "
-                   "where a cache tier mostly copies (a real service also spends host CPU on its own work). Host "
-                   "CPU energy and utilisation sampled beside the PCIe counters might separate them; this project "
-                   "has not measured them yet.</li>")
+                   "where a cache tier mostly copies (a real service also spends host CPU on its own work). "
+                   + (_host_witness(ctx) if ctx.has("host_study") else
+                      "Host CPU energy and utilisation sampled beside the PCIe counters might separate them; this "
+                      "project has not measured them yet.") + "</li>")
+
+
+def _host_witness(ctx) -> str:
+    """What the host source measured (results/host-study.json): which benign runs the CPU witness saw,
+    which ZeRO-Offload configurations it did not see and at what cost, and what the committed detectors
+    plus gate and witness caught."""
+    res = ctx.load("host_study")
+    fams = res.get("by_family") or {}
+    benign = {f: v for f, v in fams.items() if not f.startswith("training")}
+    src = [("host_study", "by_family")]
+    n_benign = ctx.derived(sum(v["runs"] for v in benign.values()), "int", src)
+    seen = {f: v for f, v in benign.items() if v["witnessed"]}
+    quiet = [v["busy_cores_median"] for v in (res.get("runs") or {}).values()
+             if not v["class"].startswith("training") and not v["witnessed"] and v["busy_cores_median"] is not None]
+    out = "The agent's host source (CPU time from /proc/stat) measured it: "
+    if quiet:
+        rsrc = [("host_study", "runs")]
+        out += (f"the benign runs it did not witness kept a median of "
+                f"{ctx.derived(float(np.median(quiet)), 'g3', rsrc)} cores busy (a GPU program's launching thread "
+                f"spins while it waits; at most {ctx.derived(max(quiet), 'g3', rsrc)} in any of them), and ")
+    if seen:
+        named = "; ".join(f"{ctx.num('host_study', f'by_family/{f}/witnessed', 'int')} of "
+                          f"{ctx.num('host_study', f'by_family/{f}/runs', 'int')} {html.escape(f.split(' ', 1)[1])} runs"
+                          + (f": {HOST_WORK[f]}" if f in HOST_WORK else "") for f in sorted(seen))
+        out += (f"the witness ({ctx.num('host_study', 'busy_cores', 'g3')} or more cores busy in at least "
+                f"{ctx.num('host_study', 'busy_share', 'pct')} of the tenth-of-a-second bins) saw "
+                f"{ctx.derived(sum(v['witnessed'] for v in seen.values()), 'int', src)} of the {n_benign} benign "
+                f"runs ({named}). ")
+    else:
+        out += f"the witness saw none of the {n_benign} benign runs. "
+    hidden = {k: v for k, v in (res.get("offload") or {}).items() if not v["witnessed_runs"] and v.get("slowdown")}
+    if hidden:
+        osrc = [("host_study", "offload")]
+        plain = [v["slowdown"] for v in hidden.values() if v.get("accum", 1) == 1]
+        accum = [v["slowdown"] for v in hidden.values() if v.get("accum", 1) > 1]
+        threads = sorted({v["host_threads"] for v in hidden.values() if v.get("host_threads")})
+        out += (f"The evader has an answer: an update on "
+                + " or ".join(ctx.derived(t_, "int", osrc) for t_ in threads)
+                + " host thread(s) was never witnessed"
+                + (f", at {ctx.spread(plain, 'x', osrc)} the GPU-only cost" if plain else "")
+                + (f" ({ctx.spread(accum, 'x', osrc)} with gradient accumulation)" if accum else "") + ". ")
+    zero = fams.get("training zero-offload")
+    if zero and "stack" in zero:
+        key = "by_family/training zero-offload"
+        out += (f"The committed detectors alerted on {ctx.num('host_study', key + '/detectors', 'int')} of the "
+                f"{ctx.num('host_study', key + '/runs', 'int')} ZeRO-Offload runs recorded with the host source, and with gate and witness beside "
+                f"them on {ctx.num('host_study', key + '/stack', 'int')}, at the price of "
+                f"{ctx.derived(sum(v.get('stack', 0) for v in benign.values()), 'int', src)} false alerts in the "
+                f"{n_benign} benign runs. ")
+    return out + ("So the host's CPU is evidence to show beside a verdict, not an alert of its own: it separates "
+                  "an optimizer on the host from copies, not from other host computation, and an evader who pays "
+                  "for fewer threads hides it.")
 
 
 def render(ctx, figs) -> str:
