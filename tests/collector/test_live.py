@@ -15,6 +15,7 @@ import re
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from conftest import Agent
 from fastapi.testclient import TestClient
@@ -360,6 +361,45 @@ def test_the_collector_names_each_channel_it_could_not_measure():
     no_pcie = [Reading(r.device, r.kind, r.t, {k: v for k, v in r.values.items() if "pcie" not in k}) for r in gpu]
     why = unmeasured(columns_to_table(readings_to_columns("n", no_pcie)), T0, T0 + 2.5)
     assert "no PCIe data on this node (its GPUs report no PCIe throughput)" in why
+
+
+def test_the_collector_says_what_the_host_cpu_did_beside_the_gpus():
+    """A node with the host source gets one evidence line on its host's CPU per window: busy cores and
+    whether the host witness (features.host) saw work beyond the launching thread, hedged both ways;
+    a node without it gets none."""
+    from trainsentry.collector.evidence import host_lines
+    from trainsentry.telemetry.base import Reading
+    from trainsentry.traces.io import columns_to_table, readings_to_columns
+
+    def host(cores):   # `cores(i)` busy in user mode during sample i's 0.1 s, of 16, and 40 W
+        user = idle = 0
+        out = []
+        for i in range(40):
+            user += round(100 * cores(i)) if i else 0
+            idle += round(100 * (16 - cores(i))) if i else 0
+            out.append(Reading("host", "host", T0 + i * 0.1, {"cpu_user_ms": user, "cpu_system_ms": 0,
+                                                               "cpu_idle_ms": idle, "cpu_energy_uj": 4_000_000 * i}))
+        return columns_to_table(readings_to_columns("n", out))
+
+    gpu = columns_to_table(readings_to_columns("n", [Reading("gpu0", "gpu", T0 + i * 0.1, {"power_mw": 1})
+                                                      for i in range(40)]))
+    beside = lambda cores: pa.concat_tables([host(cores), gpu])  # noqa: E731  (the node reports a GPU too)
+    (line,) = host_lines(host(lambda i: 12.0), T0, T0 + 4.0)
+    assert line.endswith("(this node reports no GPUs: its work, whatever it is, runs on the host)")
+    (line,) = host_lines(beside(lambda i: 12.0 if i % 10 < 3 else 1.0), T0, T0 + 4.0)   # an update every second: 11 of 39 rates
+    assert line.startswith("host CPU: 1.0 cores busy (median), 12.0 at the 90th percentile, 3 or more in 28% "
+                           "of the window; CPU packages 40 W (at least 10%: work on the host")
+    assert "post-processes on the host does too" in line
+    (line,) = host_lines(beside(lambda i: 1.0), T0, T0 + 4.0)
+    assert "1.0 cores busy" in line and "0% of the window" in line and "no host work seen" in line
+    assert host_lines(gpu, T0, T0 + 2.0) == [] and host_lines(None, T0, T0 + 2.0) == []
+    # one launching thread per GPU: on four GPUs five busy cores are what four GPU programs and a little
+    # else keep busy, and the witness asks for six
+    four = pa.concat_tables([host(lambda i: 5.0)] + [columns_to_table(readings_to_columns("n", [
+        Reading(f"gpu{g}", "gpu", T0 + i * 0.1, {"power_mw": 1}) for i in range(40)])) for g in range(4)])
+    (line,) = host_lines(four, T0, T0 + 4.0)
+    assert "6 or more in 0% of the window" in line and "no host work seen" in line
+    assert host_lines(host(lambda i: 1.0), T0 + 10, T0 + 12) == []      # no host samples in the window
 
 
 def test_jobs_with_latest_is_each_jobs_newest_verdict(db, client):

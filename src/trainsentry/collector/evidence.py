@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..features.comm import ACTIVE_FLOOR_BPS
+from ..features.host import BUSY_SHARE, host_activity, witness_cores
 from ..features.windows import MIB
 
 NA = "n/a"
@@ -97,3 +98,35 @@ def detector_lines(lines: list[str], table: pa.Table | None, t0: float, t1: floa
     if out != list(lines):
         out.append(f"{NA} above: not measurable in this window: " + "; ".join(unmeasured(table, t0, t1)))
     return out
+
+
+def host_lines(table: pa.Table | None, t0: float, t1: float) -> list[str]:
+    """One line on the host's CPU in ``(t0, t1]`` when the node reports its host (the agent's host
+    source): busy cores and whether the host witness (features.host) saw an update-sized load, with
+    what that can and cannot mean. Nothing when the node sends no host readings."""
+    if table is None or table.num_rows == 0 or "cpu_user_cores" not in table.column_names:
+        return []
+    t = table.column("t")
+    rows = table.filter(pc.and_(pc.and_(pc.greater(t, t0), pc.less_equal(t, t1)),
+                                pc.equal(table.column("kind"), "host")))
+    if rows.num_rows == 0:
+        return []
+    f = lambda c: rows.column(c).to_numpy(zero_copy_only=False).astype(np.float64)  # noqa: E731  (nulls -> NaN)
+    kinds = pc.equal(table.column("kind"), "gpu")
+    n_gpus = len(set(table.filter(kinds).column("device").to_pylist()))
+    busy_at = witness_cores(n_gpus)
+    act = host_activity(f("cpu_user_cores"), f("cpu_system_cores"), busy_at)
+    if act is None:
+        return []
+    line = (f"host CPU: {act['busy_cores_median']:.1f} cores busy (median), {act['busy_cores_p90']:.1f} at the 90th "
+            f"percentile, {busy_at:g} or more in {act['busy_share']:.0%} of the window")
+    watts = _values(rows, "cpu_energy_W")
+    if watts.size:
+        line += f"; CPU packages {float(np.median(watts)):.0f} W"
+    if not n_gpus:
+        return [line + " (this node reports no GPUs: its work, whatever it is, runs on the host)"]
+    if act["witnessed"]:
+        return [line + f" (at least {BUSY_SHARE:.0%}: work on the host beside its {n_gpus} GPU(s), as an optimizer run "
+                "on the host does, and as a service that post-processes on the host does too)"]
+    return [line + f" (under {BUSY_SHARE:.0%}: no host work seen beyond the core or so per GPU a GPU program's "
+                   "launching thread keeps busy; an optimizer update on one or two host threads would not show either)"]

@@ -55,7 +55,7 @@ from ..features import sliding_windows
 from ..features.comm import ACTIVE_FLOOR_BPS
 from ..features.grid import to_grids
 from . import livejobs, query, verdicts as V, warm
-from .evidence import detector_lines
+from .evidence import detector_lines, host_lines
 from .hooks import CommittedBatch
 from .nodestate import LOOPBACK_LINK, NodeState
 from .schema import connect
@@ -470,6 +470,7 @@ class LiveProcessor:
                     lead_p = None
                 evidence += [line for line in lines.values() if line is not None]
                 evidence += detector_lines(det.explain(row), table, e - cfg.window_s, e)
+                evidence += host_lines(table, e - cfg.window_s, e)
             touched = [g for g in gaps if g[0] < e and g[1] > e - cfg.window_s]
             lost = [g for g in touched if g[2] != TIME_REGRESSION]
             back = [g for g in touched if g[2] == TIME_REGRESSION]

@@ -86,14 +86,16 @@ def _stats(values: list) -> tuple[float | None, float | None]:
 
 
 def node_table(series: dict) -> Table:
+    from ..features.host import busy_cores
     t = Table(title=f"node {series['node']}: what the collector stored (1 s buckets)")
     for c in ("device", "samples", "TX mean", "TX peak", "RX mean", "RX peak", "power W (mean)", "CPU cores busy"):
         t.add_column(c)
     for dev, s in sorted(series["devices"].items()):
         cols = s["columns"]
         if s["kind"] == "host":   # the host source: CPU time and package energy, no bytes
-            busy = [u + k for u, k in zip(cols.get("cpu_user_cores", []), cols.get("cpu_system_cores", []))
+            pair = [(u, k) for u, k in zip(cols.get("cpu_user_cores", []), cols.get("cpu_system_cores", []))
                     if u is not None and k is not None]
+            busy = [float(b) for b in busy_cores([u for u, _ in pair], [k for _, k in pair])]
             w_mean, _ = _stats(cols.get("cpu_energy_W", []))
             b_mean, _ = _stats(busy)
             t.add_row(f"{dev} (host)", str(sum(s["n"])), "—", "—", "—", "—", "—" if w_mean is None else f"{w_mean:.0f}",
@@ -183,7 +185,7 @@ def run_demo(trace: Path = DEFAULT_TRACE, live_s: float = 15.0, speed: float = 2
                 console.print(f"agent [cyan]{node}[/] replays {run.name} at {speed}× speed")
             live = subprocess.Popen(_py("trainsentry.cli", "agent", "--collector", col.url, "--node", live_node,
                                         "--key-file", str(tmp / f"{live_node}.key"),
-                                        "--source", "net+lo" if gloo else "net",
+                                        "--source", "net+lo" if gloo else "net", "--source", "host",
                                         "--spool", str(tmp / "live.spool.db"),
                                         "--duration", str(3600 if gloo else live_s)), env=env, stdout=subprocess.DEVNULL)
             if gloo:
