@@ -4,8 +4,8 @@ from benign work that also moves PCIe both ways? Runs recorded with the agent's 
 (rules.exchange_gate, as scripts/offload_gate.py counts it), and the host's busy cores (user + system
 time per second, all CPUs) between the run's start and end, on the 10 Hz grid: median, 90th percentile,
 and the share of bins with at least ``--busy-cores`` cores busy. A run is *host-witnessed* when that
-share is at least ``--busy-share``: the CPU busy beyond the one core a GPU program's launching thread
-keeps spinning. Per family: runs, runs passing the gate, runs passing gate and witness together.
+share is at least ``--busy-share`` (``features.host``: the CPU busy beyond the one core a GPU
+program's launching thread keeps spinning; the collector's evidence line applies the same rule). Per family: runs, runs passing the gate, runs passing gate and witness together.
 With ``--prospective`` (a result of scripts/prospective.py on the same runs), also what the committed
 detectors said (``fused`` or the single-device lead) and the evidence stack: the detectors, or gate and
 witness together. Per ZeRO-Offload configuration (host threads and accumulation told apart): how many of its runs the
@@ -28,9 +28,10 @@ import numpy as np
 
 from trainsentry.detect.dataset import load_dataset
 from trainsentry.detect.pipeline import default_cache_dir
-from trainsentry.detect.rules import exchange_gate
+from trainsentry.detect.rules import gate_pass_share
 from trainsentry.features.grid import to_grids
-from trainsentry.redteam.cost import offload_costs
+from trainsentry.features.host import BUSY_CORES, BUSY_SHARE, host_activity
+from trainsentry.redteam.cost import offload_costs, offload_name
 from trainsentry.traces.io import read_trace
 
 
@@ -39,8 +40,8 @@ def _r(x: float, nd: int = 2) -> float | None:
 
 
 def host_series(run_dir: Path) -> dict:
-    """Busy cores (user + system), user and system cores, and the GPU's PCIe rates (GPM, B/s) on the
-    10 Hz grid, between the manifest's start and end."""
+    """User and system cores busy, and the GPU's PCIe rates (GPM, B/s), on the 10 Hz grid between the
+    manifest's start and end."""
     table, m = read_trace(run_dir)
     grid = next(iter(to_grids(table, hz=10.0).values()))
     inside = (grid.t > m["start"]) & (grid.t <= m["end"])
@@ -49,7 +50,7 @@ def host_series(run_dir: Path) -> dict:
         raise ValueError(f"{run_dir}: recorded without the host source")
     gpu = next(iter(grid.gpus.values()))
     pcie = sum(gpu.get(k, np.zeros_like(grid.t)) for k in ("gpm_pcie_tx_mibps", "gpm_pcie_rx_mibps")) * 2 ** 20
-    return {"busy": (h["cpu_user_cores"] + h["cpu_system_cores"])[inside], "user": h["cpu_user_cores"][inside],
+    return {"user": h["cpu_user_cores"][inside],
             "system": h["cpu_system_cores"][inside], "pcie_Bps": pcie[inside], "manifest": m}
 
 
@@ -61,20 +62,21 @@ def study(data: Path, cache: Path, busy_cores: float, busy_share: float, baselin
     for r in sorted(runs, key=lambda r: r.run_id):
         df = r.windows["trainsentry"]
         df = df[df["in_run"]]
-        gate = float(np.mean(exchange_gate(df)[0] >= 0.5)) if len(df) else 0.0
+        gate = gate_pass_share(df)
         s = host_series(data / r.run_id)
-        busy = s["busy"][np.isfinite(s["busy"])]
-        share = float(np.mean(busy >= busy_cores)) if busy.size else 0.0
+        act = host_activity(s["user"], s["system"], busy_cores, busy_share)
+        if act is None:
+            raise ValueError(f"{r.run_id}: no host measurement inside the run")
         extra = s["manifest"]["ground_truth"]["extra"]["0"]
-        threads = (s["manifest"]["labels"].get("overrides") or {}).get("host_threads")
+        labels = s["manifest"]["labels"]
         row = {"class": r.cls, "family": r.family,
-               "workload": s["manifest"]["labels"]["workload"] + (f"@host_threads={threads}" if threads else ""),
+               "workload": offload_name(labels) if r.family == "zero-offload" else labels["workload"],
                "gate_pass_share": _r(gate, 3), "passes_gate": gate >= 0.5,
-               "busy_cores_median": _r(np.median(busy)), "busy_cores_p90": _r(np.percentile(busy, 90)),
+               "busy_cores_median": _r(act["busy_cores_median"]), "busy_cores_p90": _r(act["busy_cores_p90"]),
                "user_cores_median": _r(np.nanmedian(s["user"])), "system_cores_median": _r(np.nanmedian(s["system"])),
-               "busy_share": _r(share, 3), "witnessed": share >= busy_share,
+               "busy_share": _r(act["busy_share"], 3), "witnessed": act["witnessed"],
                "pcie_GBps_median": _r(np.nanmedian(s["pcie_Bps"]) / 1e9, 3),
-               "host_threads": extra.get("host_threads")}
+               "host_threads_used": extra.get("host_threads")}
         if prospective is not None:
             row["detectors_alerted"] = judged.get(r.run_id)     # None: recorded before the models' fit
             row["stack_alerted"] = bool(row["detectors_alerted"]) or (row["passes_gate"] and row["witnessed"])
@@ -92,8 +94,10 @@ def study(data: Path, cache: Path, busy_cores: float, busy_share: float, baselin
         out["prospective"] = prospective["command"]
     out["offload"] = {}
     for name, c in offload_costs([data], list(baselines)).items():
-        rows = [out["runs"][rid] for rid in c["runs"]]
-        out["offload"][name] = {**c, "host_threads": rows[0]["host_threads"],
+        rows = [out["runs"][rid] for rid in c["runs"] if rid in out["runs"]]
+        if not rows:
+            continue
+        out["offload"][name] = {**c, "host_threads_used": rows[0]["host_threads_used"],
                                 "witnessed_runs": sum(v["witnessed"] for v in rows),
                                 "busy_share_median": _r(np.median([v["busy_share"] for v in rows]), 3),
                                 "busy_cores_p90_median": _r(np.median([v["busy_cores_p90"] for v in rows]))}
@@ -124,7 +128,7 @@ def figure(res: dict, path: Path) -> None:
     cfg = [(k, v) for k, v in res["offload"].items() if v["slowdown"] is not None]
     for k, v in cfg:
         ax2.scatter(v["slowdown"], v["busy_share_median"], color="tab:red" if v["witnessed_runs"] else "tab:gray")
-        ax2.annotate(f"{v['host_threads']} thr, accum {v['accum']}", (v["slowdown"], v["busy_share_median"]),
+        ax2.annotate(f"{v['host_threads_used']} thr, accum {v['accum']}", (v["slowdown"], v["busy_share_median"]),
                      fontsize=7, xytext=(4, 3), textcoords="offset points")
     ax2.axhline(res["busy_share"], color="grey", lw=0.8, ls="--")
     ax2.set_xlabel("slowdown: GPU-only tokens per GPU-hour over ZeRO-Offload's (redteam.cost)")
@@ -154,7 +158,7 @@ def markdown(res: dict) -> str:
               + (" detectors alerted | stack alerted |" if stack else ""),
               "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if stack else "")]
     for name, v in res["offload"].items():
-        lines.append(f"| `{name}` | {v['host_threads']} | {v['accum']} | {len(v['runs'])} | {v['witnessed_runs']} | "
+        lines.append(f"| `{name}` | {v['host_threads_used']} | {v['accum']} | {len(v['runs'])} | {v['witnessed_runs']} | "
                      f"{v['busy_share_median']} | {v['busy_cores_p90_median']} | {v['slowdown']} | "
                      f"{v['gpu_hour_multiplier']} | `{v['baseline_run']}` |"
                      + (f" {v['detectors_alerted_runs']} | {v['stack_alerted_runs']} |" if stack else ""))
@@ -170,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", help="rewrite the generated tables between the markers of this Markdown file")
     ap.add_argument("--figure")
     ap.add_argument("--cache", default=str(default_cache_dir()))
-    ap.add_argument("--busy-cores", type=float, default=3.0)
-    ap.add_argument("--busy-share", type=float, default=0.1)
+    ap.add_argument("--busy-cores", type=float, default=BUSY_CORES)
+    ap.add_argument("--busy-share", type=float, default=BUSY_SHARE)
     ap.add_argument("--prospective", help="scripts/prospective.py's result on the same runs")
     a = ap.parse_args(argv)
     pro = json.loads(Path(a.prospective).read_text()) if a.prospective else None

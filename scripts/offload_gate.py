@@ -25,18 +25,13 @@ import numpy as np
 from trainsentry.detect.dataset import load_dataset
 from trainsentry.detect.pipeline import default_cache_dir
 from trainsentry.detect.rules import (GATE_BYTES_PER_J_MAX, GATE_FLOOR_FACTOR, GATE_SIMULT_MIN, GATE_SYM_MIN,
-                                      exchange_factors, exchange_gate)
+                                      exchange_factors, gate_pass_share)
 from trainsentry.features.comm import ACTIVE_FLOOR_BPS
+from trainsentry.redteam.cost import median_or_none as _median
 from trainsentry.redteam.cost import offload_costs
 from trainsentry.traces.io import read_manifest
 
 FEATURES = ("comm.pcie.Bps.min", "comm.pcie.sym.min", "comm.pcie.duty.min", "comm.pcie.log_bytes_per_J.mean")
-
-
-def _median(v) -> float | None:
-    v = np.asarray(v, dtype=float)
-    v = v[np.isfinite(v)]
-    return round(float(np.median(v)), 4) if v.size else None
 
 
 def _truth(manifest: dict) -> dict:
@@ -68,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in sorted(runs, key=lambda r: r.run_id):
         df = r.windows["trainsentry"]
         df = df[df["in_run"]]
-        share = round(float(np.mean(exchange_gate(df)[0] >= 0.5)), 3) if len(df) else 0.0
+        share = round(gate_pass_share(df), 3)
         fam = out["by_family"].setdefault(f"{r.cls} {r.family}", {"runs": 0, "passing_runs": 0, "max_pass_share": 0.0})
         fam["runs"] += 1
         fam["passing_runs"] += share >= 0.5

@@ -36,7 +36,7 @@ def test_the_host_witness_tells_the_optimizer_from_the_copies(tmp_path):
     res = json.loads(out.read_text())
     off, cache, busy = res["runs"]["offload"], res["runs"]["cache"], res["runs"]["busy-host"]
     assert off["passes_gate"] and off["witnessed"] and off["busy_share"] == pytest.approx(0.4, abs=0.03)
-    assert off["busy_cores_p90"] == pytest.approx(12.0) and off["host_threads"] == 16
+    assert off["busy_cores_p90"] == pytest.approx(12.0) and off["host_threads_used"] == 16
     assert cache["passes_gate"] and not cache["witnessed"] and cache["busy_cores_median"] == pytest.approx(1.0)
     assert busy["witnessed"] and not busy["passes_gate"]
     assert res["by_family"]["training zero-offload"] == {"runs": 1, "gate": 1, "witnessed": 1, "gate_and_witness": 1}

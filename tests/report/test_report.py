@@ -826,18 +826,22 @@ def test_host_link_item_says_what_the_host_source_measured(tmp_path):
                       "b": {"class": "other", "witnessed": False, "busy_cores_median": 1.07},
                       "c": {"class": "other", "witnessed": True, "busy_cores_median": 9.0},
                       "d": {"class": "training", "witnessed": False, "busy_cores_median": 2.0}},
-             "offload": {"x": {"witnessed_runs": 2, "slowdown": 2.8, "accum": 1, "host_threads": 16},
-                         "y": {"witnessed_runs": 0, "slowdown": 7.6, "accum": 1, "host_threads": 1},
-                         "z": {"witnessed_runs": 0, "slowdown": 4.5, "accum": 1, "host_threads": 2},
-                         "w": {"witnessed_runs": 0, "slowdown": 1.9, "accum": 8, "host_threads": 1}}}
+             "offload": {"x": {"witnessed_runs": 2, "slowdown": 2.8, "accum": 1, "host_threads": None},
+                         "y": {"witnessed_runs": 0, "slowdown": 7.6, "accum": 1, "host_threads": 1,
+                               "gpu_hour_multiplier": 7.6},
+                         "z": {"witnessed_runs": 0, "slowdown": 4.5, "accum": 1, "host_threads": 2,
+                               "gpu_hour_multiplier": 5.2},
+                         "w": {"witnessed_runs": 0, "slowdown": 1.9, "accum": 8, "host_threads": 1,
+                               "gpu_hour_multiplier": 5.0}}}
     (res / "host-study.json").write_text(json.dumps(study))
     ctx = Ctx(res, DATA, True, CONFIGS)
     said = re.sub(r"<[^>]+>", "", _host_link(ctx))
     assert "might separate them" not in said
-    assert "kept a median of 1.04 cores busy" in said and "at most 1.07 in any of them" in said   # d is training
+    assert "kept a median of 1.04 core(s) busy" in said     # the training run d is not benign
     assert "saw 3 of the 8 benign runs (3 of 5 stream runs: in its detector configurations" in said
     assert "kvswap" not in said.split("saw ")[1][:40]
-    assert "an update on 1 or 2 host thread(s) was never witnessed, at 4.50× to 7.60× the GPU-only cost (1.90× with gradient accumulation)" in said
+    assert ("an update on 1 or 2 host thread(s) was never witnessed, at 4.50× to 7.60× fewer tokens per GPU-hour than "
+            "on the GPU alone (1.90× with gradient accumulation) and 5.00× to 7.60× the GPU-hours") in said
     assert "alerted on 3 of the 9 ZeRO-Offload runs recorded with the host source, and with gate and witness beside them on 7, at the price of 2 false alerts in the 8 benign runs" in said
     assert "evidence to show beside a verdict, not an alert" in said
     study["by_family"]["other stream"]["witnessed"] = 0

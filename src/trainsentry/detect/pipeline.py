@@ -146,14 +146,14 @@ def gate_summary(runs: list[Run]) -> dict:
     """Per run, the share of its in-run windows that pass the exchange gate (P ≥ 0.5): plain, with
     fused's decode veto, with comm-ml's (communication only), and asking for a regular exchange
     (the variant tried and not kept) — rules.exchange_gate over the whole dataset, no fitting."""
-    from .rules import exchange_gate
+    from .rules import gate_pass_share
     out = {}
     for r in runs:
         df = r.windows["trainsentry"]
         df = df[df["in_run"]] if not df.empty else df
         if df.empty:
             continue
-        share = lambda **kw: float(np.mean(exchange_gate(df, **kw)[0] >= 0.5))  # noqa: E731
+        share = lambda **kw: gate_pass_share(df, **kw)  # noqa: E731
         out[r.run_id] = {"class": r.cls, "family": r.family, "windows": int(len(df)), "exchange": share(),
                          "not_decode": share(decode_veto="memory_bound"), "not_decode_comm": share(decode_veto="comm"),
                          "regular_exchange": share(regular=True)}

@@ -169,6 +169,12 @@ GATE_FLOOR_FACTOR = 10.0     # volume at least 10x the link's idle floor (featur
 GATE_BYTES_PER_J_MAX = 1e9   # the compute-bound rule's bound (CommRules.bytes_per_J_max)
 
 
+def gate_pass_share(X: pd.DataFrame, **kw) -> float:
+    """The share of windows whose exchange-gate evidence is at least one half (0 when there are none);
+    ``kw`` as :func:`exchange_gate`'s."""
+    return float(np.mean(exchange_gate(X, **kw)[0] >= 0.5)) if len(X) else 0.0
+
+
 def exchange_gate(X: pd.DataFrame, regular: bool = False, decode_veto: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Evidence (0..1) that a window holds a collective exchange on some channel, and that channel's
     index in ``CHANNELS``: traffic above the link's idle floor that is symmetric over the window

@@ -216,22 +216,32 @@ def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> li
 OFFLOAD_KEYS = ("offload", "offload_overlap", "offload_overlap_after", "host_threads", "accum")
 
 
-def _median(v) -> float | None:
+def median_or_none(v) -> float | None:
+    """The median of the finite values among ``v`` (None entries skipped), to 4 decimals; None if none."""
     v = np.asarray([x for x in v if x is not None], dtype=float)
     v = v[np.isfinite(v)]
     return round(float(np.median(v)), 4) if v.size else None
 
 
+def offload_name(labels: dict) -> str:
+    """A ZeRO-Offload run's configuration name: its workload, with a ``host_threads`` override appended."""
+    threads = (labels.get("overrides") or {}).get("host_threads")
+    return labels["workload"] + (f"@host_threads={threads}" if threads else "")
+
+
 def offload_costs(data: list[Path], baselines: list[Path] = ()) -> dict:
-    """Per ZeRO-Offload configuration (family ``zero-offload`` in ``data``: its workload with any
-    ``host_threads`` override appended), medians over its runs of :func:`compare` against the longest
-    GPU-only run (family ``single-gpu``, in ``data`` or ``baselines``) of the same configuration less
-    :data:`OFFLOAD_KEYS`; ``slowdown``: the baseline's tokens per GPU-hour over the configuration's."""
+    """Per ZeRO-Offload configuration (family ``zero-offload`` in ``data``, named by
+    :func:`offload_name`), medians over its runs of :func:`compare` against the longest GPU-only run
+    (family ``single-gpu``) of the same configuration less :data:`OFFLOAD_KEYS`: one in ``data`` when
+    there is one (recorded beside the offloaded runs, on the machine as it was then), else one in
+    ``baselines``; ``slowdown``: the baseline's tokens per GPU-hour over the configuration's;
+    ``host_threads``: the configured host threads (None: the workload's default)."""
     def key(config: dict) -> str:
         return json.dumps({k: v for k, v in config.items() if k not in OFFLOAD_KEYS}, sort_keys=True)
 
     offload: dict[str, list] = {}
-    alone: dict[str, list] = {}
+    alone: dict[str, list] = {}       # GPU-only runs in data
+    elsewhere: dict[str, list] = {}   # GPU-only runs in baselines
     for root, is_data in [*((d, True) for d in data), *((b, False) for b in baselines)]:
         for m in sorted(Path(root).glob("*/manifest.json")):
             lab = json.loads(m.read_text())["labels"]
@@ -241,22 +251,21 @@ def offload_costs(data: list[Path], baselines: list[Path] = ()) -> dict:
             if not (truth["ground_truth"].get("steps") and truth["ground_truth"].get("loss_curve")):
                 continue   # nothing to score (run_cost needs steps and a loss curve)
             if lab["family"] == "zero-offload":
-                threads = (lab.get("overrides") or {}).get("host_threads")
-                name = lab["workload"] + (f"@host_threads={threads}" if threads else "")
-                offload.setdefault(name, []).append((run_cost(truth), lab["config"]))
+                offload.setdefault(offload_name(lab), []).append((run_cost(truth), lab["config"]))
             else:
-                alone.setdefault(key(lab["config"]), []).append(run_cost(truth))
+                (alone if is_data else elsewhere).setdefault(key(lab["config"]), []).append(run_cost(truth))
     cost = {}
     for name, runs in sorted(offload.items()):
         config = runs[0][1]
-        base = max(alone.get(key(config), []), key=lambda c: c.total_tokens, default=None)
+        base = max(alone.get(key(config)) or elsewhere.get(key(config), []), key=lambda c: c.total_tokens,
+                   default=None)
         rows = [compare(c, base) for c, _ in runs] if base else []
         cost[name] = {"accum": config.get("accum", 1), "delayed_update": bool(config.get("offload_overlap")),
                       "host_threads": config.get("host_threads"),
                       "runs": [c.run_id for c, _ in runs], "baseline_run": base.run_id if base else None,
-                      "tokens_per_gpu_hour": _median([r["tokens_per_gpu_hour"] for r in rows]),
+                      "tokens_per_gpu_hour": median_or_none([r["tokens_per_gpu_hour"] for r in rows]),
                       "baseline_tokens_per_gpu_hour": round(rows[0]["baseline_tokens_per_gpu_hour"], 1) if rows else None,
-                      "slowdown": _median([r["baseline_tokens_per_gpu_hour"] / r["tokens_per_gpu_hour"] for r in rows]),
-                      "gpu_hour_multiplier": _median([r["gpu_hour_multiplier"] for r in rows]),
-                      "loss_penalty_equal_tokens": _median([r["loss_penalty_equal_tokens"] for r in rows])}
+                      "slowdown": median_or_none([r["baseline_tokens_per_gpu_hour"] / r["tokens_per_gpu_hour"] for r in rows]),
+                      "gpu_hour_multiplier": median_or_none([r["gpu_hour_multiplier"] for r in rows]),
+                      "loss_penalty_equal_tokens": median_or_none([r["loss_penalty_equal_tokens"] for r in rows])}
     return cost

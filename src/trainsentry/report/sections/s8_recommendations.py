@@ -222,8 +222,8 @@ def _host_witness(ctx) -> str:
     if quiet:
         rsrc = [("host_study", "runs")]
         out += (f"the benign runs it did not witness kept a median of "
-                f"{ctx.derived(float(np.median(quiet)), 'g3', rsrc)} cores busy (a GPU program's launching thread "
-                f"spins while it waits; at most {ctx.derived(max(quiet), 'g3', rsrc)} in any of them), and ")
+                f"{ctx.derived(float(np.median(quiet)), 'g3', rsrc)} core(s) busy (a GPU program's launching thread "
+                f"spins while it waits), and ")
     if seen:
         named = "; ".join(f"{ctx.num('host_study', f'by_family/{f}/witnessed', 'int')} of "
                           f"{ctx.num('host_study', f'by_family/{f}/runs', 'int')} {html.escape(f.split(' ', 1)[1])} runs"
@@ -240,11 +240,14 @@ def _host_witness(ctx) -> str:
         plain = [v["slowdown"] for v in hidden.values() if v.get("accum", 1) == 1]
         accum = [v["slowdown"] for v in hidden.values() if v.get("accum", 1) > 1]
         threads = sorted({v["host_threads"] for v in hidden.values() if v.get("host_threads")})
-        out += (f"The evader has an answer: an update on "
-                + " or ".join(ctx.derived(t_, "int", osrc) for t_ in threads)
-                + " host thread(s) was never witnessed"
-                + (f", at {ctx.spread(plain, 'x', osrc)} the GPU-only cost" if plain else "")
-                + (f" ({ctx.spread(accum, 'x', osrc)} with gradient accumulation)" if accum else "") + ". ")
+        mult = [v["gpu_hour_multiplier"] for v in hidden.values() if v.get("gpu_hour_multiplier")]
+        out += ("The evader has an answer: an update on "
+                + (" or ".join(ctx.derived(t_, "int", osrc) for t_ in threads) + " host thread(s)" if threads
+                   else "fewer host threads")
+                + " was never witnessed"
+                + (f", at {ctx.spread(plain, 'x', osrc)} fewer tokens per GPU-hour than on the GPU alone" if plain else "")
+                + (f" ({ctx.spread(accum, 'x', osrc)} with gradient accumulation)" if accum else "")
+                + (f" and {ctx.spread(mult, 'x', osrc)} the GPU-hours to reach the same loss" if mult else "") + ". ")
     zero = fams.get("training zero-offload")
     if zero and "stack" in zero:
         key = "by_family/training zero-offload"
