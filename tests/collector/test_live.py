@@ -50,18 +50,34 @@ def with_network(rs: list) -> list:
     return out
 
 
-def batches(plan, t_start: float = T0, batch_s: float = 1.0, network: bool = False) -> list[list[dict]]:
-    """The plan's readings as wire samples in consecutive ``batch_s`` batches (all GPUs together)."""
+def with_host(rs: list, cores) -> list:
+    """The readings plus the host source's ``host`` device at gpu0's sample times, ``cores(t)`` cores
+    busy in user mode of 16 over the interval that ends at t."""
+    from trainsentry.telemetry.base import Reading
+    out, user, idle, last = list(rs), 0, 0, None
+    for r in sorted((r for r in rs if r.device == "gpu0"), key=lambda r: r.t):
+        if last is not None:
+            user += round(1000 * cores(r.t) * (r.t - last))
+            idle += round(1000 * (16 - cores(r.t)) * (r.t - last))
+        last = r.t
+        out.append(Reading("host", "host", r.t, {"cpu_user_ms": user, "cpu_system_ms": 0, "cpu_idle_ms": idle}))
+    return out
+
+
+def batches(plan, t_start: float = T0, batch_s: float = 1.0, network: bool = False, host=None) -> list[list[dict]]:
+    """The plan's readings as wire samples in consecutive ``batch_s`` batches (all GPUs together), with
+    the host's when ``host`` (busy cores as a function of time) is given."""
     rs = readings(plan, t_start)
-    rs = sorted(with_network(rs) if network else rs, key=lambda r: r.t)
+    rs = with_network(rs) if network else rs
+    rs = sorted(with_host(rs, host) if host else rs, key=lambda r: r.t)
     out: dict[int, list[dict]] = {}
     for r in rs:
         out.setdefault(int((r.t - t_start) // batch_s), []).append(r.to_wire())
     return [out[k] for k in sorted(out)]
 
 
-def send_all(client: TestClient, agents: dict[str, Agent], plans: dict[str, list], network=()) -> None:
-    per_node = {n: batches(p, network=n in network) for n, p in plans.items()}
+def send_all(client: TestClient, agents: dict[str, Agent], plans: dict[str, list], network=(), host=None) -> None:
+    per_node = {n: batches(p, network=n in network, host=host) for n, p in plans.items()}
     for i in range(max(len(b) for b in per_node.values())):
         for n, bs in per_node.items():
             if i < len(bs):
@@ -211,6 +227,24 @@ def test_a_batch_stamped_back_in_time_is_a_time_regression_in_the_verdict_and_jo
         assert (line in v["evidence"]) == (after and v["t_start"] < latest), (v["t_start"], v["t_end"], v["evidence"])
     assert any(line in v["evidence"] for v in tl)
     assert not any("window overlaps an unmonitored interval:" in e for v in tl for e in v["evidence"])
+
+
+def test_a_node_sending_its_host_gets_a_host_line_beside_the_same_verdicts(client, agent):
+    """Through the collector's live path: a node whose agent also reads the host gets one line on the
+    host's CPU in each judged window's evidence; the line is evidence, not a vote (the DDP run still goes
+    idle to training and alerts as without it). Here the host is busy beyond the launching thread from
+    the DDP segment on (an optimizer on the host would look so), and the idle windows say it was not."""
+    start = T0 + 12.0
+    send_all(client, {"node-a": agent}, {"node-a": DDP}, host=lambda t: 9.0 if t > start else 1.0)
+    tl = timeline(client, "node-a")
+    states = [v["state"] for v in tl]
+    assert states[0] == "idle" and states[-1] == "training", states
+    assert len(get(client, "/v1/nodes/node-a/alerts")["alerts"]) == 1
+    hosts = [[e for e in v["evidence"] if e.startswith("host CPU: ")] for v in tl]
+    assert all(len(h) == 1 for h in hosts), hosts
+    assert "no host work seen" in hosts[0][0] and "1.0 cores busy (median)" in hosts[0][0]
+    assert "work on the host beside its 2 GPU(s)" in hosts[-1][0] and "9.0 cores busy" in hosts[-1][0]
+    assert "4 or more in 100% of the window" in hosts[-1][0]       # two GPUs: two launching threads + 2
 
 
 def test_one_way_send_goes_idle_to_inference_without_alert(client, agent):
