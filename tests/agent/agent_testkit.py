@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import sqlite3
@@ -86,8 +87,30 @@ class CounterSource:
         self.closed = True
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port free now and *below the ephemeral range*. A collector's port is chosen before the
+    collector starts (a sender may post to it while it is down), and a port the kernel may also hand out
+    as a client's source port can be taken in between, or connect to itself: a client connecting to a
+    local ephemeral port that nothing listens on can be given that same port as its own and complete a
+    TCP simultaneous open with itself, and the collector then fails to bind."""
+    low = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1025, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:      # every port tried is taken: fall back to one the kernel picks
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

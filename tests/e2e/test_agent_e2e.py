@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
-from agent_testkit import CollectorProcess, env  # noqa: E402
+from agent_testkit import CollectorProcess, env, free_port  # noqa: E402
 
 FAKE_NODE = str(Path(__file__).with_name("fake_node.py"))
 SYSFS = str(Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "node1")
@@ -106,11 +106,8 @@ def test_agent_sigkilled_and_restarted_on_its_spool_loses_nothing(tmp_path, coll
 
 
 def test_prometheus_endpoint_serves_dcgm_names(tmp_path, collector):
-    import socket
     import urllib.request
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()   # below the ephemeral range: the polling below cannot connect to itself
     proc = agent(collector, tmp_path / "spool.db", "--duration", "3", "--prometheus-port", str(port), gpus=2)
     text = ""
     deadline = time.monotonic() + 20
