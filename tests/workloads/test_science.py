@@ -132,6 +132,44 @@ def test_spectral_turbulence_at_its_time_step_stays_finite_and_loses_enstrophy(n
     assert not all(math.isfinite(z) for z in curve) or max(curve) > curve[0], curve
 
 
+def _hermitian_error(x: torch.Tensor) -> float:
+    """How far a half spectrum [..., n, n//2+1] is from a real field's in the columns an inverse real
+    FFT reads twice (kx = 0 and, n even, kx = n/2): there X[ky] must be conj(X[-ky])."""
+    n = x.shape[-2]
+    flip = (-torch.arange(n)) % n
+    cols = [0] + ([x.shape[-1] - 1] if n % 2 == 0 else [])
+    err = max(float((x[..., :, c] - x[..., flip, c].conj()).abs().max()) for c in cols)
+    return err / max(float(x.abs().max()), 1e-30)
+
+
+def test_spectral_start_never_hands_an_inverse_transform_a_spectrum_no_real_field_has(monkeypatch):
+    """The regression test of the fp32 start fixed on 2026-12-02 (docs/lab.md, the eighteenth time):
+    the old start drew random coefficients in the band and made them Hermitian with rfft2(irfft2(·)).
+    The CPU's inverse transform projects such input exactly, so every other CPU test passed, but
+    cuFFT's fp32 path did not, and 4-7 % of ⟨ω²⟩ went in the first step. What a CPU can check is the
+    cause: no inverse real FFT in a run, start included, is given a spectrum that is not a real
+    field's (checked here in its redundant columns, to rounding)."""
+    real_irfft2 = torch.fft.irfft2
+    worst = []
+
+    def checked(x, *a, **kw):
+        worst.append(_hermitian_error(x))
+        return real_irfft2(x, *a, **kw)
+
+    spec = WORKLOADS["other.spectral.n4096_f8"]
+    monkeypatch.setattr(torch.fft, "irfft2", checked)
+    ctx = _ctx(3)
+    spec.fn(ctx, spec.resolve(toy=True))
+    assert worst and max(worst) < 1e-5, max(worst)
+    # the check has teeth: the old start's construction fails it
+    n = 32
+    _, _, k2, keep = spectral_grid(n, torch.device("cpu"), torch.float32)
+    band = torch.exp(-((k2.sqrt() - 4.0) ** 2) / 8.0) * keep
+    g = torch.Generator().manual_seed(0)
+    old = torch.complex(torch.randn((1, n, n // 2 + 1), generator=g), torch.randn((1, n, n // 2 + 1), generator=g)) * band
+    assert _hermitian_error(old) > 0.1
+
+
 def test_spectral_run_counts_its_flops_and_its_precision():
     spec = WORKLOADS["other.spectral.n4096_f8"]
     ctx = _ctx(20)
