@@ -112,8 +112,7 @@ def host_lines(table: pa.Table | None, t0: float, t1: float) -> list[str]:
     if rows.num_rows == 0:
         return []
     f = lambda c: rows.column(c).to_numpy(zero_copy_only=False).astype(np.float64)  # noqa: E731  (nulls -> NaN)
-    kinds = pc.equal(table.column("kind"), "gpu")
-    n_gpus = len(set(table.filter(kinds).column("device").to_pylist()))
+    n_gpus = pc.count_distinct(table.filter(pc.equal(table.column("kind"), "gpu")).column("device")).as_py()
     busy_at = witness_cores(n_gpus)
     act = host_activity(f("cpu_user_cores"), f("cpu_system_cores"), busy_at)
     if act is None:

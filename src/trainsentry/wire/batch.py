@@ -230,11 +230,12 @@ def _samples_certainly_valid(samples: list) -> bool:
         if set(map(type, samples)) != {dict} or set(map(len, samples)) != {4}:
             return False
         # Four keys each, and each of dev/kind/t/m present (else KeyError): exactly those four.
-        devs = set(map(_DEV, samples))  # TypeError when a dev is unhashable (list, dict)
-        kinds = set(map(_KIND, samples))
-        if not kinds <= _KIND_SET:  # str-only set: anything else is not a subset
+        # (kind, dev) pairs in one C-level pass (TypeError when either is unhashable): a handful per node
+        pairs = set(zip(map(_KIND, samples), map(_DEV, samples)))
+        devs = {d for _, d in pairs}
+        if not {k for k, _ in pairs} <= _KIND_SET:  # str-only set: anything else is not a subset
             return False
-        if "host" in kinds and any(s["kind"] == "host" and s["dev"] != "host" for s in samples):
+        if any(k == "host" and d != "host" for k, d in pairs):  # one host device per node, named "host"
             return False
         ms = list(map(_M, samples))
         if set(map(type, ms)) != {dict}:
