@@ -107,6 +107,25 @@ def test_score_costs_pairs_runs_with_their_named_baseline(tmp_path):
     assert rows[2]["error"] == "no baseline run of this workload"
 
 
+def test_a_named_baseline_configuration_picks_among_runs_of_one_workload(tmp_path):
+    # the GPU-only workload was recorded in fp32 (longer) and in bf16: a bf16 adversary names bf16
+    fp32 = {**truth("fp32", "train.single.w1024-l16", 400, 1000, 1.0, linear(5, 1e-5)),
+            "config": {"param_dtype": "fp32", "batch": 32}}
+    bf16 = {**truth("bf16", "train.single.w1024-l16", 200, 1000, 1.0, linear(5, 1e-5)),
+            "config": {"param_dtype": "bf16", "batch": 32}}
+    adv = truth("a", "adv.offload.t1", 50, 1000, 4.0, linear(5, 1e-5), baseline="train.single.w1024-l16")
+    adv["ground_truth"]["extra"]["0"]["baseline_config"] = {"param_dtype": "bf16"}
+    plain = truth("p", "adv.x", 50, 1000, 4.0, linear(5, 1e-5), baseline="train.single.w1024-l16")
+    for t in (fp32, bf16, adv, plain):
+        (tmp_path / f"{t['run_id']}.truth.json").write_text(json.dumps(t))
+    bases = [tmp_path / "fp32.truth.json", tmp_path / "bf16.truth.json"]
+    rows = score_costs([tmp_path / "a.truth.json", tmp_path / "p.truth.json"], bases)
+    assert rows[0]["baseline_run"] == "bf16" and rows[1]["baseline_run"] == "fp32"   # unnamed: the longest
+    # no run holds what the adversary names: an error that says which configuration was missing
+    rows = score_costs([tmp_path / "a.truth.json"], bases[:1])
+    assert rows[0]["error"] == 'no baseline run of this workload with {"param_dtype": "bf16"}'
+
+
 def test_bad_input_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_truth(tmp_path / "missing")

@@ -21,7 +21,8 @@ STEPS = 6
 FALLS = ["adv.diloco.h10", "adv.diloco.h50-int8", "adv.diloco.streaming-h50", "adv.kvdisguise.step-p2k",
          "adv.kvdisguise.h20-p2k", "adv.powersgd.r4", "adv.topk.k1pct", "adv.hostsync.pcie", "adv.hostsync.net",
          "adv.online.lora-k4", "adv.whitebox.proxy-lora", "adv.split.processes", "adv.split.gap6", "adv.accum.k8",
-         "adv.throttle.lowutil", "adv.shape.pid", "adv.cover.flatten", "adv.cover.tp-decoy", "adv.pp.1f1b-mb8"]
+         "adv.throttle.lowutil", "adv.shape.pid", "adv.cover.flatten", "adv.cover.tp-decoy", "adv.pp.1f1b-mb8",
+         "adv.offload.t1-x8"]
 
 
 def _launch(out: Path, nproc: int, names: list[str], steps: int, more: list[dict] = ()) -> dict[str, dict]:
@@ -102,7 +103,7 @@ def test_registry_names_and_baselines():
     assert len(names) >= 35
     families = {WORKLOADS[n].family for n in names}
     assert families >= {"diloco", "split", "throttle", "kvdisguise", "powersgd", "topk", "accum", "cover", "shape",
-                        "hostsync", "pp", "online", "whitebox", "flops"}
+                        "hostsync", "pp", "online", "whitebox", "flops", "offload"}
     for n in names:
         assert WORKLOADS[n].cls == "training" and WORKLOADS[n].config["baseline"] in WORKLOADS
 
@@ -224,6 +225,15 @@ def test_online_and_whitebox_serve_real_tokens(truths):
     wb = ex(truths["adv.whitebox.proxy-lora"])
     assert wb["gate_history"] and wb["strategy_params"]["scorer"] == "proxy"
     assert coll(truths["adv.whitebox.proxy-lora"])["all_reduce"] == STEPS * wb["lora_params"] * 4
+
+
+def test_offload_updates_on_the_host_threads_it_names_against_a_bf16_baseline(truths):
+    for name, threads in (("adv.offload.t1", 1), ("adv.offload.t2", 2), ("adv.offload.t1-x8", 1)):
+        x = ex(truths[name])
+        assert x["host_threads"] == threads and x["strategy_params"]["host_threads"] == threads, name
+        assert x["host_updates"] == STEPS and x["offload_bytes_d2h"] == x["offload_bytes_h2d"] > 0, name
+        assert x["baseline_config"] == {"param_dtype": "bf16"} and x["baseline"].startswith("train.single."), name
+    assert ex(truths["adv.offload.t1-x8"])["strategy_params"]["accum"] == 8
 
 
 def test_whitebox_gate_uses_the_surrogate_file_the_campaign_passes(truths):

@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -25,7 +26,7 @@ from trainsentry.workloads.infer_serve import SlotPool, decode_pool, prefill_int
 from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md", "offload", "kvswap"}
+INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md", "offload", "kvswap", "rag"}
 OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil", "spectral", "quantize", "stream"}
 # (configs that need a larger launch than this file's 2 ranks are run in test_ngpu.py)
 MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other") and s.min_ranks <= 2)
@@ -183,6 +184,12 @@ def test_gpu_configs_fit_two_h200():
             tokens = 2 * cfg["batch"] * cfg["seq_len"]
             host_gb = cfg["cohorts"] * cfg["batch"] * cfg["seq_len"] * kv_per_token / 1e9
             assert host_gb < 40, f"{name} pins ~{host_gb:.0f} GB of host memory"
+        elif spec.family == "rag":   # retrieved passages before the query; the index and passages in host memory
+            assert cfg["top_k"] * cfg["doc_len"] + cfg["query_len"] + cfg["gen_len"] <= cfg["seq_len"], name
+            tokens = cfg["batch"] * cfg["seq_len"]
+            host_gb = cfg["n_docs"] * (model_config({"model": cfg["embedder"], "seq_len": 8}).d_model * 4
+                                       + cfg["doc_len"] * 8) / 1e9
+            assert host_gb < 40, f"{name} keeps ~{host_gb:.0f} GB in host memory"
         elif spec.family == "cp":   # no KV cache is kept: one layer's gathered K/V at a time
             assert cfg["prompt_len"] <= cfg["seq_len"] and cfg["prompt_len"] % 2 == 0, name
             tokens = 0
@@ -311,6 +318,24 @@ def test_kv_tier_moves_a_conversation_and_its_next_turn_equals_the_resident_one(
         torch.testing.assert_close(chunk[:, i], ones[i], rtol=1e-4, atol=1e-5)
     for a, b in zip(new.host[1].store, full.slots[1].store):
         assert torch.equal(a[:12], b[:12])
+
+
+def test_rag_retrieves_on_the_host_and_moves_both_ways(toy_run):
+    t = truth(toy_run, "infer.rag.l1b_b256_n256k_t4")
+    c, x = t["config"], t["ground_truth"]["extra"]["0"]
+    assert t["ok"] and x["self_retrieved"] is True and x["host_threads"] == 4 and x["rounds"] >= 1
+    assert x["bytes_h2d_per_round"] == c["batch"] * c["top_k"] * c["doc_len"] * 8
+    d = model_config({"model": c["embedder"], "seq_len": 8}).d_model
+    assert x["bytes_d2h_per_round"] == c["batch"] * d * 4 and x["index_bytes"] == c["n_docs"] * d * 4
+
+
+def test_rag_search_is_exact_inner_product_top_k():
+    from trainsentry.workloads.infer_rag import search
+
+    g = torch.Generator().manual_seed(3)
+    index, queries = torch.randn(500, 16, generator=g), torch.randn(7, 16, generator=g)
+    want = np.argsort(-(queries.numpy() @ index.numpy().T), axis=1)[:, :5]
+    assert (search(index, queries, 5).numpy() == want).all()
 
 
 def test_kvswap_and_stream_ground_truth(toy_run):

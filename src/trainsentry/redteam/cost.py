@@ -54,6 +54,8 @@ class RunCost:
     smooth_steps: int
     run_tokens: float             # tokens of the whole run (the curve's last point is before the last update)
     val_loss: float | None = None
+    config: dict | None = None            # the run's resolved configuration (a trace's labels; None in a truth file)
+    baseline_config: dict | None = None   # what the named baseline's configuration must hold (extra["baseline_config"])
 
     @property
     def total_gpu_hours(self) -> float:
@@ -76,7 +78,7 @@ def load_truth(path: str | Path) -> dict:
     labels = raw.get("labels", {})
     return {"run_id": raw["run_id"], "workload": raw.get("workload", labels.get("workload")),
             "ranks": raw.get("ranks", labels.get("ranks")), "start": raw["start"], "end": raw["end"],
-            "ground_truth": raw["ground_truth"]}
+            "config": raw.get("config", labels.get("config")), "ground_truth": raw["ground_truth"]}
 
 
 def smooth(x: np.ndarray, n: int = SMOOTH_STEPS) -> np.ndarray:
@@ -127,10 +129,10 @@ def run_cost(truth: dict, smooth_steps: int = SMOOTH_STEPS) -> RunCost:
     gpu_h = ranks * wall / 3600.0 * np.interp(at - 1, np.arange(0, times.size + 1), frac)
     extra = g.get("extra") or {}
     vals = [e.get("val_loss") for e in extra.values() if isinstance(e, dict) and e.get("val_loss") is not None]
-    baseline = next((e.get("baseline") for e in extra.values() if isinstance(e, dict) and e.get("baseline")), None)
-    return RunCost(truth["run_id"], truth.get("workload") or "", baseline, ranks, wall, tokens, gpu_h,
+    first = lambda k: next((e.get(k) for e in extra.values() if isinstance(e, dict) and e.get(k)), None)  # noqa: E731
+    return RunCost(truth["run_id"], truth.get("workload") or "", first("baseline"), ranks, wall, tokens, gpu_h,
                    smooth(loss, smooth_steps), loss, smooth_steps, float(g["tokens"]),
-                   float(np.mean(vals)) if vals else None)
+                   float(np.mean(vals)) if vals else None, truth.get("config"), first("baseline_config"))
 
 
 def loss_at(x: np.ndarray, loss: np.ndarray, at: float) -> float | None:
@@ -192,22 +194,34 @@ def compare(adv: RunCost, base: RunCost) -> dict:
     }
 
 
+def holds(config: dict | None, required: dict | None) -> bool:
+    """Whether a run's configuration has every key and value of ``required`` (nothing required: any run;
+    a run whose configuration is unknown holds nothing)."""
+    if not required:
+        return True
+    return config is not None and all(k in config and config[k] == v for k, v in required.items())
+
+
 def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> list[dict]:
     """Compare every adversarial run with a baseline run of the workload it names in
-    ``extra["baseline"]`` (the longest such baseline run, so the curves overlap most)."""
-    bases: dict[str, RunCost] = {}
+    ``extra["baseline"]`` whose configuration holds ``extra["baseline_config"]`` when the run names one
+    (e.g. bf16 weights: the same workload was also recorded in fp32); the longest such baseline run, so
+    the curves overlap most."""
+    bases: dict[str, list[RunCost]] = {}
     for p in base_paths:
         c = run_cost(load_truth(p))
-        if c.workload not in bases or c.total_tokens > bases[c.workload].total_tokens:
-            bases[c.workload] = c
+        bases.setdefault(c.workload, []).append(c)
     rows = []
     for p in adv_paths:
         c = run_cost(load_truth(p))
-        if c.baseline is None or c.baseline not in bases:
+        fits = [b for b in bases.get(c.baseline, []) if holds(b.config, c.baseline_config)] if c.baseline else []
+        if not fits:
+            error = "no baseline run of this workload" + (f" with {json.dumps(c.baseline_config, sort_keys=True)}"
+                                                          if c.baseline_config and bases.get(c.baseline) else "")
             rows.append({"run_id": c.run_id, "workload": c.workload, "baseline": c.baseline,
-                         "error": "no baseline run of this workload", "gpu_hours": c.total_gpu_hours})
+                         "error": error, "gpu_hours": c.total_gpu_hours})
             continue
-        rows.append(compare(c, bases[c.baseline]))
+        rows.append(compare(c, max(fits, key=lambda b: b.total_tokens)))
     return rows
 
 

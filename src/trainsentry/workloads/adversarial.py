@@ -27,11 +27,11 @@ W1024 = "train.ddp.w1024-l16"
 
 
 def _reg(strategy: str, fn, grid: dict[str, dict], toy: dict | None = None, base: dict | None = None,
-         description: str = "") -> None:
+         description: str = "", gpus: int = 0) -> None:
     # the strategies built on the benign DDP or pipeline machinery need two ranks (train.py's families)
     min_ranks = 2 if fn in (run_ddp_variant, run_pp_variant) else 0
     variants(f"adv.{strategy}", CLS, strategy, fn, {**BASE, "strategy": strategy, **(base or {})}, {**TOY, **(toy or {})}, grid,
-             gpus=0, description=description, min_ranks=min_ranks)
+             gpus=gpus, description=description, min_ranks=min_ranks)
 
 
 def run_ddp_variant(ctx: Context, cfg: dict) -> None:
@@ -44,6 +44,14 @@ def run_pp_variant(ctx: Context, cfg: dict) -> None:
     """Pipeline-parallel training: one-way activations and one-way gradients, like pipelined serving."""
     strategy_extra(ctx, cfg, "pp", schedule=cfg.get("schedule"), microbatches=cfg.get("microbatches"))
     train._pipeline(ctx, cfg)
+
+
+def run_offload(ctx: Context, cfg: dict) -> None:
+    """ZeRO-Offload on one GPU (train_offload.HostAdamW) with an update on few host threads: the GPU
+    computes forward and backward in bf16, the host's AdamW updates fp32 master weights. With one or two
+    threads the host shows no more busy cores than a GPU job's launching thread (docs/host.md)."""
+    strategy_extra(ctx, cfg, "offload", host_threads=cfg.get("host_threads"), accum=cfg.get("accum", 1))
+    train.train_single(ctx, cfg)
 
 
 def _register() -> None:
@@ -111,6 +119,16 @@ def _register() -> None:
     }, toy={"lora_rank": 4, "decode_batch": 2, "decode_prompt_len": 8, "decode_len": 8, "window_s": 0.3,
             "stride_s": 0.2, "burst_s": 0.1},
          description="training gated by a copy of the detector (P(training) < threshold) or straddling windows")
+    # ZeRO-Offload hidden from the host witness (docs/host.md): the benign family's 201M and 1.2B models,
+    # compared with the GPU-only bf16 run of the same model (train.single.* was also recorded in fp32)
+    offload = {"offload": True, "param_dtype": "bf16", "baseline_config": {"param_dtype": "bf16"}}
+    for model, over, grid in (
+            ("w1024-l16", w(1024, 16, batch=32), {"t1": {"host_threads": 1}, "t2": {"host_threads": 2},
+                                                  "t1-x8": {"host_threads": 1, "accum": 8}}),
+            ("w2048-l24", w(2048, 24, batch=16), {"t1-x4-1b": {"host_threads": 1, "accum": 4}})):
+        _reg("offload", run_offload, grid, base={**over, **offload, "baseline": f"train.single.{model}"},
+             gpus=1,
+             description="ZeRO-Offload with the AdamW update on one or two host threads (hidden from the host witness)")
     flops_base = {**w(1024, 16, batch=32), "strategy": "flops", "baseline": W1024}
     flops = "attack on the FLOP estimator: atypical head geometry or an inflated batch"
     # toy sizes keep the geometry extreme: one 64-wide head, or 32 heads of 2

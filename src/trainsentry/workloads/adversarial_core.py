@@ -191,9 +191,13 @@ def sleep_s(phases: Phases, seconds: float, name: str = "pause") -> None:
 
 
 def strategy_extra(ctx: Context, cfg: dict, strategy: str, **params) -> None:
-    """What the scorer needs beside the ledger: the strategy, its parameters, its DDP baseline."""
+    """What the scorer needs beside the ledger: the strategy, its parameters, its baseline (a benign
+    workload; ``baseline_config``: what the baseline run's configuration must also hold, when that
+    workload was recorded in several)."""
     ctx.ledger.extra.update({"strategy": cfg.get("strategy", strategy), "baseline": cfg.get("baseline", BASELINE),
                              "strategy_params": params, "world_size": ctx.world_size})
+    if cfg.get("baseline_config"):
+        ctx.ledger.extra["baseline_config"] = dict(cfg["baseline_config"])
 
 
 def local_params(model) -> int:
