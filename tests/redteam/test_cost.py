@@ -113,16 +113,21 @@ def test_a_named_baseline_configuration_picks_among_runs_of_one_workload(tmp_pat
             "config": {"param_dtype": "fp32", "batch": 32}}
     bf16 = {**truth("bf16", "train.single.w1024-l16", 200, 1000, 1.0, linear(5, 1e-5)),
             "config": {"param_dtype": "bf16", "batch": 32}}
-    adv = truth("a", "adv.offload.t1", 50, 1000, 4.0, linear(5, 1e-5), baseline="train.single.w1024-l16")
+    # and in bf16 with another batch, longer still
+    bf16_b64 = {**truth("bf16_b64", "train.single.w1024-l16", 600, 1000, 1.0, linear(5, 1e-5)),
+                "config": {"param_dtype": "bf16", "batch": 64}}
+    adv = {**truth("a", "adv.offload.t1", 50, 1000, 4.0, linear(5, 1e-5), baseline="train.single.w1024-l16"),
+           "config": {"param_dtype": "bf16", "batch": 32, "offload": True}}
     adv["ground_truth"]["extra"]["0"]["baseline_config"] = {"param_dtype": "bf16"}
     plain = truth("p", "adv.x", 50, 1000, 4.0, linear(5, 1e-5), baseline="train.single.w1024-l16")
-    for t in (fp32, bf16, adv, plain):
+    for t in (fp32, bf16, bf16_b64, adv, plain):
         (tmp_path / f"{t['run_id']}.truth.json").write_text(json.dumps(t))
-    bases = [tmp_path / "fp32.truth.json", tmp_path / "bf16.truth.json"]
+    bases = [tmp_path / "fp32.truth.json", tmp_path / "bf16.truth.json", tmp_path / "bf16_b64.truth.json"]
     rows = score_costs([tmp_path / "a.truth.json", tmp_path / "p.truth.json"], bases)
-    assert rows[0]["baseline_run"] == "bf16" and rows[1]["baseline_run"] == "fp32"   # unnamed: the longest
+    # bf16 as named, and of the two bf16 runs the one with the adversary's batch; unknown configurations: the longest
+    assert rows[0]["baseline_run"] == "bf16" and rows[1]["baseline_run"] == "bf16_b64"
     # no run holds what the adversary names: an error that says which configuration was missing
-    rows = score_costs([tmp_path / "a.truth.json"], bases[:1])
+    rows = score_costs([tmp_path / "a.truth.json"], bases[:1])   # fp32 only
     assert rows[0]["error"] == 'no baseline run of this workload with {"param_dtype": "bf16"}'
 
 

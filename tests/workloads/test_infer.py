@@ -321,7 +321,7 @@ def test_kv_tier_moves_a_conversation_and_its_next_turn_equals_the_resident_one(
 
 
 def test_rag_retrieves_on_the_host_and_moves_both_ways(toy_run):
-    t = truth(toy_run, "infer.rag.l1b_b256_n256k_t4")
+    t = truth(toy_run, "infer.rag.l1b_b256_n128k_t4")
     c, x = t["config"], t["ground_truth"]["extra"]["0"]
     assert t["ok"] and x["self_retrieved"] is True and x["host_threads"] == 4 and x["rounds"] >= 1
     assert x["bytes_h2d_per_round"] == c["batch"] * c["top_k"] * c["doc_len"] * 8

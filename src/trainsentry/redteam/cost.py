@@ -202,11 +202,20 @@ def holds(config: dict | None, required: dict | None) -> bool:
     return config is not None and all(k in config and config[k] == v for k, v in required.items())
 
 
+def disagreements(config: dict | None, other: dict | None) -> int:
+    """How many keys both configurations set to different values (0 when either is unknown)."""
+    if config is None or other is None:
+        return 0
+    return sum(1 for k in config.keys() & other.keys() if config[k] != other[k])
+
+
 def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> list[dict]:
     """Compare every adversarial run with a baseline run of the workload it names in
     ``extra["baseline"]`` whose configuration holds ``extra["baseline_config"]`` when the run names one
-    (e.g. bf16 weights: the same workload was also recorded in fp32); the longest such baseline run, so
-    the curves overlap most."""
+    (e.g. bf16 weights: the same workload was also recorded in fp32). Among those, the run whose
+    configuration disagrees with the adversary's on the fewest keys both set (a workload is also
+    recorded with overrides: another batch, depth or precision), then the longest, so the curves
+    overlap most."""
     bases: dict[str, list[RunCost]] = {}
     for p in base_paths:
         c = run_cost(load_truth(p))
@@ -221,7 +230,7 @@ def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> li
             rows.append({"run_id": c.run_id, "workload": c.workload, "baseline": c.baseline,
                          "error": error, "gpu_hours": c.total_gpu_hours})
             continue
-        rows.append(compare(c, max(fits, key=lambda b: b.total_tokens)))
+        rows.append(compare(c, min(fits, key=lambda b: (disagreements(b.config, c.config), -b.total_tokens))))
     return rows
 
 

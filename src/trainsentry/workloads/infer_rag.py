@@ -121,13 +121,16 @@ def run_rag(ctx: Context, cfg: dict) -> None:
 
 variants("infer.rag", "inference", "rag", run_rag,
          base={"model": "gpt1b", "embedder": "gpt125m", "seq_len": 1024, "batch": 256, "query_len": 64,
-               "doc_len": 64, "top_k": 4, "gen_len": 64, "n_docs": 262144},
+               "doc_len": 64, "top_k": 4, "gen_len": 64, "n_docs": 131072},
          toy={"model": "toy", "embedder": "toy", "seq_len": 64, "batch": 2, "query_len": 8, "doc_len": 8,
               "top_k": 2, "gen_len": 4, "n_docs": 512}, gpus=1, grid={
-             # a quarter of a million passages searched for 256 queries a round on every host core
-             "l1b_b256_n256k": {},
+             # 131,072 passages (8.4 M tokens: the training split of the corpus holds about 10 M) searched for 256 queries a round on every host core
+             "l1b_b256_n128k": {},
              # fewer users, a longer answer: the search is a smaller share of the round
-             "l1b_b64_n256k_g256": {"batch": 64, "gen_len": 256},
+             "l1b_b64_n128k_g256": {"batch": 64, "gen_len": 256},
              # the same search on four threads: longer, fewer busy cores
-             "l1b_b256_n256k_t4": {"host_threads": 4},
+             "l1b_b256_n128k_t4": {"host_threads": 4},
+             # short answers (extraction, classification): the search is a large share of each round
+             "l1b_b256_n128k_g8": {"gen_len": 8},
+             "l1b_b256_n128k_g8_t4": {"gen_len": 8, "host_threads": 4},
          })
