@@ -6,14 +6,16 @@ time per second, all CPUs) between the run's start and end, on the 10 Hz grid: m
 and the share of bins with at least ``--busy-cores`` cores busy. A run is *host-witnessed* when that
 share is at least ``--busy-share`` (``features.host``: the CPU busy beyond the one core a GPU
 program's launching thread keeps spinning; the collector's evidence line applies the same rule). Per family: runs, runs passing the gate, runs passing gate and witness together.
-With ``--prospective`` (a result of scripts/prospective.py on the same runs), also what the committed
+Several ``--data`` pool (runs recorded without the host source are counted, not studied). With
+``--prospective`` (results of scripts/prospective.py on the same runs, repeatable), also what the committed
 detectors said (``fused`` or the single-device lead) and the evidence stack: the detectors, or gate and
 witness together. Per ZeRO-Offload configuration (host threads and accumulation told apart): how many of its runs the
 witness saw, and what offloading cost by the red team's measure (``redteam.cost.offload_costs``, against
 the same configuration trained on the GPU alone, in ``--data`` or ``--baseline-data``).
 
-    python scripts/host_study.py --data data/h200x1-host --baseline-data data/h200x1 \
-        --prospective results/prospective-6784c23-h200x1-host.json --out results/host-study.json \
+    python scripts/host_study.py --data data/h200x1-host --data data/redteam-x1 --baseline-data data/h200x1 \
+        --prospective results/prospective-6784c23-h200x1-host.json \
+        --prospective results/prospective-6784c23-redteam-x1.json --out results/host-study.json \
         --docs docs/host.md --figure results/figures/host_cpu.png
 """
 
@@ -54,16 +56,25 @@ def host_series(run_dir: Path) -> dict:
             "system": h["cpu_system_cores"][inside], "pcie_Bps": pcie[inside], "manifest": m}
 
 
-def study(data: Path, cache: Path, busy_cores: float, busy_share: float, baselines: list[Path] = (),
-          prospective: dict | None = None) -> dict:
-    runs = load_dataset(str(data), cache)
-    judged = {r["run_id"]: r["either_alerted"] for r in (prospective or {}).get("per_run", [])}
-    out = {"busy_cores": busy_cores, "busy_share": busy_share, "by_family": {}, "runs": {}}
-    for r in sorted(runs, key=lambda r: r.run_id):
+def study(data: list[Path], cache: Path, busy_cores: float, busy_share: float, baselines: list[Path] = (),
+          prospective: list[dict] = ()) -> dict:
+    """``data``: datasets whose runs recorded with the host source are studied (the others are counted in
+    ``without_host_source``); ``prospective``: scripts/prospective.py results covering some of them."""
+    runs = [(d, r) for d in data for r in load_dataset(str(d), cache)]
+    judged = {r["run_id"]: r["either_alerted"] for p in prospective for r in p.get("per_run", [])}
+    out = {"busy_cores": busy_cores, "busy_share": busy_share, "by_family": {}, "runs": {},
+           "without_host_source": {}}
+    for d, r in sorted(runs, key=lambda dr: dr[1].run_id):
+        try:
+            s = host_series(d / r.run_id)
+        except ValueError as e:
+            if "without the host source" not in str(e):
+                raise
+            out["without_host_source"][str(d)] = out["without_host_source"].get(str(d), 0) + 1
+            continue
         df = r.windows["trainsentry"]
         df = df[df["in_run"]]
         gate = gate_pass_share(df)
-        s = host_series(data / r.run_id)
         act = host_activity(s["user"], s["system"], busy_cores, busy_share)
         if act is None:
             raise ValueError(f"{r.run_id}: no host measurement inside the run")
@@ -77,7 +88,7 @@ def study(data: Path, cache: Path, busy_cores: float, busy_share: float, baselin
                "busy_share": _r(act["busy_share"], 3), "witnessed": act["witnessed"],
                "pcie_GBps_median": _r(np.nanmedian(s["pcie_Bps"]) / 1e9, 3),
                "host_threads_used": extra.get("host_threads")}
-        if prospective is not None:
+        if prospective:
             row["detectors_alerted"] = judged.get(r.run_id)     # None: recorded before the models' fit
             row["stack_alerted"] = bool(row["detectors_alerted"]) or (row["passes_gate"] and row["witnessed"])
         out["runs"][r.run_id] = row
@@ -87,13 +98,13 @@ def study(data: Path, cache: Path, busy_cores: float, busy_share: float, baselin
         fam["gate"] += row["passes_gate"]
         fam["witnessed"] += row["witnessed"]
         fam["gate_and_witness"] += row["passes_gate"] and row["witnessed"]
-        if prospective is not None:
+        if prospective:
             fam["detectors"] = fam.get("detectors", 0) + bool(row["detectors_alerted"])
             fam["stack"] = fam.get("stack", 0) + row["stack_alerted"]
-    if prospective is not None:
-        out["prospective"] = prospective["command"]
+    if prospective:
+        out["prospective"] = [p["command"] for p in prospective]
     out["offload"] = {}
-    for name, c in offload_costs([data], list(baselines)).items():
+    for name, c in offload_costs(list(data), list(baselines)).items():
         rows = [out["runs"][rid] for rid in c["runs"] if rid in out["runs"]]
         if not rows:
             continue
@@ -101,7 +112,7 @@ def study(data: Path, cache: Path, busy_cores: float, busy_share: float, baselin
                                 "witnessed_runs": sum(v["witnessed"] for v in rows),
                                 "busy_share_median": _r(np.median([v["busy_share"] for v in rows]), 3),
                                 "busy_cores_p90_median": _r(np.median([v["busy_cores_p90"] for v in rows]))}
-        if prospective is not None:
+        if prospective:
             out["offload"][name]["detectors_alerted_runs"] = sum(bool(v["detectors_alerted"]) for v in rows)
             out["offload"][name]["stack_alerted_runs"] = sum(v["stack_alerted"] for v in rows)
     return out
@@ -167,7 +178,8 @@ def markdown(res: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="data/h200x1-host")
+    ap.add_argument("--data", action="append", help="a dataset (repeatable; default data/h200x1-host); runs "
+                    "recorded without the host source are counted, not studied")
     ap.add_argument("--baseline-data", action="append", default=[],
                     help="datasets holding GPU-only runs of the offloaded configurations (repeatable)")
     ap.add_argument("--out", required=True)
@@ -176,10 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", default=str(default_cache_dir()))
     ap.add_argument("--busy-cores", type=float, default=BUSY_CORES)
     ap.add_argument("--busy-share", type=float, default=BUSY_SHARE)
-    ap.add_argument("--prospective", help="scripts/prospective.py's result on the same runs")
+    ap.add_argument("--prospective", action="append", default=[],
+                    help="scripts/prospective.py's result on some of the same runs (repeatable)")
     a = ap.parse_args(argv)
-    pro = json.loads(Path(a.prospective).read_text()) if a.prospective else None
-    res = study(Path(a.data), Path(a.cache), a.busy_cores, a.busy_share, [Path(b) for b in a.baseline_data], pro)
+    pro = [json.loads(Path(p).read_text()) for p in a.prospective]
+    res = study([Path(d) for d in a.data or ["data/h200x1-host"]], Path(a.cache), a.busy_cores, a.busy_share,
+                [Path(b) for b in a.baseline_data], pro)
     res = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]), **res}
     Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
     if a.figure:

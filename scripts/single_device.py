@@ -1,6 +1,7 @@
 """Fit the live collector's single-device check (trainsentry.detect.single_device) and save it.
 
-    python scripts/single_device.py --data data/h200 --data data/h200x1 --save models/single-device.joblib
+    python scripts/single_device.py --data data/h200 --data data/h200x1 --data data/h200x1-host \
+        --save models/single-device.joblib
 
 Fitted on every run of every --data root (the 2-GPU dataset and the one-GPU node's), by the same
 `pipeline.train_final` that saves the detectors. Its rates on configurations it never saw come from

@@ -17,10 +17,10 @@ from fakes.gpu_trace import gpu_trace
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "host_study.py"
 
 
-def _run(root: Path, run_id: str, cls: str, family: str, tx: float, rx: float, busy) -> None:
+def _run(root: Path, run_id: str, cls: str, family: str, tx: float, rx: float, busy, threads: int = 16) -> None:
     gpu_trace(root, run_id, cls, family, {"power_mw": 400_000, "gpu_util_pct": 60.0, "gpm_sm_util_pct": 50.0,
                                           "gpm_pcie_tx_mibps": tx, "gpm_pcie_rx_mibps": rx},
-              {"host_threads": 16} if family == "zero-offload" else {}, samples=400, host_busy_cores=busy)
+              {"host_threads": threads} if "offload" in family else {}, samples=400, host_busy_cores=busy)
 
 
 def test_the_host_witness_tells_the_optimizer_from_the_copies(tmp_path):
@@ -52,3 +52,25 @@ def test_the_host_witness_tells_the_optimizer_from_the_copies(tmp_path):
     res = json.loads(out.read_text())
     assert [res["runs"][r]["stack_alerted"] for r in ("offload", "cache", "busy-host")] == [True, False, True]
     assert res["by_family"]["training zero-offload"]["detectors"] == 0 and res["by_family"]["training zero-offload"]["stack"] == 1
+
+
+def test_several_datasets_and_verdicts_pool_and_runs_without_the_host_source_are_counted(tmp_path):
+    benign, adversarial = tmp_path / "benign", tmp_path / "adv"
+    _run(benign, "cache", "inference", "kvswap", 2000.0, 2000.0, 1.0)
+    _run(adversarial, "one-thread", "training", "offload", 2000.0, 2000.0, 1.0, threads=1)   # the evader
+    _run(adversarial, "older", "training", "online", 0.0, 0.0, None)                         # no host source
+    pros = []
+    for name, rid, alerted in (("p1", "cache", False), ("p2", "one-thread", True)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"command": name, "per_run": [
+            {"run_id": rid, "either_alerted": alerted}]}))
+        pros += ["--prospective", str(tmp_path / f"{name}.json")]
+    out = tmp_path / "h.json"
+    main = runpy.run_path(str(SCRIPT))["main"]
+    assert main(["--data", str(benign), "--data", str(adversarial), "--out", str(out),
+                 "--cache", str(tmp_path / "c"), *pros]) == 0
+    res = json.loads(out.read_text())
+    assert sorted(res["runs"]) == ["cache", "one-thread"] and res["without_host_source"] == {str(adversarial): 1}
+    one = res["runs"]["one-thread"]
+    assert one["passes_gate"] and not one["witnessed"] and one["host_threads_used"] == 1
+    assert one["detectors_alerted"] is True and res["runs"]["cache"]["detectors_alerted"] is False
+    assert res["prospective"] == ["p1", "p2"] and res["by_family"]["training offload"]["stack"] == 1

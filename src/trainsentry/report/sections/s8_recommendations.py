@@ -144,7 +144,8 @@ HOST_LINK_WORK = {
 
 
 # what the benign families the host witness can see do on the host (a family not listed is named only)
-HOST_WORK = {"other stream": "in its detector configurations, a service that computes on the host what the GPU returns"}
+HOST_WORK = {"other stream": "in its detector configurations, a service that computes on the host what the GPU returns",
+             "inference rag": "retrieval-augmented generation searching its index on the host's cores"}
 
 
 def _host_link(ctx) -> str:
