@@ -62,8 +62,8 @@ def study(data: list[Path], cache: Path, busy_cores: float, busy_share: float, b
     ``without_host_source``); ``prospective``: scripts/prospective.py results covering some of them."""
     runs = [(d, r) for d in data for r in load_dataset(str(d), cache)]
     judged = {r["run_id"]: r["either_alerted"] for p in prospective for r in p.get("per_run", [])}
-    out = {"busy_cores": busy_cores, "busy_share": busy_share, "by_family": {}, "runs": {},
-           "without_host_source": {}}
+    out = {"data": [str(d) for d in data], "busy_cores": busy_cores, "busy_share": busy_share, "by_family": {},
+           "runs": {}, "without_host_source": {}}
     for d, r in sorted(runs, key=lambda dr: dr[1].run_id):
         try:
             s = host_series(d / r.run_id)
@@ -124,17 +124,21 @@ def figure(res: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.5, 1]})
     marks = {"training": "o", "inference": "s", "other": "^"}
-    groups = sorted({(v["class"], v["family"], "_cfar" in v["workload"]) for v in res["runs"].values()})
-    for i, (cls, fam, host_work) in enumerate(groups):
-        rows = [v for v in res["runs"].values() if (v["class"], v["family"], "_cfar" in v["workload"]) == (cls, fam, host_work)]
+    def group(v: dict) -> tuple:
+        return v["class"], v["family"], "_cfar" in v["workload"], v["workload"].startswith("adv.")
+
+    groups = sorted({group(v) for v in res["runs"].values()})
+    for i, g in enumerate(groups):
+        rows = [v for v in res["runs"].values() if group(v) == g]
+        cls, fam, host_work, adversary = g
         ax.scatter([max(v["pcie_GBps_median"] or 0, 1e-3) for v in rows], [v["busy_share"] for v in rows],
                    marker=marks[cls], color=plt.get_cmap("tab10")(i % 10), alpha=0.85,
-                   label=f"{cls} {fam}" + (" + host CFAR" if host_work else ""))
+                   label=f"{cls} {fam}" + (" + host CFAR" if host_work else "") + (" (red team)" if adversary else ""))
     ax.axhline(res["busy_share"], color="grey", lw=0.8, ls="--")
     ax.set_xscale("log")
     ax.set_xlabel("median PCIe rate in the run, both directions (GB/s, GPM)")
     ax.set_ylabel(f"share of 0.1 s bins with ≥ {res['busy_cores']:g} host cores busy")
-    ax.set_title("The host's CPU beside the GPU's PCIe (data/h200x1-host)")
+    ax.set_title(f"The host's CPU beside the GPU's PCIe ({', '.join(res['data'])})", fontsize=10)
     ax.legend(fontsize=7, loc="upper right")
     cfg = [(k, v) for k, v in res["offload"].items() if v["slowdown"] is not None]
     for k, v in cfg:
