@@ -41,6 +41,10 @@ def _r(x: float, nd: int = 2) -> float | None:
     return None if x is None or not np.isfinite(x) else round(float(x), nd)
 
 
+class NoHostSource(ValueError):
+    """A run recorded without the agent's host source."""
+
+
 def host_series(run_dir: Path) -> dict:
     """User and system cores busy, and the GPU's PCIe rates (GPM, B/s), on the 10 Hz grid between the
     manifest's start and end."""
@@ -49,7 +53,7 @@ def host_series(run_dir: Path) -> dict:
     inside = (grid.t > m["start"]) & (grid.t <= m["end"])
     h = grid.host
     if "cpu_user_cores" not in h:
-        raise ValueError(f"{run_dir}: recorded without the host source")
+        raise NoHostSource(f"{run_dir}: recorded without the host source")
     gpu = next(iter(grid.gpus.values()))
     pcie = sum(gpu.get(k, np.zeros_like(grid.t)) for k in ("gpm_pcie_tx_mibps", "gpm_pcie_rx_mibps")) * 2 ** 20
     return {"user": h["cpu_user_cores"][inside],
@@ -61,15 +65,17 @@ def study(data: list[Path], cache: Path, busy_cores: float, busy_share: float, b
     """``data``: datasets whose runs recorded with the host source are studied (the others are counted in
     ``without_host_source``); ``prospective``: scripts/prospective.py results covering some of them."""
     runs = [(d, r) for d in data for r in load_dataset(str(d), cache)]
+    ids = [r.run_id for _, r in runs]
+    if len(set(ids)) != len(ids):
+        raise ValueError("a run id appears in more than one dataset: "
+                         + ", ".join(sorted({i for i in ids if ids.count(i) > 1})))
     judged = {r["run_id"]: r["either_alerted"] for p in prospective for r in p.get("per_run", [])}
     out = {"data": [str(d) for d in data], "busy_cores": busy_cores, "busy_share": busy_share, "by_family": {},
            "runs": {}, "without_host_source": {}}
     for d, r in sorted(runs, key=lambda dr: dr[1].run_id):
         try:
             s = host_series(d / r.run_id)
-        except ValueError as e:
-            if "without the host source" not in str(e):
-                raise
+        except NoHostSource:
             out["without_host_source"][str(d)] = out["without_host_source"].get(str(d), 0) + 1
             continue
         df = r.windows["trainsentry"]
@@ -89,7 +95,7 @@ def study(data: list[Path], cache: Path, busy_cores: float, busy_share: float, b
                "pcie_GBps_median": _r(np.nanmedian(s["pcie_Bps"]) / 1e9, 3),
                "host_threads_used": extra.get("host_threads")}
         if prospective:
-            row["detectors_alerted"] = judged.get(r.run_id)     # None: recorded before the models' fit
+            row["detectors_alerted"] = judged.get(r.run_id)     # None: no prospective result judged it
             row["stack_alerted"] = bool(row["detectors_alerted"]) or (row["passes_gate"] and row["witnessed"])
         out["runs"][r.run_id] = row
         fam = out["by_family"].setdefault(f"{r.cls} {r.family}", {"runs": 0, "gate": 0, "witnessed": 0,

@@ -6,8 +6,8 @@ the workload's own ground truth of bytes moved over PCIe beside them (and over t
 ``*_per_step_s``: the rate while it worked; set-up before the first step is left out); and what
 offloading the optimizer costs, by the red team's measure (``redteam.cost``: tokens per GPU-hour over
 the run's wall time, the GPU-hour multiplier, the loss penalty at equal tokens) against the same
-configuration (model, batch, bf16 weights, AdamW) trained on the GPU alone (`train.single` runs, the
-longest as the baseline, as ``redteam.cost.score_costs`` picks it).
+configuration (model, batch, bf16 weights, AdamW) trained on the GPU alone (the longest `train.single`
+run of that configuration, ``redteam.cost.offload_costs``).
 
     python scripts/offload_gate.py --data data/h200x1 --family offload --family zero-offload \
         --family kvswap --family stream --out results/offload-gate.json

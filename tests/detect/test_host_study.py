@@ -74,3 +74,7 @@ def test_several_datasets_and_verdicts_pool_and_runs_without_the_host_source_are
     assert one["passes_gate"] and not one["witnessed"] and one["host_threads_used"] == 1
     assert one["detectors_alerted"] is True and res["runs"]["cache"]["detectors_alerted"] is False
     assert res["prospective"] == ["p1", "p2"] and res["by_family"]["training offload"]["stack"] == 1
+    # one run id in two datasets would be one row counted twice: refused
+    _run(tmp_path / "again", "cache", "inference", "kvswap", 2000.0, 2000.0, 1.0)
+    with pytest.raises(ValueError, match="cache"):
+        main(["--data", str(benign), "--data", str(tmp_path / "again"), "--out", str(out), "--cache", str(tmp_path / "c")])

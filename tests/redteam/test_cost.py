@@ -126,6 +126,19 @@ def test_a_named_baseline_configuration_picks_among_runs_of_one_workload(tmp_pat
     rows = score_costs([tmp_path / "a.truth.json", tmp_path / "p.truth.json"], bases)
     # bf16 as named, and of the two bf16 runs the one with the adversary's batch; unknown configurations: the longest
     assert rows[0]["baseline_run"] == "bf16" and rows[1]["baseline_run"] == "bf16_b64"
+    # naming nothing, the closest configuration still wins: one whose configuration is unknown (the
+    # longest here) is the worst match, a key only one side sets counts, and between equals the run id decides
+    unknown = truth("unknown", "train.single.w1024-l16", 900, 1000, 1.0, linear(5, 1e-5))
+    twin = {**bf16, "run_id": "bf16-twin"}
+    free = {**adv, "run_id": "free"}
+    free["ground_truth"] = {**adv["ground_truth"], "extra": {"0": {"baseline": "train.single.w1024-l16"}}}
+    for t in (unknown, twin, free):
+        (tmp_path / f"{t['run_id']}.truth.json").write_text(json.dumps(t))
+    no_dtype = {**fp32, "run_id": "no-dtype", "config": {"batch": 32}}   # the adversary's bf16 against nothing
+    (tmp_path / "no-dtype.truth.json").write_text(json.dumps(no_dtype))
+    rows = score_costs([tmp_path / "free.truth.json"], [tmp_path / "unknown.truth.json", tmp_path / "bf16-twin.truth.json",
+                                                        tmp_path / "no-dtype.truth.json", *bases])
+    assert rows[0]["baseline_run"] == "bf16"
     # no run holds what the adversary names: an error that says which configuration was missing
     rows = score_costs([tmp_path / "a.truth.json"], bases[:1])   # fp32 only
     assert rows[0]["error"] == 'no baseline run of this workload with {"param_dtype": "bf16"}'

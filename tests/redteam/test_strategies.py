@@ -228,12 +228,14 @@ def test_online_and_whitebox_serve_real_tokens(truths):
 
 
 def test_offload_updates_on_the_host_threads_it_names_against_a_bf16_baseline(truths):
-    for name, threads in (("adv.offload.t1", 1), ("adv.offload.t2", 2), ("adv.offload.t1-x8", 1)):
+    for name, threads in (("adv.offload.t1", 1), ("adv.offload.t2", 2), ("adv.offload.t1-x8", 1),
+                          ("adv.offload.t1-x4-1b", 1)):
         x = ex(truths[name])
         assert x["host_threads"] == threads and x["strategy_params"]["host_threads"] == threads, name
         assert x["host_updates"] == STEPS and x["offload_bytes_d2h"] == x["offload_bytes_h2d"] > 0, name
         assert x["baseline_config"] == {"param_dtype": "bf16"} and x["baseline"].startswith("train.single."), name
     assert ex(truths["adv.offload.t1-x8"])["strategy_params"]["accum"] == 8
+    assert ex(truths["adv.offload.t1-x4-1b"])["strategy_params"]["accum"] == 4
 
 
 def test_whitebox_gate_uses_the_surrogate_file_the_campaign_passes(truths):

@@ -327,6 +327,14 @@ def test_rag_retrieves_on_the_host_and_moves_both_ways(toy_run):
     assert x["bytes_h2d_per_round"] == c["batch"] * c["top_k"] * c["doc_len"] * 8
     d = model_config({"model": c["embedder"], "seq_len": 8}).d_model
     assert x["bytes_d2h_per_round"] == c["batch"] * d * 4 and x["index_bytes"] == c["n_docs"] * d * 4
+    # the ledger: one step for the index, then per round one step for embedding, search and prefill, and
+    # one per decoded token; its tokens are the passages', the prompts' and the decoded ones
+    g = t["ground_truth"]
+    decoded = g["steps"] - 1 - x["rounds"]
+    prompt = c["top_k"] * c["doc_len"] + c["query_len"]
+    assert 0 <= decoded <= x["rounds"] * (c["gen_len"] - 1)
+    assert g["tokens"] == c["n_docs"] * c["doc_len"] + x["rounds"] * c["batch"] * prompt + decoded * c["batch"]
+    assert x["tokens_generated"] == (decoded + x["rounds"]) * c["batch"]
 
 
 def test_rag_search_is_exact_inner_product_top_k():

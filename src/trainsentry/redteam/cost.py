@@ -54,7 +54,7 @@ class RunCost:
     smooth_steps: int
     run_tokens: float             # tokens of the whole run (the curve's last point is before the last update)
     val_loss: float | None = None
-    config: dict | None = None            # the run's resolved configuration (a trace's labels; None in a truth file)
+    config: dict | None = None            # the run's resolved configuration (None: not recorded)
     baseline_config: dict | None = None   # what the named baseline's configuration must hold (extra["baseline_config"])
 
     @property
@@ -202,20 +202,21 @@ def holds(config: dict | None, required: dict | None) -> bool:
     return config is not None and all(k in config and config[k] == v for k, v in required.items())
 
 
-def disagreements(config: dict | None, other: dict | None) -> int:
-    """How many keys both configurations set to different values (0 when either is unknown)."""
+def disagreements(config: dict | None, other: dict | None) -> float:
+    """How many keys the two configurations set differently (a key one of them lacks counts when the
+    other sets it to anything but None); an unknown configuration is the worst match."""
     if config is None or other is None:
-        return 0
-    return sum(1 for k in config.keys() & other.keys() if config[k] != other[k])
+        return float("inf")
+    return sum(1 for k in config.keys() | other.keys() if config.get(k) != other.get(k))
 
 
 def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> list[dict]:
     """Compare every adversarial run with a baseline run of the workload it names in
     ``extra["baseline"]`` whose configuration holds ``extra["baseline_config"]`` when the run names one
     (e.g. bf16 weights: the same workload was also recorded in fp32). Among those, the run whose
-    configuration disagrees with the adversary's on the fewest keys both set (a workload is also
-    recorded with overrides: another batch, depth or precision), then the longest, so the curves
-    overlap most."""
+    configuration disagrees with the adversary's on the fewest keys (a workload is also recorded with
+    overrides: another batch, depth or precision; the adversary's own keys count alike for every
+    candidate), then the longest, so the curves overlap most, then by run id."""
     bases: dict[str, list[RunCost]] = {}
     for p in base_paths:
         c = run_cost(load_truth(p))
@@ -230,7 +231,7 @@ def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> li
             rows.append({"run_id": c.run_id, "workload": c.workload, "baseline": c.baseline,
                          "error": error, "gpu_hours": c.total_gpu_hours})
             continue
-        rows.append(compare(c, min(fits, key=lambda b: (disagreements(b.config, c.config), -b.total_tokens))))
+        rows.append(compare(c, min(fits, key=lambda b: (disagreements(b.config, c.config), -b.total_tokens, b.run_id))))
     return rows
 
 

@@ -15,9 +15,10 @@ vectors go to host memory (fp32), which holds the index and the passages' tokens
    the query;
 5. the generator prefills those ``top_k · doc_len + query_len`` tokens and decodes ``gen_len`` tokens.
 
-Ledger: the index build is one step (its tokens and FLOPs); each round's embedding, search and prefill
-are one step, each decode one step (docs/workloads-inference.md's convention), FLOPs from the same
-fits as infer.generate plus the counted embedding. Extra: the search's total time, the bytes each way,
+Ledger: the index build is one step (its tokens and FLOPs: most of a run's tokens are the passages');
+each round's embedding, search and prefill are one step, each decode one step
+(docs/workloads-inference.md's convention), FLOPs from the same fits as infer.generate plus the
+counted embedding. Extra: the search's total time, the bytes each way,
 the threads, and whether a passage's own text retrieves it (a check that the index works).
 """
 
@@ -67,11 +68,11 @@ def run_rag(ctx: Context, cfg: dict) -> None:
     if k > n_docs:
         raise ValueError(f"top_k {k} exceeds n_docs {n_docs}")
     ecfg = model_config({"model": cfg["embedder"], "seq_len": max(qlen, dlen)}, causal=False)
+    docs = passages(n_docs, dlen)     # before any GPU work: a corpus too small is a clear error at once
     threads = int(cfg.get("host_threads") or host_cores())
-    torch.set_num_threads(threads)
+    torch.set_num_threads(threads)    # process-wide; the worker restores the launch's count before each run
     embedder, generator = build_model(ctx, ecfg), build_model(ctx, gcfg)
 
-    docs = passages(n_docs, dlen)
     t0 = time.perf_counter()
     index = torch.empty(n_docs, ecfg.d_model, dtype=torch.float32)
     for i in range(0, n_docs, INDEX_BATCH):

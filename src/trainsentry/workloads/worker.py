@@ -123,6 +123,9 @@ def run_plan(plan: dict, out_dir: Path) -> None:
                 f.flush()
                 os.fsync(f.fileno())
 
+    # a workload that sizes its host threads (ZeRO-Offload's update, RAG's search, the stream's detector)
+    # sets torch's process-wide count; every run starts from the launch's own
+    launch_threads = torch.get_num_threads()
     # every run is attempted once per work directory: a run that crashed or hung a launch is not retried
     done = {json.loads(l)["run_id"] for l in events.read_text().splitlines()
             if l.strip()} if events.exists() else set()
@@ -152,6 +155,7 @@ def run_plan(plan: dict, out_dir: Path) -> None:
         # decides the same way, so none is left waiting in a collective for a peer that never came.
         error = spec.rank_error(world)
         try:
+            torch.set_num_threads(launch_threads)
             torch.manual_seed(ctx.seed + 1000 * rank)
             if ctx.active and error is None:
                 spec.fn(ctx, cfg)
