@@ -134,4 +134,9 @@ variants("infer.rag", "inference", "rag", run_rag,
              # short answers (extraction, classification): the search is a large share of each round
              "l1b_b256_n128k_g8": {"gen_len": 8},
              "l1b_b256_n128k_g8_t4": {"gen_len": 8, "host_threads": 4},
+             # more short-answer services, so that a refit learns the family rather than one configuration:
+             # half the users and twice the answer; a smaller generator (the search a larger share); 8 threads
+             "l1b_b128_n128k_g16": {"batch": 128, "gen_len": 16},
+             "m350m_b256_n128k_g8": {"model": "gpt350m", "gen_len": 8},
+             "l1b_b256_n128k_g8_t8": {"gen_len": 8, "host_threads": 8},
          })
