@@ -8,8 +8,18 @@ Metric names come from :mod:`trainsentry.traces.schema`; a metric the device can
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
+
+
+def open_readonly(path: str) -> int | None:
+    """A procfs or sysfs file opened once for ``os.pread`` at offset 0 (the kernel regenerates its text
+    on every read from the start); None when it cannot be opened."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
 
 
 @dataclass(slots=True)

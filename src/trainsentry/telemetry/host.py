@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import Reading
+from .base import Reading, open_readonly
 
 DEFAULT_RESCAN_S = 30.0
 _STAT_BYTES = 512         # the aggregate "cpu" line comes first and is far shorter than this
@@ -59,13 +59,6 @@ class _Zone:
     fd: int | None
     range_uj: int | None      # max_energy_range_uj; None: unknown (a decrease is then a reset)
     last: int | None = None   # last raw reading
-
-
-def _open(path: str) -> int | None:
-    try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
 
 
 def _read_int(path: str) -> int | None:
@@ -146,9 +139,9 @@ class HostSource:
 
     def _rescan(self, now: float) -> None:
         if self._stat is None:
-            self._stat = _open(str(self.proc / "stat"))
+            self._stat = open_readonly(str(self.proc / "stat"))
         if self._meminfo is None:
-            self._meminfo = _open(str(self.proc / "meminfo"))
+            self._meminfo = open_readonly(str(self.proc / "meminfo"))
         old = {z.name: z for z in self._zones}
         zones = []
         for name, folder in self._zones_present():
@@ -157,7 +150,7 @@ class HostSource:
                 z = _Zone(name, os.path.join(folder, "energy_uj"), None,
                           _read_int(os.path.join(folder, "max_energy_range_uj")))
             if z.fd is None:
-                z.fd = _open(z.path)
+                z.fd = open_readonly(z.path)
             zones.append(z)
         for z in old.values():
             if z.fd is not None:

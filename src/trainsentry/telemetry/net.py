@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .base import Reading
+from .base import Reading, open_readonly
 
 IB_DATA_UNIT_BYTES = 4
 DEFAULT_RESCAN_S = 5.0
@@ -50,13 +50,6 @@ class _Device:
     folder: str               # statistics/ or counters/ folder; its presence means the device exists
     scale: int
     counters: list[_Counter] = field(default_factory=list)
-
-
-def _open(path: str) -> int | None:
-    try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
 
 
 class NetSource:
@@ -123,7 +116,7 @@ class NetSource:
                 if kept is not None:
                     d.counters.append(kept)
                 elif os.path.exists(path):
-                    d.counters.append(_Counter(metric, path, _open(path)))
+                    d.counters.append(_Counter(metric, path, open_readonly(path)))
             devices.append(d)
         for c in old.values():     # files of devices that are gone
             os.close(c.fd)

@@ -33,6 +33,15 @@ def host_cores() -> int:
         return os.cpu_count() or 1
 
 
+def use_host_threads(cfg: dict) -> int:
+    """Give the work a workload does on the host ``cfg["host_threads"]`` threads (default: every core
+    it may use) and return how many: torch's count is process-wide, and the worker restores the
+    launch's own before each run."""
+    threads = int(cfg.get("host_threads") or host_cores())
+    torch.set_num_threads(threads)
+    return threads
+
+
 @dataclass
 class Ledger:
     """Ground truth a workload records about itself (rank-local; merged across ranks by the worker)."""

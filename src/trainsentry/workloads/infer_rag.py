@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from . import flops as flopcount
-from .base import Context, host_cores, variants
+from .base import Context, use_host_threads, variants
 from .data import split
 from .infer_common import build_model, fit_model, inference_entry, model_config, prompt_source, sample
 from .model import KVCache
@@ -69,8 +69,7 @@ def run_rag(ctx: Context, cfg: dict) -> None:
         raise ValueError(f"top_k {k} exceeds n_docs {n_docs}")
     ecfg = model_config({"model": cfg["embedder"], "seq_len": max(qlen, dlen)}, causal=False)
     docs = passages(n_docs, dlen)     # before any GPU work: a corpus too small is a clear error at once
-    threads = int(cfg.get("host_threads") or host_cores())
-    torch.set_num_threads(threads)    # process-wide; the worker restores the launch's count before each run
+    threads = use_host_threads(cfg)
     embedder, generator = build_model(ctx, ecfg), build_model(ctx, gcfg)
 
     t0 = time.perf_counter()

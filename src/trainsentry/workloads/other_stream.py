@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from .base import Context, host_cores, variants
+from .base import Context, use_host_threads, variants
 
 
 def chirp(m: int, rate: float, length: int) -> torch.Tensor:
@@ -110,7 +110,7 @@ def run_stream(ctx: Context, cfg: dict) -> None:
     pause_s = float(cfg.get("pause_s", 0.0))
     detect = bool(cfg.get("host_detect", False))
     if detect:
-        torch.set_num_threads(int(cfg.get("host_threads") or host_cores()))
+        use_host_threads(cfg)
     pin = ctx.is_cuda
     bank = filter_bank(m, filters, bank_len).to(ctx.device)
     ins, delays = [], []

@@ -22,7 +22,7 @@ import threading
 
 import torch
 
-from .base import Context, host_cores
+from .base import Context, use_host_threads
 
 
 class _StepsWithUpdate:
@@ -49,7 +49,7 @@ class HostAdamW:
         self.grads_host = [torch.empty(p.shape, dtype=p.dtype, pin_memory=pin) for p in self.params]
         self.weights_host = [torch.empty(p.shape, dtype=p.dtype, pin_memory=pin) for p in self.params]
         # the host's cores do the update, as ZeRO-Offload's CPU Adam does (a launcher may have set 1)
-        torch.set_num_threads(int(cfg.get("host_threads") or host_cores()))
+        use_host_threads(cfg)
         fused = {"fused": True} if _cpu_fused_adamw() else {"foreach": True}
         self.opt = torch.optim.AdamW(self.master, lr=cfg["lr"], betas=(0.9, 0.95), weight_decay=0.1, **fused)
         warmup = max(1, int(cfg.get("warmup", 1)))
