@@ -33,12 +33,21 @@ from trainsentry.detect.pipeline import default_cache_dir
 from trainsentry.detect.rules import gate_pass_share
 from trainsentry.features.grid import to_grids
 from trainsentry.features.host import BUSY_CORES, BUSY_SHARE, host_activity
+from trainsentry.features.host import busy_cores as busy_series
 from trainsentry.redteam.cost import offload_costs, offload_name
 from trainsentry.traces.io import read_trace
 
 
 def _r(x: float, nd: int = 2) -> float | None:
     return None if x is None or not np.isfinite(x) else round(float(x), nd)
+
+
+def busy_span(user: np.ndarray, system: np.ndarray, at: float, dt_s: float = 0.1) -> dict:
+    """Seconds after the run's start of the first and the last bin with at least ``at`` cores busy (None
+    when there is none)."""
+    busy = np.flatnonzero(busy_series(user, system) >= at)
+    return {"busy_first_s": _r(busy[0] * dt_s, 1) if busy.size else None,
+            "busy_last_s": _r(busy[-1] * dt_s, 1) if busy.size else None}
 
 
 class NoHostSource(ValueError):
@@ -93,7 +102,9 @@ def study(data: list[Path], cache: Path, busy_cores: float, busy_share: float, b
                "user_cores_median": _r(np.nanmedian(s["user"])), "system_cores_median": _r(np.nanmedian(s["system"])),
                "busy_share": _r(act["busy_share"], 3), "witnessed": act["witnessed"],
                "pcie_GBps_median": _r(np.nanmedian(s["pcie_Bps"]) / 1e9, 3),
-               "host_threads_used": extra.get("host_threads")}
+               "host_threads_used": extra.get("host_threads"),
+               # when in the run (s after its start) the host was busy: start-up work, or every step
+               **busy_span(s["user"], s["system"], busy_cores)}
         if prospective:
             row["detectors_alerted"] = judged.get(r.run_id)     # None: no prospective result judged it
             row["stack_alerted"] = bool(row["detectors_alerted"]) or (row["passes_gate"] and row["witnessed"])

@@ -39,6 +39,8 @@ def test_the_host_witness_tells_the_optimizer_from_the_copies(tmp_path):
     assert off["busy_cores_p90"] == pytest.approx(12.0) and off["host_threads_used"] == 16
     assert cache["passes_gate"] and not cache["witnessed"] and cache["busy_cores_median"] == pytest.approx(1.0)
     assert busy["witnessed"] and not busy["passes_gate"]
+    # where in the run the host was busy: the offload's bursts throughout, the cache never
+    assert off["busy_first_s"] == 0.0 and off["busy_last_s"] >= 39.0 and cache["busy_first_s"] is None
     assert res["by_family"]["training zero-offload"] == {"runs": 1, "gate": 1, "witnessed": 1, "gate_and_witness": 1}
     assert res["by_family"]["inference kvswap"]["gate_and_witness"] == 0
     text = docs.read_text()
