@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from trainsentry.workloads import flops as flopcount
-from trainsentry.workloads import infer, other  # noqa: F401  (registers the workloads under test)
+from trainsentry.workloads import infer, infer_common, other  # noqa: F401  (registers the workloads under test)
 from trainsentry.workloads.base import WORKLOADS
 from trainsentry.workloads.infer_common import MODELS, fit_model, model_config
 from trainsentry.workloads.infer_moe import ExpertParallelMoE, capacity, moe_params
@@ -26,7 +26,7 @@ from trainsentry.workloads.infer_serve import SlotPool, decode_pool, prefill_int
 from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md", "offload", "kvswap", "rag"}
+INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md", "offload", "kvswap", "rag", "specdec", "agent"}
 OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil", "spectral", "quantize", "stream"}
 # (configs that need a larger launch than this file's 2 ranks are run in test_ngpu.py)
 MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other") and s.min_ranks <= 2)
@@ -190,6 +190,14 @@ def test_gpu_configs_fit_two_h200():
             host_gb = cfg["n_docs"] * (model_config({"model": cfg["embedder"], "seq_len": 8}).d_model * 4
                                        + cfg["doc_len"] * 8) / 1e9
             assert host_gb < 40, f"{name} keeps ~{host_gb:.0f} GB in host memory"
+        elif spec.family == "specdec":   # the target's cache on the GPU (the draft's is on the host)
+            assert cfg["prompt_len"] + cfg["gen_len"] + cfg["gamma"] + 1 <= cfg["seq_len"], name
+            tokens = cfg["batch"] * cfg["seq_len"]
+        elif spec.family == "agent":   # prompt, tool calls and results, answer in one cache; the database on the host
+            assert cfg["prompt_len"] + cfg["turns"] * (cfg["call_len"] + cfg["doc_len"]) + cfg["answer_len"] < cfg["seq_len"], name
+            tokens = cfg["batch"] * cfg["seq_len"]
+            host_gb = cfg["host_threads"] * cfg["n_rows"] * cfg["doc_len"] * 2 / 1e9
+            assert host_gb < 40, f"{name} keeps ~{host_gb:.0f} GB in host memory"
         elif spec.family == "cp":   # no KV cache is kept: one layer's gathered K/V at a time
             assert cfg["prompt_len"] <= cfg["seq_len"] and cfg["prompt_len"] % 2 == 0, name
             tokens = 0
@@ -344,6 +352,107 @@ def test_rag_search_is_exact_inner_product_top_k():
     index, queries = torch.randn(500, 16, generator=g), torch.randn(7, 16, generator=g)
     want = np.argsort(-(queries.numpy() @ index.numpy().T), axis=1)[:, :5]
     assert (search(index, queries, 5).numpy() == want).all()
+
+
+def _toy_target(seq_len: int = 64):
+    torch.manual_seed(0)
+    return GPT(ModelConfig(**MODELS["toy"], seq_len=seq_len)).eval()
+
+
+def _greedy(model, prompts, n):
+    cache = KVCache(model.cfg, model.cfg.n_layers, prompts.shape[0], model.cfg.seq_len, "cpu", torch.float32)
+    tok = infer_common.sample(model(prompts, cache)[:, -1])
+    out = [tok]
+    for _ in range(n - 1):
+        tok = infer_common.sample(model(tok, cache)[:, -1])
+        out.append(tok)
+    return torch.cat(out, dim=1)
+
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_speculative_decoding_gives_the_targets_greedy_output(copy):
+    """With the 1-layer host draft (few proposals kept) and with a full copy of the target as draft
+    (every proposal kept: the path where the draft's cache lacks the last kept proposal), the kept
+    tokens are the target's plain greedy decoding, and both caches end where they should."""
+    from trainsentry.workloads.infer_specdec import host_draft, speculate
+
+    with torch.inference_mode():
+        target = _toy_target()
+        if copy:
+            draft = GPT(target.cfg).eval()
+            draft.load_state_dict(target.state_dict())
+        else:
+            draft = host_draft(target, 1)
+        prompts = torch.randint(0, 256, (3, 6), generator=torch.Generator().manual_seed(1))
+        want, gamma = _greedy(target, prompts, 24), 3
+        tc = KVCache(target.cfg, target.cfg.n_layers, 3, 64, "cpu", torch.float32)
+        dc = KVCache(draft.cfg, draft.cfg.n_layers, 3, 64, "cpu", torch.float32)
+        draft(prompts, dc)
+        last = infer_common.sample(target(prompts, tc)[:, -1])
+        out, pending, kept_n = [last], last, []
+        while sum(o.shape[1] for o in out) < 24:
+            kept, last, pending, n, _ = speculate(target, draft, tc, dc, last, pending, gamma, "cpu")
+            out.append(kept)
+            kept_n.append(n)
+            made = sum(o.shape[1] for o in out)
+            assert tc.length == 6 + made - 1 and dc.length + pending.shape[1] == 6 + made
+        assert torch.equal(torch.cat(out, dim=1)[:, :24], want)
+        assert set(kept_n) == {gamma} if copy else min(kept_n) == 0
+
+
+def test_speculative_acceptance_is_the_shortest_agreeing_prefix():
+    from trainsentry.workloads.infer_specdec import accept
+
+    proposed = torch.tensor([[1, 2, 3], [1, 2, 3]])
+    assert accept(proposed, torch.tensor([[1, 2, 3, 9], [1, 2, 3, 9]])) == 3
+    assert accept(proposed, torch.tensor([[1, 2, 3, 9], [1, 5, 3, 9]])) == 1   # agreeing after a miss counts for nothing
+    assert accept(proposed, torch.tensor([[7, 2, 3, 9], [1, 2, 3, 9]])) == 0
+
+
+def test_specdec_ledger_and_draft(toy_run):
+    t = truth(toy_run, "infer.specdec.l1b_b32_k4_d2_t4")
+    c, g = t["config"], t["ground_truth"]
+    x = g["extra"]["0"]
+    assert t["ok"] and x["host_threads"] == 4 and x["draft_layers"] == c["draft_layers"] and x["rounds"] >= 1
+    assert g["steps"] == x["rounds"] + x["verifications"] and 0 <= x["acceptance"] <= 1
+    # tokens: every round's prompts and the tokens kept; a verification keeps 1 to gamma + 1 per sequence
+    generated = g["tokens"] - x["rounds"] * c["batch"] * c["prompt_len"]
+    assert x["verifications"] * c["batch"] <= generated <= x["verifications"] * c["batch"] * (c["gamma"] + 1)
+    assert x["draft_flops"] > 0 and x["draft_params"] < x["params"]
+
+
+def test_agent_tool_is_a_full_scan_of_the_database():
+    """The tool's count and first match equal a brute-force search over the passages' bytes; a call
+    without a match returns the passage its pattern's bytes number."""
+    from trainsentry.workloads.infer_agent import Tool, answer_rows, database
+
+    docs = torch.randint(0, 256, (300, 8), generator=torch.Generator().manual_seed(4))
+    docs[17, 2:5] = torch.tensor([1, 2, 3])
+    docs[201, 0:3] = torch.tensor([1, 2, 3])
+    tool = Tool(database(docs), threads=3)
+    try:
+        patterns = [bytes([1, 2, 3]), bytes(docs[5, 1:3].tolist()), bytes([255, 255, 255, 255])]
+        got = tool.run(patterns)
+    finally:
+        tool.close()
+    raw = [bytes(r.tolist()) for r in docs.to(torch.uint8)]
+    for (count, first), p in zip(got, patterns):
+        hits = [i for i, r in enumerate(raw) if p in r]
+        assert count == len(hits) and first == (hits[0] if hits else None)
+    assert got[0][0] >= 2 and got[2] == (0, None)
+    assert answer_rows(got, patterns, 300)[2] == int.from_bytes(patterns[2], "big") % 300
+
+
+def test_agent_ledger(toy_run):
+    t = truth(toy_run, "infer.agent.l1b_b32_t8")
+    c, g = t["config"], t["ground_truth"]
+    x = g["extra"]["0"]
+    assert t["ok"] and x["host_threads"] == 8 and x["tool_calls"] >= c["batch"]
+    assert 0 <= x["tool_matches"] <= x["tool_calls"] and x["tokens_appended"] == x["tool_calls"] * c["doc_len"]
+    # tokens: prompts (one per episode started), decoded tokens and the tool results appended
+    prefills = (g["tokens"] - x["tokens_generated"] - x["tokens_appended"]) / (c["batch"] * c["prompt_len"])
+    assert prefills == int(prefills) and prefills >= x["episodes"]
+    assert g["steps"] == prefills + x["tokens_generated"] / c["batch"] + x["tool_calls"] / c["batch"]
 
 
 def test_kvswap_and_stream_ground_truth(toy_run):
