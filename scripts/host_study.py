@@ -7,7 +7,8 @@ and the share of bins with at least ``--busy-cores`` cores busy. A run is *host-
 share is at least ``--busy-share`` (``features.host``: the CPU busy beyond the one core a GPU
 program's launching thread keeps spinning; the collector's evidence line applies the same rule). Per family: runs, runs passing the gate, runs passing gate and witness together.
 Several ``--data`` pool (runs recorded without the host source are counted, not studied). With
-``--prospective`` (results of scripts/prospective.py on the same runs, repeatable), also what the committed
+``--prospective`` (results of scripts/prospective.py on the same runs, repeatable; a run judged by several keeps
+the first one's verdict, ``detectors_rev`` names its models), also what the committed
 detectors said (``fused`` or the single-device lead) and the evidence stack: the detectors, or gate and
 witness together. Per ZeRO-Offload configuration (host threads and accumulation told apart): how many of its runs the
 witness saw, and what offloading cost by the red team's measure (``redteam.cost.offload_costs``, against
@@ -15,7 +16,8 @@ the same configuration trained on the GPU alone, in ``--data`` or ``--baseline-d
 
     python scripts/host_study.py --data data/h200x1-host --data data/redteam-x1 --baseline-data data/h200x1 \
         --prospective results/prospective-6784c23-h200x1-host.json \
-        --prospective results/prospective-6784c23-redteam-x1.json --out results/host-study.json \
+        --prospective results/prospective-6784c23-redteam-x1.json \
+        --prospective results/prospective-9a4dffd-h200x1-host.json --out results/host-study.json \
         --docs docs/host.md --figure results/figures/host_cpu.png
 """
 
@@ -78,7 +80,11 @@ def study(data: list[Path], cache: Path, busy_cores: float, busy_share: float, b
     if len(set(ids)) != len(ids):
         raise ValueError("a run id appears in more than one dataset: "
                          + ", ".join(sorted({i for i in ids if ids.count(i) > 1})))
-    judged = {r["run_id"]: r["either_alerted"] for p in prospective for r in p.get("per_run", [])}
+    # a run judged by several results keeps the first one's verdict (the earliest models, if given in order)
+    judged: dict[str, tuple[bool, str]] = {}
+    for p in prospective:
+        for r in p.get("per_run", []):
+            judged.setdefault(r["run_id"], (r["either_alerted"], (p.get("model") or {}).get("rev")))
     out = {"data": [str(d) for d in data], "busy_cores": busy_cores, "busy_share": busy_share, "by_family": {},
            "runs": {}, "without_host_source": {}}
     for d, r in sorted(runs, key=lambda dr: dr[1].run_id):
@@ -106,7 +112,8 @@ def study(data: list[Path], cache: Path, busy_cores: float, busy_share: float, b
                # when in the run (s after its start) the host was busy: start-up work, or every step
                **busy_span(s["user"], s["system"], busy_cores)}
         if prospective:
-            row["detectors_alerted"] = judged.get(r.run_id)     # None: no prospective result judged it
+            # None: no prospective result judged it
+            row["detectors_alerted"], row["detectors_rev"] = judged.get(r.run_id, (None, None))
             row["stack_alerted"] = bool(row["detectors_alerted"]) or (row["passes_gate"] and row["witnessed"])
         out["runs"][r.run_id] = row
         fam = out["by_family"].setdefault(f"{r.cls} {r.family}", {"runs": 0, "gate": 0, "witnessed": 0,

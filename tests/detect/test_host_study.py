@@ -62,9 +62,10 @@ def test_several_datasets_and_verdicts_pool_and_runs_without_the_host_source_are
     _run(adversarial, "one-thread", "training", "offload", 2000.0, 2000.0, 1.0, threads=1)   # the evader
     _run(adversarial, "older", "training", "online", 0.0, 0.0, None)                         # no host source
     pros = []
-    for name, rid, alerted in (("p1", "cache", False), ("p2", "one-thread", True)):
-        (tmp_path / f"{name}.json").write_text(json.dumps({"command": name, "per_run": [
-            {"run_id": rid, "either_alerted": alerted}]}))
+    # p3, a later model's verdict on a run p1 judged already, does not replace p1's
+    for name, rid, alerted in (("p1", "cache", False), ("p2", "one-thread", True), ("p3", "cache", True)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"command": name, "model": {"rev": f"rev-{name}"},
+                                                           "per_run": [{"run_id": rid, "either_alerted": alerted}]}))
         pros += ["--prospective", str(tmp_path / f"{name}.json")]
     out = tmp_path / "h.json"
     main = runpy.run_path(str(SCRIPT))["main"]
@@ -75,7 +76,8 @@ def test_several_datasets_and_verdicts_pool_and_runs_without_the_host_source_are
     one = res["runs"]["one-thread"]
     assert one["passes_gate"] and not one["witnessed"] and one["host_threads_used"] == 1
     assert one["detectors_alerted"] is True and res["runs"]["cache"]["detectors_alerted"] is False
-    assert res["prospective"] == ["p1", "p2"] and res["by_family"]["training offload"]["stack"] == 1
+    assert res["runs"]["cache"]["detectors_rev"] == "rev-p1" and one["detectors_rev"] == "rev-p2"
+    assert res["prospective"] == ["p1", "p2", "p3"] and res["by_family"]["training offload"]["stack"] == 1
     # one run id in two datasets would be one row counted twice: refused
     _run(tmp_path / "again", "cache", "inference", "kvswap", 2000.0, 2000.0, 1.0)
     with pytest.raises(ValueError, match="cache"):

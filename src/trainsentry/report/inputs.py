@@ -68,7 +68,8 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("host_study", "host-study.json", "results",
           "python scripts/host_study.py --data data/h200x1-host --data data/redteam-x1 --baseline-data data/h200x1 "
           "--prospective results/prospective-6784c23-h200x1-host.json "
-          "--prospective results/prospective-6784c23-redteam-x1.json --out results/host-study.json "
+          "--prospective results/prospective-6784c23-redteam-x1.json "
+          "--prospective results/prospective-9a4dffd-h200x1-host.json --out results/host-study.json "
           "--docs docs/host.md --figure results/figures/host_cpu.png",
           "the host's CPU time beside PCIe: ZeRO-Offload, copy-only work, host computation, and the evader's "
           "answer (fewer host threads)", optional=True),
