@@ -400,6 +400,23 @@ def test_speculative_decoding_gives_the_targets_greedy_output(copy):
         assert set(kept_n) == {gamma} if copy else min(kept_n) == 0
 
 
+@pytest.mark.parametrize("pending,cached", [(1, 10), (2, 10), (2, 0)])
+def test_specdec_draft_flops_equal_a_direct_count(pending, cached):
+    from trainsentry.workloads.infer_specdec import draft_fit, drafting_flops, host_draft
+
+    with torch.inference_mode():
+        draft = host_draft(_toy_target(), 1)
+        cache = KVCache(draft.cfg, 1, 3, 64, "cpu", torch.float32)
+
+        def propose():
+            cache.length = cached
+            x = torch.zeros(3, pending, dtype=torch.long)
+            for _ in range(4):
+                x = infer_common.sample(draft(x, cache)[:, -1])
+
+        assert drafting_flops(draft_fit(draft), 3, pending, cached, 4) == flopcount.measure(propose)
+
+
 def test_speculative_acceptance_is_the_shortest_agreeing_prefix():
     from trainsentry.workloads.infer_specdec import accept
 

@@ -13,8 +13,9 @@ tokens of the corpus's training split (bytes: the vocabulary is byte-level), one
 2. ``turns`` times: it decodes a tool call of ``call_len`` tokens; the call's last ``pattern_len``
    bytes go to the host (device to host) and the tool runs, per agent, ``SELECT count(*), min(id)
    FROM passages WHERE instr(text, ?) > 0`` (a full scan); the first matching passage (or, with no
-   match, the passage the pattern's bytes number) goes back to the GPU (host to device, batch ×
-   doc_len × 8 bytes) and is appended to the model's cache;
+   match, the passage the pattern's bytes number: most calls in the H200 runs) goes back to the GPU
+   (host to device, batch × doc_len × 8 bytes) and is appended to the model's cache (the call's last
+   token, sampled but not yet fed, is not: a simplification that shortens each turn by one token);
 3. it decodes an answer of ``answer_len`` tokens.
 
 Ledger: one step per forward call (a prefill, a decode step, a tool result's append); the append's

@@ -9,12 +9,15 @@ Elhoushi et al. 2024, "LayerSkip", arXiv:2404.16710), copied to host memory in f
 fills. Every round of ``batch`` users:
 
 1. the target prefills the prompts on the GPU, the draft prefills them on the host;
-2. until ``gen_len`` tokens: the draft proposes ``gamma`` tokens per sequence on the host; they go to
-   the GPU (host to device, batch × gamma × 8 bytes); the target scores the last accepted token and
-   the proposals in one forward call; its greedy choices come back (device to host, batch ×
-   (gamma + 1) × 8 bytes); the longest prefix of proposals that every sequence's target agrees with
-   is kept, plus the target's own next token, so the output is exactly the target's greedy output
-   (a test checks that against plain decoding); both caches are cut back to what was kept.
+2. until at least ``gen_len`` tokens (the last verification may overshoot by up to ``gamma``): the
+   draft proposes ``gamma`` tokens per sequence on the host; they go to the GPU with the last kept
+   token (host to device, batch × (gamma + 1) × 8 bytes; ``bytes_h2d_per_verification`` counts the
+   proposals only, batch × gamma × 8); the target scores the last kept token and the proposals in one
+   forward call; its greedy choices come back (device to host, batch × (gamma + 1) × 8 bytes); the
+   longest prefix of proposals that every sequence's target agrees with is kept, plus the target's own
+   next token, so the output is the target's greedy output (a test checks that against plain
+   decoding in fp32; in bf16 a verification and a one-token step may break near-ties differently);
+   both caches are cut back to what was kept. Each round also copies the prompts to the host.
 
 Ledger: one step per forward call of the target (a prefill, a verification), its time including the
 host's drafting before it (as RAG's search is in its prefill step); tokens the prompts' and the kept
@@ -42,7 +45,7 @@ def host_draft(target: GPT, layers: int) -> GPT:
     with torch.device("cpu"):
         draft = GPT(cfg)
     want = draft.state_dict()
-    draft.load_state_dict({k: v.detach().float().cpu() for k, v in target.state_dict().items() if k in want})
+    draft.load_state_dict({k: v.detach().cpu().float() for k, v in target.state_dict().items() if k in want})
     return draft.eval()
 
 
@@ -88,10 +91,18 @@ def draft_fit(draft: GPT) -> FlopFit:
     return FlopFit.measure(decode_at)
 
 
+def drafting_flops(dfit: FlopFit, batch: int, pending: int, cached: int, gamma: int) -> int:
+    """The draft's FLOPs for ``gamma`` proposals: it appends the ``pending`` tokens its cache (holding
+    ``cached``) lacks, then decodes one token at a time."""
+    return dfit.extend(batch, pending, cached) + sum(dfit.decode(batch, cached + pending + i) for i in range(1, gamma))
+
+
 @inference_entry
 def run_specdec(ctx: Context, cfg: dict) -> None:
     mcfg = model_config(cfg)
     batch, plen, glen, gamma = int(cfg["batch"]), int(cfg["prompt_len"]), int(cfg["gen_len"]), int(cfg["gamma"])
+    if gamma < 1:
+        raise ValueError(f"gamma (proposals per verification) must be at least 1, got {gamma}")
     if plen + glen + gamma + 1 > mcfg.seq_len:
         raise ValueError(f"prompt_len + gen_len + gamma + 1 = {plen + glen + gamma + 1} exceeds seq_len {mcfg.seq_len}")
     threads = use_host_threads(cfg)
@@ -119,9 +130,7 @@ def run_specdec(ctx: Context, cfg: dict) -> None:
         while made < glen and ctx.keep_going():
             t0 = time.perf_counter()
             start = tcache.length
-            # the draft appends the tokens it lacks, then decodes one token at a time
-            p, d0 = pending.shape[1], dcache.length
-            draft_flops += dfit.extend(batch, p, d0) + sum(dfit.decode(batch, d0 + p + i) for i in range(1, gamma))
+            draft_flops += drafting_flops(dfit, batch, pending.shape[1], dcache.length, gamma)
             kept, last, pending, n, ds = speculate(target, draft, tcache, dcache, last, pending, gamma, ctx.device)
             ctx.ledger.step(time.perf_counter() - t0, batch * (n + 1), flops=fit.extend(batch, gamma + 1, start))
             draft_s += ds
