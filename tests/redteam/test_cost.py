@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from trainsentry.redteam.cost import (compare, load_truth, loss_at, penalty_at_common_point, run_cost, score_costs,
+from trainsentry.redteam.cost import (RunCost, closest, compare, load_truth, loss_at, penalty_at_common_point, run_cost, score_costs,
                                       smooth, smooth_span, x_to_reach)
 
 
@@ -142,6 +142,24 @@ def test_a_named_baseline_configuration_picks_among_runs_of_one_workload(tmp_pat
     # no run holds what the adversary names: an error that says which configuration was missing
     rows = score_costs([tmp_path / "a.truth.json"], bases[:1])   # fp32 only
     assert rows[0]["error"] == 'no baseline run of this workload with {"param_dtype": "bf16"}'
+
+
+def test_closest_baseline_fewest_disagreements_then_longest_then_run_id():
+    """One rule for both users: the red team's scoring (any disagreement allowed, fewest wins) and the
+    host study's ZeRO-Offload costs (keys that make it ZeRO-Offload ignored, an exact match required)."""
+    def run(rid, tokens, **config):
+        z = np.zeros(1)
+        return RunCost(rid, "w", None, 1, 1.0, z, z, z, z, 1, tokens, config=config)
+
+    a, b, c = run("a", 10, batch=16, dtype="bf16"), run("b", 20, batch=32, dtype="bf16"), run("c", 20, batch=32, dtype="bf16")
+    assert closest([a, b, c], {"batch": 16, "dtype": "bf16"}) is a            # no disagreement beats length
+    assert closest([a, b, c], {"batch": 64, "dtype": "bf16"}) is b            # a tie: the longest, then the run id
+    assert closest([a, b], {"batch": 64, "dtype": "bf16"}, exact=True) is None
+    offloaded = {"batch": 16, "dtype": "bf16", "offload": True, "host_threads": 1}
+    assert closest([a, b], offloaded, ("offload", "host_threads"), exact=True) is a
+    assert closest([run("u", 99)], {"batch": 16}) is not None and closest([], {}) is None
+    unknown = RunCost("x", "w", None, 1, 1.0, *[np.zeros(1)] * 4, 1, 99)   # no configuration recorded: the worst match
+    assert closest([unknown, a], {"batch": 64}) is a
 
 
 def test_bad_input_is_a_clear_error(tmp_path):

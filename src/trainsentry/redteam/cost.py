@@ -210,6 +210,19 @@ def disagreements(config: dict | None, other: dict | None) -> float:
     return sum(1 for k in config.keys() | other.keys() if config.get(k) != other.get(k))
 
 
+def closest(candidates: list["RunCost"], config: dict | None, ignore: tuple[str, ...] = (),
+            exact: bool = False) -> "RunCost | None":
+    """The baseline for a run of ``config`` among ``candidates``: the one whose configuration disagrees
+    with it on the fewest keys (keys in ``ignore`` left out; with ``exact``, only one that disagrees on
+    none), then the longest, so the curves overlap most, then by run id. None when there is none."""
+    def strip(c: dict | None) -> dict | None:
+        return None if c is None else {k: v for k, v in c.items() if k not in ignore}
+    ranked = [(disagreements(strip(b.config), strip(config)), -b.total_tokens, b.run_id, i)
+              for i, b in enumerate(candidates)]
+    ranked = [r for r in ranked if not exact or r[0] == 0]
+    return candidates[min(ranked)[3]] if ranked else None
+
+
 def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> list[dict]:
     """Compare every adversarial run with a baseline run of the workload it names in
     ``extra["baseline"]`` whose configuration holds ``extra["baseline_config"]`` when the run names one
@@ -231,7 +244,7 @@ def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> li
             rows.append({"run_id": c.run_id, "workload": c.workload, "baseline": c.baseline,
                          "error": error, "gpu_hours": c.total_gpu_hours})
             continue
-        rows.append(compare(c, min(fits, key=lambda b: (disagreements(b.config, c.config), -b.total_tokens, b.run_id))))
+        rows.append(compare(c, closest(fits, c.config)))
     return rows
 
 
@@ -255,17 +268,14 @@ def offload_name(labels: dict) -> str:
 
 def offload_costs(data: list[Path], baselines: list[Path] = ()) -> dict:
     """Per ZeRO-Offload configuration (family ``zero-offload`` in ``data``, named by
-    :func:`offload_name`), medians over its runs of :func:`compare` against the longest GPU-only run
-    (family ``single-gpu``) of the same configuration less :data:`OFFLOAD_KEYS`: one in ``data`` when
+    :func:`offload_name`), medians over its runs of :func:`compare` against the GPU-only run (family
+    ``single-gpu``) of the same configuration less :data:`OFFLOAD_KEYS` that :func:`closest` picks: one in ``data`` when
     there is one (recorded beside the offloaded runs, on the machine as it was then), else one in
     ``baselines``; ``slowdown``: the baseline's tokens per GPU-hour over the configuration's;
     ``host_threads``: the configured host threads (None: the workload's default)."""
-    def key(config: dict) -> str:
-        return json.dumps({k: v for k, v in config.items() if k not in OFFLOAD_KEYS}, sort_keys=True)
-
     offload: dict[str, list] = {}
-    alone: dict[str, list] = {}       # GPU-only runs in data
-    elsewhere: dict[str, list] = {}   # GPU-only runs in baselines
+    alone: list[RunCost] = []         # GPU-only runs in data
+    elsewhere: list[RunCost] = []     # GPU-only runs in baselines
     for root, is_data in [*((d, True) for d in data), *((b, False) for b in baselines)]:
         for m in sorted(Path(root).glob("*/manifest.json")):
             lab = json.loads(m.read_text())["labels"]
@@ -274,15 +284,16 @@ def offload_costs(data: list[Path], baselines: list[Path] = ()) -> dict:
             truth = load_truth(m.parent)
             if not (truth["ground_truth"].get("steps") and truth["ground_truth"].get("loss_curve")):
                 continue   # nothing to score (run_cost needs steps and a loss curve)
+            c = run_cost(truth)
             if lab["family"] == "zero-offload":
-                offload.setdefault(offload_name(lab), []).append((run_cost(truth), lab["config"]))
+                offload.setdefault(offload_name(lab), []).append((c, lab["config"]))
             else:
-                (alone if is_data else elsewhere).setdefault(key(lab["config"]), []).append(run_cost(truth))
+                (alone if is_data else elsewhere).append(c)
     cost = {}
     for name, runs in sorted(offload.items()):
         config = runs[0][1]
-        base = max(alone.get(key(config)) or elsewhere.get(key(config), []), key=lambda c: c.total_tokens,
-                   default=None)
+        base = (closest(alone, config, OFFLOAD_KEYS, exact=True)
+                or closest(elsewhere, config, OFFLOAD_KEYS, exact=True))
         rows = [compare(c, base) for c, _ in runs] if base else []
         cost[name] = {"accum": config.get("accum", 1), "delayed_update": bool(config.get("offload_overlap")),
                       "host_threads": config.get("host_threads"),
