@@ -145,7 +145,9 @@ HOST_LINK_WORK = {
 
 # what the benign families the host witness can see do on the host (a family not listed is named only)
 HOST_WORK = {"other stream": "in its detector configurations, a service that computes on the host what the GPU returns",
-             "inference rag": "retrieval-augmented generation searching its index on the host's cores"}
+             "inference rag": "retrieval-augmented generation searching its index on the host's cores",
+             "inference specdec": "speculative decoding drafting on the host's cores",
+             "inference agent": "a tool-calling agent whose tool queries a database on several host threads"}
 
 
 def _host_link(ctx) -> str:
