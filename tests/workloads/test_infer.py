@@ -402,7 +402,9 @@ def test_speculative_decoding_gives_the_targets_greedy_output(copy):
 
 @pytest.mark.parametrize("pending,cached", [(1, 10), (2, 10), (2, 0)])
 def test_specdec_draft_flops_equal_a_direct_count(pending, cached):
-    from trainsentry.workloads.infer_specdec import draft_fit, drafting_flops, host_draft
+    from types import SimpleNamespace
+
+    from trainsentry.workloads.infer_specdec import drafting_flops, host_draft
 
     with torch.inference_mode():
         draft = host_draft(_toy_target(), 1)
@@ -414,7 +416,10 @@ def test_specdec_draft_flops_equal_a_direct_count(pending, cached):
             for _ in range(4):
                 x = infer_common.sample(draft(x, cache)[:, -1])
 
-        assert drafting_flops(draft_fit(draft), 3, pending, cached, 4) == flopcount.measure(propose)
+        # the draft is fitted on the host whatever the context's device (as run_specdec does)
+        ctx = SimpleNamespace(device="meta", dtype=torch.bfloat16)
+        dfit = fit_model(draft, draft.cfg, ctx, device="cpu", dtype=torch.float32)
+        assert drafting_flops(dfit, 3, pending, cached, 4) == flopcount.measure(propose)
 
 
 def test_speculative_acceptance_is_the_shortest_agreeing_prefix():

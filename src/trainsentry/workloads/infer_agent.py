@@ -63,7 +63,7 @@ class Tool:
     def _query(self, pattern: bytes) -> tuple[int, int | None]:
         con = getattr(self.local, "con", None)
         if con is None:
-            con = self.local.con = sqlite3.connect(":memory:", check_same_thread=False)
+            con = self.local.con = sqlite3.connect(":memory:")
             con.deserialize(self.image)
         count, first = con.execute(QUERY, (pattern,)).fetchone()
         return int(count), first

@@ -112,14 +112,17 @@ class FlopFit:
 
 
 def fit_model(model, mcfg: ModelConfig, ctx: Context, n_layers: int | None = None,
-              kv_heads: int | None = None, first_stage: bool = True) -> FlopFit:
-    """Fit this rank's model (a whole GPT, a tensor-parallel shard or a pipeline stage)."""
+              kv_heads: int | None = None, first_stage: bool = True, device=None,
+              dtype: torch.dtype | None = None) -> FlopFit:
+    """Fit this rank's model (a whole GPT, a tensor-parallel shard or a pipeline stage), on the
+    context's device and dtype unless ``device`` / ``dtype`` say otherwise (a draft on the host)."""
     n_layers = n_layers or len(model.layers)
-    cache = KVCache(mcfg, n_layers, 1, 16, ctx.device, ctx.dtype, kv_heads)
+    device, dtype = device or ctx.device, dtype or ctx.dtype
+    cache = KVCache(mcfg, n_layers, 1, 16, device, dtype, kv_heads)
     if first_stage:
-        x = torch.zeros(1, 1, dtype=torch.long, device=ctx.device)
+        x = torch.zeros(1, 1, dtype=torch.long, device=device)
     else:
-        x = torch.zeros(1, 1, mcfg.d_model, dtype=ctx.dtype, device=ctx.device)
+        x = torch.zeros(1, 1, mcfg.d_model, dtype=dtype, device=device)
 
     def decode_at(attended: int) -> None:
         cache.length = attended - 1

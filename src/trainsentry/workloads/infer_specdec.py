@@ -80,17 +80,6 @@ def speculate(target: GPT, draft: GPT, tcache: KVCache, dcache: KVCache, last: t
     return kept, kept[:, -1:].to(device), pending, n, draft_s
 
 
-def draft_fit(draft: GPT) -> FlopFit:
-    cache = KVCache(draft.cfg, draft.cfg.n_layers, 1, 16, "cpu", torch.float32)
-    x = torch.zeros(1, 1, dtype=torch.long)
-
-    def decode_at(attended: int) -> None:
-        cache.length = attended - 1
-        draft(x, cache)
-
-    return FlopFit.measure(decode_at)
-
-
 def drafting_flops(dfit: FlopFit, batch: int, pending: int, cached: int, gamma: int) -> int:
     """The draft's FLOPs for ``gamma`` proposals: it appends the ``pending`` tokens its cache (holding
     ``cached``) lacks, then decodes one token at a time."""
@@ -108,7 +97,7 @@ def run_specdec(ctx: Context, cfg: dict) -> None:
     threads = use_host_threads(cfg)
     target = build_model(ctx, mcfg)
     draft = host_draft(target, int(cfg["draft_layers"]))
-    fit, dfit = fit_model(target, mcfg, ctx), draft_fit(draft)
+    fit, dfit = fit_model(target, mcfg, ctx), fit_model(draft, draft.cfg, ctx, device="cpu", dtype=torch.float32)
     ctx.ledger.extra.update(fit.as_dict())
     ctx.ledger.clear_collectives()
     src = prompt_source(ctx, salt=ctx.rank)
