@@ -551,6 +551,29 @@ def test_attribution_weight_check_sees_an_update_a_checksum_would_miss():
     assert float(w.detach().sum()) == pytest.approx(total) and weights_written(model, versions)
 
 
+def test_idle_pause_is_exact_or_exponential_with_that_mean():
+    """``pause_dist: const`` waits exactly ``pause_s`` (a fixed rhythm); ``exp`` draws gaps whose mean
+    is ``pause_s`` and whose spread is the exponential's (standard deviation = mean), reproducibly per
+    rank; anything else is refused."""
+    from types import SimpleNamespace
+
+    from trainsentry.workloads.infer_common import IdlePause
+
+    ctx = SimpleNamespace(seed=7, rank=0)
+    const = IdlePause(ctx, {"pause_s": 0.5}, "const")
+    assert {const.draw() for _ in range(10)} == {0.5}
+    gaps = np.array([IdlePause(ctx, {"pause_s": 0.5, "pause_dist": "exp"}, "const").draw()])
+    exp = IdlePause(ctx, {"pause_s": 0.5}, "exp")
+    draws = np.array([exp.draw() for _ in range(4000)])
+    assert draws.mean() == pytest.approx(0.5, rel=0.06) and draws.std() == pytest.approx(0.5, rel=0.08)
+    assert draws[0] == gaps[0] and (draws > 0).all()   # the same seed and rank give the same gaps
+    other = IdlePause(SimpleNamespace(seed=7, rank=1), {"pause_s": 0.5}, "exp").draw()
+    assert other != draws[0]
+    assert IdlePause(ctx, {}, "exp").draw() == 0.0
+    with pytest.raises(ValueError, match="pause_dist"):
+        IdlePause(ctx, {"pause_s": 1, "pause_dist": "uniform"}, "exp")
+
+
 def test_inference_weights_take_the_context_dtype_unless_asked_otherwise():
     """On a GPU the context's dtype is bf16: build_model casts to it, or to the dtype asked for."""
     from types import SimpleNamespace

@@ -16,7 +16,7 @@ import torch
 
 from . import flops as flopcount
 from .base import Context, variants
-from .infer_common import build_model, generate_rounds, inference_entry, model_config, prompt_source
+from .infer_common import IdlePause, build_model, generate_rounds, inference_entry, model_config, prompt_source
 from .model import loss_fn
 
 TOY = {"model": "toy", "seq_len": 64, "batch": 2, "prompt_len": 8, "gen_len": 4, "pause_s": 0.0}
@@ -108,14 +108,16 @@ def run_embed(ctx: Context, cfg: dict) -> None:
     returns them to its clients must (batch × d_model × 4 bytes per step over PCIe, device to host);
     without it they stay on the GPU (the configurations recorded before 2026-12-01 had no copy).
     ``weights: fp32`` serves the model in full precision (no bf16 cast), as some embedding services do;
-    ``weights: fp16`` in half precision (docs/pipes.md: does fp16 serving wake the FP16 pipe?)."""
+    ``weights: fp16`` in half precision (docs/pipes.md: does fp16 serving wake the FP16 pipe?).
+    ``pause_s`` idles the GPU after each batch: exactly that long by default (the configurations
+    recorded before 2026-12-03), or exponential gaps of that mean with ``pause_dist: exp``."""
     mcfg = model_config(cfg, causal=False)
     weights = cfg.get("weights", "default")
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {sorted(WEIGHTS)}, got {weights!r}")
     model = build_model(ctx, mcfg, WEIGHTS[weights])
     batch, length = int(cfg["batch"]), int(cfg["text_len"])
-    pause_s = float(cfg.get("pause_s", 0.0))
+    pause = IdlePause(ctx, cfg, "const")
     to_host = bool(cfg.get("to_host", False))
     src = prompt_source(ctx, salt=ctx.rank)
     texts = src.prompts(batch, length)
@@ -131,8 +133,7 @@ def run_embed(ctx: Context, cfg: dict) -> None:
         sink.add(unit.sum(0))   # with to_host, what the clients receive
         ctx.sync()
         ctx.ledger.step(time.perf_counter() - t0, batch * length)
-        if pause_s > 0:
-            time.sleep(pause_s)
+        pause.wait()
     ctx.ledger.extra["embedding_checksum"] = sink.checksum()
     ctx.ledger.extra["host_checksum"] = sink.host_checksum()   # what reached host memory (0 without to_host)
 

@@ -131,6 +131,35 @@ def fit_model(model, mcfg: ModelConfig, ctx: Context, n_layers: int | None = Non
     return FlopFit.measure(decode_at)
 
 
+# How long a service waits between batches (``pause_dist``): ``exp`` draws each gap from an exponential
+# of mean ``pause_s`` (users arriving at random, a Poisson process), ``const`` waits exactly ``pause_s``
+# (a batch job throttled to a fixed rhythm, as regular as a training step).
+PAUSE_DISTS = ("exp", "const")
+
+
+class IdlePause:
+    """The idle gap after each batch: ``pause_s`` (0: none) drawn by ``pause_dist`` from a generator
+    seeded per rank, so a run's gaps are reproducible."""
+
+    def __init__(self, ctx: Context, cfg: dict, default_dist: str):
+        self.mean_s = float(cfg.get("pause_s", 0.0))
+        self.dist = str(cfg.get("pause_dist", default_dist))
+        if self.dist not in PAUSE_DISTS:
+            raise ValueError(f"pause_dist must be one of {PAUSE_DISTS}, got {self.dist!r}")
+        if self.mean_s < 0:
+            raise ValueError(f"pause_s must be >= 0, got {self.mean_s}")
+        self.rng = torch.Generator().manual_seed(ctx.seed + ctx.rank)
+
+    def draw(self) -> float:
+        if self.mean_s == 0 or self.dist == "const":
+            return self.mean_s
+        return float(torch.empty(1).exponential_(1 / self.mean_s, generator=self.rng))
+
+    def wait(self) -> None:
+        if self.mean_s > 0:
+            time.sleep(self.draw())
+
+
 def sample(logits: torch.Tensor) -> torch.Tensor:
     """Greedy next token from [batch, vocab] logits, as [batch, 1]."""
     return logits.argmax(dim=-1, keepdim=True)
@@ -139,7 +168,8 @@ def sample(logits: torch.Tensor) -> torch.Tensor:
 def generate_rounds(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, *, count_tokens: bool = True,
                     lockstep: bool = False, kv_heads: int | None = None, prompt_salt: int | None = None) -> None:
     """Batched generation with a KV cache until the deadline: prefill ``batch`` prompts of
-    ``prompt_len`` tokens, then ``gen_len`` decode steps; optional idle pause between rounds.
+    ``prompt_len`` tokens, then ``gen_len`` decode steps; optional idle pause between rounds
+    (``IdlePause``, exponential gaps unless ``pause_dist`` says otherwise).
 
     ``lockstep`` (tensor parallel): every rank of a group sees the same prompts (``prompt_salt``: one
     stream per group), rank 0 decides at each round whether every rank goes on, and rounds run to
@@ -147,13 +177,12 @@ def generate_rounds(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, *, c
     batch, plen, glen = int(cfg["batch"]), int(cfg["prompt_len"]), int(cfg["gen_len"])
     if plen + glen > mcfg.seq_len:
         raise ValueError(f"prompt_len + gen_len = {plen + glen} exceeds seq_len {mcfg.seq_len}")
-    pause_s = float(cfg.get("pause_s", 0.0))
+    pause = IdlePause(ctx, cfg, "exp")
     fit = fit_model(model, mcfg, ctx, kv_heads=kv_heads)
     ctx.ledger.extra.update(fit.as_dict())
     ctx.ledger.clear_collectives()   # the fit's own forward passes are not part of the run
     src = prompt_source(ctx, salt=prompt_salt if prompt_salt is not None else 0 if lockstep else ctx.rank)
     cache = KVCache(mcfg, mcfg.n_layers, batch, plen + glen, ctx.device, ctx.dtype, kv_heads)
-    rng = torch.Generator().manual_seed(ctx.seed + ctx.rank)
     rounds = generated = 0
     while agree(ctx, ctx.keep_going()) if lockstep else ctx.keep_going():
         prompts = src.prompts(batch, plen)
@@ -173,9 +202,7 @@ def generate_rounds(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, *, c
                             flops=fit.decode(batch, cache.length))
             generated += batch
         rounds += 1
-        if pause_s > 0:
-            # A lightly loaded server: the GPU waits for the next batch of users.
-            time.sleep(float(torch.empty(1).exponential_(1 / pause_s, generator=rng)))
+        pause.wait()   # a lightly loaded server: the GPU waits for the next batch of users
     ctx.ledger.extra.update(rounds=rounds, tokens_generated=generated + rounds * batch,
                             tokens_prefilled=rounds * batch * plen)
 
