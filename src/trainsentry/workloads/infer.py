@@ -188,7 +188,8 @@ def run_attribute(ctx: Context, cfg: dict) -> None:
     at the end) and ``weights_changed`` (any parameter written in place during the run, from its
     version counter; the runs recorded on 2026-12-01 compared a sum over all weights instead). With
     ``to_host`` the scores go to host memory (batch × text_len × 4 bytes per step, ``host_checksum``),
-    as a service returning them must.
+    as a service returning them must. ``pause_s`` idles the GPU after each batch (``IdlePause``: a fixed
+    gap unless ``pause_dist: exp``).
 
     FLOPs per step come from the FLOP counter on one real step: about twice the forward's per pass
     (the backward computes activation gradients, not weight gradients), against three times for
@@ -209,7 +210,7 @@ def run_attribute(ctx: Context, cfg: dict) -> None:
     if passes < 1:
         raise ValueError(f"{method} needs at least one pass, got {passes}")
     eps = float(cfg.get("pgd_eps", 0.05))
-    pause_s = float(cfg.get("pause_s", 0.0))
+    pause = IdlePause(ctx, cfg, "const")
     to_host = bool(cfg.get("to_host", False))
     src = prompt_source(ctx, salt=ctx.rank)
     pos = torch.arange(length, device=ctx.device)
@@ -254,8 +255,7 @@ def run_attribute(ctx: Context, cfg: dict) -> None:
         sink.add(attribute(tokens).abs().sum(0))
         ctx.sync()
         ctx.ledger.step(time.perf_counter() - t0, batch * length)
-        if pause_s > 0:
-            time.sleep(pause_s)
+        pause.wait()
     ctx.ledger.extra.update(attribution_checksum=sink.checksum(),
                             host_checksum=sink.host_checksum(),   # what reached host memory (0 without to_host)
                             weights_changed=weights_written(model, versions),
