@@ -9,7 +9,9 @@ configurations it had never seen (docs/prospective-h200x1.md).
 This check reads what is left: the highest value over the node's GPUs of every GPU activity
 statistic (the ``act.*.max`` window features: power, SM, tensor-core, DRAM and memory activity, so
 mostly the busiest GPU's; an idle second GPU still shows in the dispersion statistics such as
-``idle_frac``), judged by gradient-boosted trees fitted on every window of the fitting data,
+``idle_frac``; the GPM levels enter per unit of busy time, ``features.activity.duty_free``, so that
+idle gaps between batches do not average a dense service down into training's range), judged by
+gradient-boosted trees fitted on every window of the fitting data,
 multi-device training included (a training GPU's activity looks the same whoever it exchanges
 with). Training keeps tensor cores and DRAM busy together (forward, backward and optimizer step);
 decode is DRAM-bound with little tensor-core work. Batched forward passes at the power cap
@@ -34,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..features.activity import duty_bound, duty_free
 from .base import numeric_matrix
 from .learned import LEARNED_MAX_FEATURES, LearnedDetector
 
@@ -44,13 +47,34 @@ REQUIRED_FRACTION = 0.99   # a feature finite in this share of busy fitting wind
 
 
 class BusiestGpuActivity(LearnedDetector):
-    """Trees on the busiest GPU's activity (``act.*.max``), no exchange gate, fitted on every window."""
+    """Trees on the busiest GPU's activity (``act.*.max``), no exchange gate, fitted on every window.
+
+    The GPM levels enter per unit of busy time (``features.activity.duty_free``), not as window averages:
+    an average mixes what the workload does while it runs with how much of the window it runs, and the
+    second is a scheduling choice open to any service (idle gaps between batches) and any trainer
+    (throttling). The trees read the intensity from the duty-free columns and the duty cycle from the
+    utilisation statistics. Models fitted before 2026-12-03 hold the plain levels in ``cols_`` and
+    still work: the derived columns are only added."""
 
     def __init__(self, **kw):
         super().__init__("single-device", ("act.",), gate=False, fit_on="all", max_features=LEARNED_MAX_FEATURES, **kw)
 
     def uses(self, column: str) -> bool:
-        return column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column
+        return (column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column
+                and not duty_bound(column))
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
+            classes: Sequence[str] | None = None) -> "BusiestGpuActivity":
+        return super().fit(duty_free(X), y, groups, classes)
+
+    def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
+        return super().predict_proba(duty_free(X))
+
+    def out_of_domain(self, X: pd.DataFrame) -> np.ndarray:
+        return super().out_of_domain(duty_free(X))
+
+    def explain(self, x, top: int = 5) -> list[str]:
+        return super().explain(duty_free(pd.DataFrame([dict(x)])).iloc[0].to_dict(), top)
 
 
 def _busy(X: pd.DataFrame) -> np.ndarray:
@@ -69,6 +93,7 @@ class SingleDeviceCheck:
 
     def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
             classes: Sequence[str] | None = None) -> "SingleDeviceCheck":
+        X = duty_free(X)
         self.trees.fit(X, y, groups, classes)
         busy = X[_busy(X)]
         self.required_ = [c for c in self.trees.cols_ if len(busy) and
@@ -78,6 +103,7 @@ class SingleDeviceCheck:
     def judged(self, X: pd.DataFrame) -> np.ndarray:
         """Windows the check speaks on: gate closed, a GPU busy, every feature it requires present."""
         from .rules import exchange_gate
+        X = duty_free(X)
         have = np.isfinite(numeric_matrix(X, self.required_)).all(axis=1) if self.required_ else np.ones(len(X), bool)
         return (exchange_gate(X)[0] < 0.5) & _busy(X) & have & ~self.trees.out_of_domain(X)
 

@@ -93,3 +93,49 @@ def pipe_activity(series: dict[str, np.ndarray]) -> dict[str, float]:
         if name in f and sm >= 1.0:
             f[f"{name}.per_sm"] = f[name] / sm
     return f
+
+
+# Duty-free activity: a GPM level over a window is the workload's intensity while it runs times the share
+# of the window it runs. A service that idles between batches (users arriving, a throttled job) moves
+# the second factor, not the first: dense embedding with 0.25-2 s gaps averaged down into the levels
+# single-GPU training shows at full duty, and the single-device lead read it half-way to training
+# (docs/one-gpu.md, "Duty cycle"). The busiest GPU's levels divided by its busy share (NVML utilisation,
+# the share of time a kernel ran) give back the intensity; the duty cycle itself stays visible in the
+# utilisation statistics (mean, idle_frac, transitions_hz). Derived from a window frame's busiest-GPU
+# aggregates (``act.<metric>.<stat>.max``), so cached features need no recomputation; on a node whose GPUs
+# differ the two maxima may come from different GPUs.
+DUTY_FREE_METRICS = ("gpm_sm_util_pct", "gpm_sm_occupancy_pct", "gpm_tensor_util_pct", "gpm_dram_bw_util_pct")
+# the window mean only: a percentile of the ~1 s-averaged GPM samples is a level inside the bursts, not
+# over the window, and divided by the busy share it overshoots (above 100 % at 2 s gaps)
+DUTY_FREE_STATS = ("mean",)
+# below this busy share the division only amplifies noise (the single-device lead does not speak under 5 %)
+BUSY_SHARE_FLOOR = 0.05
+
+
+def duty_free_column(metric: str, stat: str) -> str:
+    return f"act.{metric}.{stat}_busy.max"
+
+
+def duty_bound(column: str) -> bool:
+    """A busiest-GPU GPM level statistic whose value scales with the duty cycle (``act.gpm_*.{mean,p05,
+    p95,std}.max``); its coefficient of variation, autocorrelation and the duty-free columns are not."""
+    parts = column.split(".")
+    return (len(parts) == 4 and parts[0] == "act" and parts[1] in DUTY_FREE_METRICS
+            and parts[2] in ("mean", "p05", "p95", "std") and parts[3] == "max")
+
+
+def duty_free(X):
+    """``X`` (a window frame, pandas) with the busiest GPU's GPM levels per unit of busy share added
+    (``duty_free_column``): ``act.<metric>.<stat>.max / max(act.util_pct.mean.max / 100, 0.05)``, NaN
+    where either is missing. ``X`` itself when they are there already."""
+    cols = {duty_free_column(m, s): (f"act.{m}.{s}.max") for m in DUTY_FREE_METRICS for s in DUTY_FREE_STATS}
+    if all(c in X.columns for c in cols):
+        return X
+    util = X["act.util_pct.mean.max"].to_numpy(dtype=np.float64) if "act.util_pct.mean.max" in X.columns \
+        else np.full(len(X), np.nan)
+    share = np.maximum(util / 100.0, BUSY_SHARE_FLOOR)
+    out = X.copy()
+    for new, level in cols.items():
+        v = X[level].to_numpy(dtype=np.float64) if level in X.columns else np.full(len(X), np.nan)
+        out[new] = v / share
+    return out
