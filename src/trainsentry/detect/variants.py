@@ -16,6 +16,7 @@ from .base import Detector
 from .learned import comm_ml, fused
 from .rt_baseline import RTBaseline
 from .rules import CommRules
+from .single_device import BusiestGpuActivity
 
 
 class SingleDevicePath(Detector):
@@ -28,10 +29,13 @@ class SingleDevicePath(Detector):
 
     name = "fused+single-device"
 
-    def __init__(self):
-        from .single_device import BusiestGpuActivity
+    def __init__(self, levels: bool = False):
         self.multi = fused()
-        self.single = BusiestGpuActivity()   # the live single-device check's trees (detect.single_device)
+        # the live single-device check's trees (detect.single_device), or with ``levels`` those trees as
+        # fitted before 2026-12-03: GPM activity as window levels, not per unit of busy time
+        self.single = GpmLevels() if levels else BusiestGpuActivity()
+        if levels:
+            self.name = "fused+single-device-levels"
 
     def uses(self, column: str) -> bool:
         return self.multi.uses(column)
@@ -49,6 +53,16 @@ class SingleDevicePath(Detector):
 
     def explain(self, x: Mapping[str, float]) -> list[str]:
         return self.multi.explain(x)
+
+
+class GpmLevels(BusiestGpuActivity):
+    """The single-device trees on the busiest GPU's GPM activity as window levels (mean, percentiles,
+    spread), as fitted until 2026-12-03. Not kept: a service that idles between dense batches averages
+    down into training's levels (docs/one-gpu.md, "Duty cycle")."""
+
+    def uses(self, column: str) -> bool:
+        return (column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column
+                and "_busy." not in column)
 
 
 class FusedWithRules(Detector):
@@ -125,6 +139,8 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
     "comm-ml-previous": _variant(comm_ml, "comm-ml-previous", decode_veto=None),
     # fused plus an ungated single-device path on the busiest GPU's activity
     "fused+single-device": SingleDevicePath,
+    # the same with the single-device trees on GPM window levels (the lead until 2026-12-03)
+    "fused+single-device-levels": lambda: SingleDevicePath(levels=True),
     # geometric mean of fused and comm-rules
     "fused-geo-comm-rules": FusedWithRules,
     # fused without the absolute activity levels (shape, ratios and balance of activity kept)
