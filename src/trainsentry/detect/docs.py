@@ -1,13 +1,13 @@
 """docs/detector.md, written from results/detector.json (every number comes from the results), with
 the single-device path's re-measurement read from its own committed results where they exist
-(``results/single-device/detector.json``, ``results/one_gpu.json``: :func:`companions`)."""
+(``results/duty-free/detector.json``, ``results/one_gpu.json``: :func:`companions`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-SINGLE_DEVICE_RESULTS = Path("results/single-device/detector.json")
+SINGLE_DEVICE_RESULTS = Path("results/duty-free/detector.json")
 ONE_GPU_RESULTS = Path("results/one_gpu.json")
 
 
@@ -128,6 +128,10 @@ runs of LoRA in the top blocks only (`docs/prospective-b336f80-h200x1.md`); refi
 where the b336f80 lead found 1 of those 6, but alerted on all 4 of its attribution runs, where the
 b336f80 lead alerted on 2 (`docs/prospective-10daf3c-h200x1.md`,
 `docs/prospective-b336f80-h200x1-s18.md`): on one GPU's counters the two trade against each other.
+Since 2026-12-03 the lead reads the busiest GPU's GPM activity per unit of busy time
+(`features.activity.duty_free`) instead of as window levels: batched embedding with idle gaps between
+its batches averaged down into single-GPU training's levels and read half-way to training, while its
+intensity while busy stays where the gapless run has it (`docs/duty-cycle.md`).
 
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,

@@ -58,7 +58,7 @@ class SingleDevicePath(Detector):
 class GpmLevels(BusiestGpuActivity):
     """The single-device trees on the busiest GPU's GPM activity as window levels (mean, percentiles,
     spread), as fitted until 2026-12-03. Not kept: a service that idles between dense batches averages
-    down into training's levels (docs/one-gpu.md, "Duty cycle")."""
+    down into training's levels (docs/duty-cycle.md)."""
 
     def uses(self, column: str) -> bool:
         return (column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column

@@ -99,7 +99,7 @@ def pipe_activity(series: dict[str, np.ndarray]) -> dict[str, float]:
 # of the window it runs. A service that idles between batches (users arriving, a throttled job) moves
 # the second factor, not the first: dense embedding with 0.25-2 s gaps averaged down into the levels
 # single-GPU training shows at full duty, and the single-device lead read it half-way to training
-# (docs/one-gpu.md, "Duty cycle"). The busiest GPU's levels divided by its busy share (NVML utilisation,
+# (docs/duty-cycle.md). The busiest GPU's levels divided by its busy share (NVML utilisation,
 # the share of time a kernel ran) give back the intensity; the duty cycle itself stays visible in the
 # utilisation statistics (mean, idle_frac, transitions_hz). Derived from a window frame's busiest-GPU
 # aggregates (``act.<metric>.<stat>.max``), so cached features need no recomputation; on a node whose GPUs
