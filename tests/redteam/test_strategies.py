@@ -43,7 +43,8 @@ def truths(tmp_path_factory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("adv2")
     (out / "surrogate.json").write_text(json.dumps(SURROGATE))
     more = [{"run_id": "surrogate-from-file", "workload": "adv.whitebox.surrogate-lora",
-             "overrides": {"surrogate_path": str(out / "surrogate.json")}}]
+             "overrides": {"surrogate_path": str(out / "surrogate.json")}},
+            {"run_id": "throttle-exp", "workload": "adv.throttle.pause50ms", "overrides": {"pause_dist": "exp"}}]
     return _launch(out, 2, adversarial.names(), STEPS, more)
 
 
@@ -217,6 +218,13 @@ def test_throttle_and_shaping_insert_idle(truths):
     assert compute / (compute + pause) == pytest.approx(0.3, abs=0.1)
     shape = ex(truths["adv.shape.pid"])
     assert len(shape["duty_target_measured"]) == STEPS and shape["phase_s_total"]["pause"] > 0
+    # exponential pauses of the same mean: recorded as such, and the gaps are drawn, not the fixed length
+    const, drawn = ex(t), ex(truths["throttle-exp"])
+    assert const["strategy_params"]["pause_dist"] == "const" and drawn["strategy_params"]["pause_dist"] == "exp"
+    assert drawn["phase_s_total"]["pause"] > 0
+    assert drawn["phase_s_total"]["pause"] != pytest.approx(const["phase_s_total"]["pause"], rel=0.02)
+    losses = [l for _, l in gt(truths["throttle-exp"])["loss_curve"]]
+    assert losses[-1] < losses[0]
 
 
 def test_online_and_whitebox_serve_real_tokens(truths):

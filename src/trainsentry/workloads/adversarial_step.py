@@ -22,6 +22,7 @@ from .adversarial_sync import (HostShm, TopK, flat, mean_gloo, mean_kv_shaped, p
                                unflat_into)
 from .base import Context
 from .comm import CollectiveCounter
+from .infer_common import IdlePause
 from .infer_parallel import kv_transfer_bytes
 
 
@@ -46,17 +47,19 @@ def _ddp_step(rep: Replica, ph: Phases, micro: int = 1) -> torch.Tensor:
 
 
 def run_throttle(ctx: Context, cfg: dict) -> None:
-    """DDP with an idle pause after every step, or held to a duty cycle (compute / wall time)."""
+    """DDP with an idle pause after every step, or held to a duty cycle (compute / wall time). The pause
+    is ``pause_s`` exactly, or (``pause_dist: exp``) exponential with that mean, the gaps a service
+    with random arrivals shows (``IdlePause``, as the benign services draw theirs)."""
     rep = ddp_replica(ctx, cfg)
-    pause_s, duty = float(cfg.get("pause_s", 0.0)), cfg.get("duty")
-    strategy_extra(ctx, cfg, "throttle", pause_s=pause_s, duty=duty, batch=cfg["batch"])
+    pause, duty = IdlePause(ctx, cfg, "const"), cfg.get("duty")
+    strategy_extra(ctx, cfg, "throttle", pause_s=pause.mean_s, pause_dist=pause.dist, duty=duty, batch=cfg["batch"])
 
     def step(ph: Phases):
         t0 = time.perf_counter()
         loss = _ddp_step(rep, ph)
         busy = time.perf_counter() - t0
         # duty d: sleep so that busy / (busy + sleep) = d
-        sleep_s(ph, pause_s + (busy * (1 / float(duty) - 1) if duty else 0.0))
+        sleep_s(ph, pause.draw() + (busy * (1 / float(duty) - 1) if duty else 0.0))
         return loss
 
     run_steps(ctx, step, rep.tokens_per_micro)
