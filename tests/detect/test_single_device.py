@@ -86,3 +86,15 @@ def test_saved_and_loaded_as_the_live_collector_does(check, tmp_path):
     with pytest.raises(ValueError, match="not a fitted single-device check"):
         load(save_detector(load_detector(Path(__file__).resolve().parents[2] / "models" / "fused.joblib"),
                            tmp_path / "fused.joblib", "test"))
+
+
+def test_a_check_needing_columns_this_code_does_not_derive_is_refused(check, tmp_path):
+    """A check fitted by newer code on a derived column this code lacks would find it missing in every
+    window and never speak; loading it says so instead."""
+    import copy
+    newer = copy.deepcopy(check)
+    assert any("_busy." in c for c in newer.trees.cols_)                 # it reads duty-free columns
+    newer.trees.cols_ = [*newer.trees.cols_, "act.gpm_fp64_util_pct.mean_busy.max"]
+    with pytest.raises(ValueError, match="does not derive.*gpm_fp64_util_pct"):
+        load(save_detector(newer, tmp_path / "newer.joblib", "test"))
+    assert load(save_detector(check, tmp_path / "now.joblib", "test")).trees.cols_ == check.trees.cols_

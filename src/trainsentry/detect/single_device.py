@@ -9,8 +9,10 @@ configurations it had never seen (docs/prospective-h200x1.md).
 This check reads what is left: the highest value over the node's GPUs of every GPU activity
 statistic (the ``act.*.max`` window features: power, SM, tensor-core, DRAM and memory activity, so
 mostly the busiest GPU's; an idle second GPU still shows in the dispersion statistics such as
-``idle_frac``; the GPM levels enter per unit of busy time, ``features.activity.duty_free``, so that
-idle gaps between batches do not average a dense service down into training's range), judged by
+``idle_frac``; the GPM and NVML memory-activity levels enter per unit of busy time and the power,
+energy, temperature and tensor-per-kW levels not at all, ``features.activity.duty_free`` and
+``duty_bound``, so that idle gaps between batches do not average a dense service down into training's
+range), judged by
 gradient-boosted trees fitted on every window of the fitting data,
 multi-device training included (a training GPU's activity looks the same whoever it exchanges
 with). Training keeps tensor cores and DRAM busy together (forward, backward and optimizer step);
@@ -36,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..features.activity import duty_bound, duty_free
+from ..features.activity import duty_bound, duty_free, duty_free_columns
 from .base import numeric_matrix
 from .learned import LEARNED_MAX_FEATURES, LearnedDetector
 
@@ -49,7 +51,8 @@ REQUIRED_FRACTION = 0.99   # a feature finite in this share of busy fitting wind
 class BusiestGpuActivity(LearnedDetector):
     """Trees on the busiest GPU's activity (``act.*.max``), no exchange gate, fitted on every window.
 
-    The GPM levels enter per unit of busy time (``features.activity.duty_free``), not as window averages:
+    The GPM and memory-activity levels enter per unit of busy time (``features.activity.duty_free``), not
+    as window averages, and the levels with no such form (power, energy, temperature) not at all:
     an average mixes what the workload does while it runs with how much of the window it runs, and the
     second is a scheduling choice open to any service (idle gaps between batches) and any trainer
     (throttling). The trees read the intensity from the duty-free columns and the duty cycle from the
@@ -152,7 +155,13 @@ def load(path: Path) -> SingleDeviceCheck:
 
 
 def fitted(check, path: Path) -> SingleDeviceCheck:
-    """``check`` (read from ``path``) if it is a fitted single-device check, else a ValueError."""
+    """``check`` (read from ``path``) if it is a fitted single-device check whose derived columns this
+    code computes, else a ValueError: a check that needs a column nobody derives would find it missing
+    in every window and silently never speak."""
     if not isinstance(check, SingleDeviceCheck) or check.trees.model is None and check.trees.constant_ is None:
         raise ValueError(f"{path} is not a fitted single-device check")
+    unknown = sorted(c for c in check.trees.cols_ if "_busy." in c and c not in duty_free_columns())
+    if unknown:
+        raise ValueError(f"{path} needs columns this version of trainsentry does not derive ({', '.join(unknown)}); "
+                         "update trainsentry or refit the check (scripts/single_device.py)")
     return check

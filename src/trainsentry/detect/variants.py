@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..features.activity import duty_free_column
 from .base import Detector
 from .learned import comm_ml, fused
 from .rt_baseline import RTBaseline
@@ -29,13 +30,14 @@ class SingleDevicePath(Detector):
 
     name = "fused+single-device"
 
-    def __init__(self, levels: bool = False):
+    def __init__(self, levels: str | None = None):
         self.multi = fused()
-        # the live single-device check's trees (detect.single_device), or with ``levels`` those trees as
-        # fitted before 2026-12-03: GPM activity as window levels, not per unit of busy time
-        self.single = GpmLevels() if levels else BusiestGpuActivity()
+        # the live single-device check's trees (detect.single_device), or earlier forms of them:
+        # ``levels="all"`` as fitted before 2026-12-03 (GPM activity as window levels, not per unit of busy
+        # time), ``levels="gpm"`` as fitted at 49bb577 (only the GPM means per unit of busy time)
+        self.single = {None: BusiestGpuActivity, "all": GpmLevels, "gpm": GpmDutyFree}[levels]()
         if levels:
-            self.name = "fused+single-device-levels"
+            self.name = {"all": "fused+single-device-levels", "gpm": "fused+single-device-gpm"}[levels]
 
     def uses(self, column: str) -> bool:
         return self.multi.uses(column)
@@ -63,6 +65,19 @@ class GpmLevels(BusiestGpuActivity):
     def uses(self, column: str) -> bool:
         return (column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column
                 and "_busy." not in column)
+
+
+class GpmDutyFree(BusiestGpuActivity):
+    """The single-device trees as fitted at 49bb577 (2026-12-03): the four GPM means per unit of busy
+    time, every other busiest-GPU level as a window level (NVML memory utilisation, power, energy,
+    temperature, tensor per kW), which a service's idle gaps still average down (docs/duty-cycle.md)."""
+
+    def uses(self, column: str) -> bool:
+        gpm = ("gpm_sm_util_pct", "gpm_sm_occupancy_pct", "gpm_tensor_util_pct", "gpm_dram_bw_util_pct")
+        parts = column.split(".")
+        gpm_level = (len(parts) == 4 and parts[1] in gpm and parts[2] in ("mean", "p05", "p95", "std"))
+        return (column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column
+                and not gpm_level and column != duty_free_column("mem_util_pct", "mean"))
 
 
 class FusedWithRules(Detector):
@@ -140,7 +155,9 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
     # fused plus an ungated single-device path on the busiest GPU's activity
     "fused+single-device": SingleDevicePath,
     # the same with the single-device trees on GPM window levels (the lead until 2026-12-03)
-    "fused+single-device-levels": lambda: SingleDevicePath(levels=True),
+    "fused+single-device-levels": lambda: SingleDevicePath(levels="all"),
+    # the same with only the GPM means per unit of busy time (the lead from 49bb577 until the next refit)
+    "fused+single-device-gpm": lambda: SingleDevicePath(levels="gpm"),
     # geometric mean of fused and comm-rules
     "fused-geo-comm-rules": FusedWithRules,
     # fused without the absolute activity levels (shape, ratios and balance of activity kept)

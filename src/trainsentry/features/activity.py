@@ -103,11 +103,22 @@ def pipe_activity(series: dict[str, np.ndarray]) -> dict[str, float]:
 # the share of time a kernel ran) give back the intensity; the duty cycle itself stays visible in the
 # utilisation statistics (mean, idle_frac, transitions_hz). Derived from a window frame's busiest-GPU
 # aggregates (``act.<metric>.<stat>.max``), so cached features need no recomputation; on a node whose GPUs
-# differ the two maxima may come from different GPUs.
-DUTY_FREE_METRICS = ("gpm_sm_util_pct", "gpm_sm_occupancy_pct", "gpm_tensor_util_pct", "gpm_dram_bw_util_pct")
+# differ the two maxima may come from different GPUs. NVML's memory utilisation (the share of time the
+# memory was read or written) scales the same way and is divided the same way.
+DUTY_FREE_METRICS = ("gpm_sm_util_pct", "gpm_sm_occupancy_pct", "gpm_tensor_util_pct", "gpm_dram_bw_util_pct",
+                     "mem_util_pct")
 # the window mean only: a percentile of the ~1 s-averaged GPM samples is a level inside the bursts, not
 # over the window, and divided by the busy share it overshoots (above 100 % at 2 s gaps)
 DUTY_FREE_STATS = ("mean",)
+# level statistics of the divided metrics: replaced by the duty-free mean
+DUTY_LEVEL_STATS = ("mean", "p05", "p95", "std")
+# busiest-GPU columns that also scale with the duty cycle but have no duty-free form: board power sits on
+# an idle floor (~120 W on the H200) and NVML averages it over about a second, so dividing by the busy
+# share overshoots (1,190 W for embedding with 2 s gaps); energy is power; temperature integrates power;
+# tensor activity per kW is a level over a level with that floor (embedding with 1 s gaps reads at
+# single-GPU training's value). Power's shape (cv, autocorrelation, period, spectral peak) stays.
+DUTY_BOUND_NO_FORM = ("power_W.mean", "power_W.p05", "power_W.p95", "power_W.std", "energy_W.mean", "temp_c.mean",
+                      "tensor_per_kW")
 # below this busy share the division only amplifies noise (the single-device lead does not speak under 5 %)
 BUSY_SHARE_FLOOR = 0.05
 
@@ -116,26 +127,37 @@ def duty_free_column(metric: str, stat: str) -> str:
     return f"act.{metric}.{stat}_busy.max"
 
 
+def duty_free_columns() -> list[str]:
+    """Every column ``duty_free`` adds."""
+    return [duty_free_column(m, s) for m in DUTY_FREE_METRICS for s in DUTY_FREE_STATS]
+
+
 def duty_bound(column: str) -> bool:
-    """A busiest-GPU GPM level statistic whose value scales with the duty cycle (``act.gpm_*.{mean,p05,
-    p95,std}.max``); its coefficient of variation, autocorrelation and the duty-free columns are not."""
-    parts = column.split(".")
-    return (len(parts) == 4 and parts[0] == "act" and parts[1] in DUTY_FREE_METRICS
-            and parts[2] in ("mean", "p05", "p95", "std") and parts[3] == "max")
+    """A busiest-GPU statistic whose value scales with the duty cycle: the level statistics of the
+    divided metrics (``act.<metric>.{mean,p05,p95,std}.max``, replaced by ``duty_free``'s columns) and
+    the power, energy, temperature and tensor-per-kW levels (``DUTY_BOUND_NO_FORM``, left out).
+    Coefficients of variation scale too (the gaps are variation) but describe the duty cycle, which
+    the utilisation statistics show anyway; autocorrelation, period and the duty-free columns do not."""
+    if not (column.startswith("act.") and column.endswith(".max")):
+        return False
+    body = column[len("act."):-len(".max")]
+    metric, _, stat = body.rpartition(".")
+    return (metric in DUTY_FREE_METRICS and stat in DUTY_LEVEL_STATS) or body in DUTY_BOUND_NO_FORM
 
 
 def duty_free(X):
-    """``X`` (a window frame, pandas) with the busiest GPU's GPM levels per unit of busy share added
-    (``duty_free_column``): ``act.<metric>.<stat>.max / max(act.util_pct.mean.max / 100, 0.05)``, NaN
-    where either is missing. ``X`` itself when they are there already."""
-    cols = {duty_free_column(m, s): (f"act.{m}.{s}.max") for m in DUTY_FREE_METRICS for s in DUTY_FREE_STATS}
-    if all(c in X.columns for c in cols):
-        return X
-    util = X["act.util_pct.mean.max"].to_numpy(dtype=np.float64) if "act.util_pct.mean.max" in X.columns \
-        else np.full(len(X), np.nan)
-    share = np.maximum(util / 100.0, BUSY_SHARE_FLOOR)
+    """``X`` (a window frame, pandas) with the busiest GPU's levels per unit of busy share added
+    (``duty_free_columns``): ``act.<metric>.<stat>.max / max(act.util_pct.mean.max / 100, 0.05)``, NaN
+    where either is missing or not a number. Always recomputed from the levels (a copy; X is left alone)."""
+    import pandas as pd
+
+    def num(col: str) -> np.ndarray:
+        return (pd.to_numeric(X[col], errors="coerce").to_numpy(dtype=np.float64) if col in X.columns
+                else np.full(len(X), np.nan))
+
+    share = np.maximum(num("act.util_pct.mean.max") / 100.0, BUSY_SHARE_FLOOR)
     out = X.copy()
-    for new, level in cols.items():
-        v = X[level].to_numpy(dtype=np.float64) if level in X.columns else np.full(len(X), np.nan)
-        out[new] = v / share
+    for m in DUTY_FREE_METRICS:
+        for s in DUTY_FREE_STATS:
+            out[duty_free_column(m, s)] = num(f"act.{m}.{s}.max") / share
     return out
