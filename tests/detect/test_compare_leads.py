@@ -1,0 +1,50 @@
+"""scripts/compare_leads.py: committed single-device leads side by side on the runs all of them judged."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_leads.py"
+
+
+def _doc(rev: str, runs: list[tuple[str, str, float, bool, bool]], data: str = "data/x") -> dict:
+    return {"command": f"python scripts/prospective.py --model-rev {rev} --data {data}", "model": {"rev": rev},
+            "judged_from": 1.0,
+            "per_run": [{"run_id": rid, "class": cls, "family": "f", "config_seen_before": seen,
+                         "single-device_p_in_run_median": p, "single-device_alerted_capped_rule": p >= 0.75,
+                         "alerted": False} for rid, cls, p, _, seen in runs]}
+
+
+def test_only_runs_every_lead_judged_pooled_over_datasets(tmp_path):
+    ns = runpy.run_path(str(SCRIPT))
+    new = [_doc("new", [("a", "inference", 0.1, False, False), ("b", "inference", 0.9, True, True)]),
+           _doc("new", [("t", "training", 0.95, True, False)], "data/rt")]
+    old = [_doc("old", [("a", "inference", 0.8, True, False), ("b", "inference", 0.2, False, False),
+                        ("z", "inference", 0.1, False, False)]),       # z: recorded before "new" was fitted
+           _doc("old", [("t", "training", 0.5, False, False)], "data/rt")]
+    res = ns["compare"](new + old)
+    assert res["revisions"] == ["new", "old"]
+    assert [r["run_id"] for r in res["runs"]] == ["a", "b", "t"]
+    assert res["counts"]["new"] == {"inference": {"runs": 2, "alerted": 1}, "training": {"runs": 1, "alerted": 1}}
+    assert res["counts"]["old"] == {"inference": {"runs": 2, "alerted": 1}, "training": {"runs": 1, "alerted": 0}}
+    page = ns["render"](res, "cmd")
+    assert "| `b` | inference | f | **0.90** † | 0.20 |" in page             # alerted in bold, seen config marked
+    assert "| `new` | 1 of 2 | 1 of 1 |" in page and "| `old` | 1 of 2 | 0 of 1 |" in page
+    paths = []
+    for i, d in enumerate(new + old):
+        paths += ["--prospective", str(tmp_path / f"{i}.json")]
+        (tmp_path / f"{i}.json").write_text(json.dumps(d))
+    assert ns["main"]([*paths, "--out", str(tmp_path / "out.json"), "--docs", str(tmp_path / "out.md")]) == 0
+    assert json.loads((tmp_path / "out.json").read_text())["counts"] == res["counts"]
+
+
+def test_a_file_without_the_lead_is_refused():
+    ns = runpy.run_path(str(SCRIPT))
+    doc = _doc("x", [("a", "inference", 0.1, False, False)])
+    del doc["per_run"][0]["single-device_p_in_run_median"]
+    with pytest.raises(ValueError, match="--also single-device"):
+        ns["compare"]([doc])
