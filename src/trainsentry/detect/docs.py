@@ -1,13 +1,13 @@
 """docs/detector.md, written from results/detector.json (every number comes from the results), with
 the single-device path's re-measurement read from its own committed results where they exist
-(``results/duty-free/detector.json``, ``results/one_gpu.json``: :func:`companions`)."""
+(``results/duty-bound/detector.json``, ``results/one_gpu.json``: :func:`companions`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-SINGLE_DEVICE_RESULTS = Path("results/duty-free/detector.json")
+SINGLE_DEVICE_RESULTS = Path("results/duty-bound/detector.json")
 ONE_GPU_RESULTS = Path("results/one_gpu.json")
 
 
@@ -128,10 +128,14 @@ runs of LoRA in the top blocks only (`docs/prospective-b336f80-h200x1.md`); refi
 where the b336f80 lead found 1 of those 6, but alerted on all 4 of its attribution runs, where the
 b336f80 lead alerted on 2 (`docs/prospective-10daf3c-h200x1.md`,
 `docs/prospective-b336f80-h200x1-s18.md`): on one GPU's counters the two trade against each other.
-Since 2026-12-03 the lead reads the busiest GPU's GPM activity per unit of busy time
-(`features.activity.duty_free`) instead of as window levels: batched embedding with idle gaps between
-its batches averaged down into single-GPU training's levels and read half-way to training, while its
-intensity while busy stays where the gapless run has it (`docs/duty-cycle.md`).
+Since 2026-12-03 the lead reads the busiest GPU's GPM and memory activity per unit of busy time
+(`features.activity.duty_free`) instead of as window levels, and leaves out the power, energy,
+temperature and tensor-per-kW levels: batched embedding with idle gaps between its batches averaged
+down into single-GPU training's levels and read half-way to training, while its intensity while busy
+stays where the gapless run has it. On 17 runs recorded after the leads were fitted, the lead of
+8172e3e alerted on 2 of 10 gapped services where the two before it alerted on 5 and 6, and found all
+7 throttled trainers; on grouped splits the rules are within about a point of each other
+(`docs/duty-cycle.md`, `docs/leads-s25.md`).
 
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,
