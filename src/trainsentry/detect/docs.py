@@ -132,8 +132,8 @@ Since 2026-12-03 the lead reads the busiest GPU's GPM and memory activity per un
 (`features.activity.duty_free`) instead of as window levels, and leaves out the power, energy,
 temperature and tensor-per-kW levels: batched embedding with idle gaps between its batches averaged
 down into single-GPU training's levels and read half-way to training, while its intensity while busy
-stays where the gapless run has it. On 17 runs recorded after the leads were fitted, the lead of
-8172e3e alerted on 2 of 10 gapped services where the two before it alerted on 5 and 6, and found all
+stays where the gapless run has it. On 19 runs recorded after the leads were fitted, the lead of
+8172e3e alerted on 3 of 12 gapped services where the two before it alerted on 7 each, and found all
 7 throttled trainers; on grouped splits the rules are within about a point of each other
 (`docs/duty-cycle.md`, `docs/leads-s25.md`).
 
