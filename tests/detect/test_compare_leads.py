@@ -15,13 +15,14 @@ def _doc(rev: str, runs: list[tuple[str, str, float, bool, bool]], data: str = "
     return {"command": f"python scripts/prospective.py --model-rev {rev} --data {data}", "model": {"rev": rev},
             "judged_from": 1.0,
             "per_run": [{"run_id": rid, "class": cls, "family": "f", "config_seen_before": seen,
-                         "single-device_p_in_run_median": p, "single-device_alerted_capped_rule": p >= 0.75,
-                         "alerted": False} for rid, cls, p, _, seen in runs]}
+                         "single-device_p_in_run_median": p, "single-device_alerted_capped_rule": alerted,
+                         "alerted": False} for rid, cls, p, alerted, seen in runs]}
 
 
 def test_only_runs_every_lead_judged_pooled_over_datasets(tmp_path):
     ns = runpy.run_path(str(SCRIPT))
-    new = [_doc("new", [("a", "inference", 0.1, False, False), ("b", "inference", 0.9, True, True)]),
+    # b: alerted in a burst although its median is low (the alert flag is read, not the median)
+    new = [_doc("new", [("a", "inference", 0.1, False, False), ("b", "inference", 0.2, True, True)]),
            _doc("new", [("t", "training", 0.95, True, False)], "data/rt")]
     old = [_doc("old", [("a", "inference", 0.8, True, False), ("b", "inference", 0.2, False, False),
                         ("z", "inference", 0.1, False, False)]),       # z: recorded before "new" was fitted
@@ -32,7 +33,7 @@ def test_only_runs_every_lead_judged_pooled_over_datasets(tmp_path):
     assert res["counts"]["new"] == {"inference": {"runs": 2, "alerted": 1}, "training": {"runs": 1, "alerted": 1}}
     assert res["counts"]["old"] == {"inference": {"runs": 2, "alerted": 1}, "training": {"runs": 1, "alerted": 0}}
     page = ns["render"](res, "cmd")
-    assert "| `b` | inference | f | **0.90** † | 0.20 |" in page             # alerted in bold, seen config marked
+    assert "| `b` | inference | f | **0.20** † | 0.20 |" in page             # alerted in bold, seen config marked
     assert "| `new` | 1 of 2 | 1 of 1 |" in page and "| `old` | 1 of 2 | 0 of 1 |" in page
     paths = []
     for i, d in enumerate(new + old):

@@ -98,3 +98,31 @@ def test_a_check_needing_columns_this_code_does_not_derive_is_refused(check, tmp
     with pytest.raises(ValueError, match="does not derive.*gpm_fp64_util_pct"):
         load(save_detector(newer, tmp_path / "newer.joblib", "test"))
     assert load(save_detector(check, tmp_path / "now.joblib", "test")).trees.cols_ == check.trees.cols_
+
+
+# the 38 columns of the lead committed at 49bb577 (models/single-device.joblib at that revision, cols_)
+COLS_49BB577 = [
+    "act.energy_W.mean.max", "act.gpm_dram_bw_util_pct.cv.max", "act.gpm_dram_bw_util_pct.mean_busy.max",
+    "act.gpm_sm_occupancy_pct.cv.max", "act.gpm_sm_occupancy_pct.mean_busy.max", "act.gpm_sm_util_pct.acf_peak.max",
+    "act.gpm_sm_util_pct.cv.max", "act.gpm_sm_util_pct.mean_busy.max", "act.gpm_tensor_util_pct.cv.max",
+    "act.gpm_tensor_util_pct.mean_busy.max", "act.mem_GiB.mean.max", "act.mem_GiB.range.max",
+    "act.mem_GiB.slope_per_s.max", "act.mem_clock_mhz.mean.max", "act.mem_util_pct.cv.max", "act.mem_util_pct.mean.max",
+    "act.mem_util_pct.p05.max", "act.mem_util_pct.p95.max", "act.mem_util_pct.std.max", "act.power_W.acf_peak.max",
+    "act.power_W.cv.max", "act.power_W.mean.max", "act.power_W.p05.max", "act.power_W.p95.max",
+    "act.power_W.period_s.max", "act.power_W.spec_peak.max", "act.power_W.std.max", "act.sm_clock_mhz.mean.max",
+    "act.temp_c.mean.max", "act.tensor_per_dram.max", "act.tensor_per_kW.max", "act.util_pct.cv.max",
+    "act.util_pct.idle_frac.max", "act.util_pct.mean.max", "act.util_pct.p05.max", "act.util_pct.p95.max",
+    "act.util_pct.std.max", "act.util_pct.transitions_hz.max"]
+
+
+def test_the_earlier_rules_select_the_columns_they_were_fitted_on():
+    """`fused+single-device-gpm` reproduces the 49bb577 lead's columns; the current trees drop every
+    duty-bound level and read the five duty-free means instead."""
+    from trainsentry.detect.single_device import BusiestGpuActivity
+    from trainsentry.detect.variants import GpmDutyFree
+    from trainsentry.features.activity import duty_bound, duty_free, duty_free_columns
+    cols = duty_free(_in_run(load_run(DATA / "h200x1" / "train.single.w1024-l16-base-r0", None))).columns
+    assert sorted(c for c in cols if GpmDutyFree().uses(c)) == COLS_49BB577
+    now = [c for c in cols if BusiestGpuActivity().uses(c)]
+    assert set(duty_free_columns()) <= set(now) and not any(duty_bound(c) for c in now)
+    assert set(now) - set(duty_free_columns()) < set(COLS_49BB577)

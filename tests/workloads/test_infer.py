@@ -569,6 +569,8 @@ def test_idle_pause_is_exact_or_exponential_with_that_mean():
     assert draws[0] == gaps[0] and (draws > 0).all()   # the same seed and rank give the same gaps
     other = IdlePause(SimpleNamespace(seed=7, rank=1), {"pause_s": 0.5}, "exp").draw()
     assert other != draws[0]
+    shared = IdlePause(SimpleNamespace(seed=7, rank=1), {"pause_s": 0.5}, "exp", per_rank=False).draw()
+    assert shared == draws[0]                           # ranks in lockstep draw the same gaps
     assert IdlePause(ctx, {}, "exp").draw() == 0.0
     with pytest.raises(ValueError, match="pause_dist"):
         IdlePause(ctx, {"pause_s": 1, "pause_dist": "uniform"}, "exp")

@@ -1,6 +1,7 @@
 """docs/detector.md, written from results/detector.json (every number comes from the results), with
 the single-device path's re-measurement read from its own committed results where they exist
-(``results/duty-bound/detector.json``, ``results/one_gpu.json``: :func:`companions`)."""
+(``results/duty-bound/detector.json``, ``results/one_gpu.json``, ``results/leads-s25.json``:
+:func:`companions`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from pathlib import Path
 
 SINGLE_DEVICE_RESULTS = Path("results/duty-bound/detector.json")
+LEADS_RESULTS = Path("results/leads-s25.json")
 ONE_GPU_RESULTS = Path("results/one_gpu.json")
 
 
@@ -132,10 +134,8 @@ Since 2026-12-03 the lead reads the busiest GPU's GPM and memory activity per un
 (`features.activity.duty_free`) instead of as window levels, and leaves out the power, energy,
 temperature and tensor-per-kW levels: batched embedding with idle gaps between its batches averaged
 down into single-GPU training's levels and read half-way to training, while its intensity while busy
-stays where the gapless run has it. On 19 runs recorded after the leads were fitted, the lead of
-8172e3e alerted on 3 of 12 gapped services where the two before it alerted on 7 each, and found all
-7 throttled trainers; on grouped splits the rules are within about a point of each other
-(`docs/duty-cycle.md`, `docs/leads-s25.md`).
+stays where the gapless run has it. {leads} On grouped splits the rules are within about a point of
+each other (`docs/duty-cycle.md`).
 
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,
@@ -372,7 +372,24 @@ def companions() -> dict:
     """The single-device path's committed results, where they exist (paths relative to the
     repository root, where `trainsentry eval` runs): keyword arguments for :func:`render`."""
     return {k: json.loads(p.read_text()) for k, p in (("single_device", SINGLE_DEVICE_RESULTS),
-                                                      ("one_gpu", ONE_GPU_RESULTS)) if p.exists()}
+                                                      ("one_gpu", ONE_GPU_RESULTS),
+                                                      ("leads", LEADS_RESULTS)) if p.exists()}
+
+
+def leads_numbers(leads: dict | None) -> str:
+    """The committed single-device leads side by side on the runs all of them judged prospectively
+    (``scripts/compare_leads.py``'s results), in words; said absent where the file is."""
+    if not leads or not leads.get("runs"):
+        return f"(The prospective comparison of the committed leads is not in this checkout: `{LEADS_RESULTS}`.)"
+    revs, counts = leads["revisions"], leads["counts"]
+    cell = lambda rev, cls: counts[rev].get(cls, {"alerted": 0, "runs": 0})  # noqa: E731
+    first, rest = revs[0], revs[1:]
+    inf, tr = cell(first, "inference"), cell(first, "training")
+    others = " and ".join(f"`{r}`'s {cell(r, 'inference')['alerted']}" for r in rest)
+    found = " and ".join(f"`{r}`'s {cell(r, 'training')['alerted']}" for r in rest)
+    return (f"On the {len(leads['runs'])} runs recorded after the leads were fitted (`docs/leads-s25.md`), the lead "
+            f"committed at `{first}` alerted on {inf['alerted']} of {inf['runs']} gapped services (against {others}) "
+            f"and found {tr['alerted']} of {tr['runs']} throttled trainers (against {found}).")
 
 
 def single_device_numbers(sd: dict | None, one_gpu: dict | None) -> str:
@@ -412,8 +429,10 @@ def single_device_numbers(sd: dict | None, one_gpu: dict | None) -> str:
     return out
 
 
-def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = None) -> str:
-    """The page. ``single_device`` and ``one_gpu``: the single-device path's results (:func:`companions`)."""
+def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = None,
+           leads: dict | None = None) -> str:
+    """The page. ``single_device``, ``one_gpu`` and ``leads``: the single-device path's results
+    (:func:`companions`)."""
     ds, proto, dets = doc["dataset"], doc["protocol"], doc["detectors"]
     rule = proto["alert_rule"]
     lines = ["# Detectors: telling training from inference", "",
@@ -554,7 +573,8 @@ def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = 
               METHODS.format(thr=rule["threshold"], k=rule["k"], n=rule["n"], splits=proto["splits"],
                              seed=proto["seed"], rate=_f(dets[next(iter(dets))]["window_fpr_at_detection_rate"]
                                                          ["detection_rate"], True, 0),
-                             single_device=single_device_numbers(single_device, one_gpu)),
+                             single_device=single_device_numbers(single_device, one_gpu),
+                             leads=leads_numbers(leads)),
               "## Reproduce", "", "```", doc["command"], "```", "",
               "The splits above refit every detector on each split's training side. `scripts/prospective.py` "
               "instead reads a committed model as it was and judges the runs recorded after it was fitted "

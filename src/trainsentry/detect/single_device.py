@@ -7,7 +7,7 @@ committed model missed all 14 single-device training runs of ``data/h200x1``, te
 configurations it had never seen (docs/prospective-h200x1.md).
 
 This check reads what is left: the highest value over the node's GPUs of every GPU activity
-statistic (the ``act.*.max`` window features: power, SM, tensor-core, DRAM and memory activity, so
+statistic (the ``act.*.max`` window features: the shape of power, SM, tensor-core, DRAM and memory activity, so
 mostly the busiest GPU's; an idle second GPU still shows in the dispersion statistics such as
 ``idle_frac``; the GPM and NVML memory-activity levels enter per unit of busy time and the power,
 energy, temperature and tensor-per-kW levels not at all, ``features.activity.duty_free`` and
@@ -25,8 +25,8 @@ gate's complement, scored by ``trainsentry eval-transfer``).
 
 The check speaks only where no exchange is seen (the gate is closed), a GPU is busy, and the window
 has every activity feature that nearly all busy fitting windows had: a GPU without GPM counters
-(tensor-core and DRAM activity) is not judged: the trees would be left with power and utilisation,
-which the fitting data's GPUs never gave without the rest. Where the gate is open, the verdict's own
+(tensor-core and DRAM activity) is not judged: the trees would be left with the shape of power and
+with utilisation, which the fitting data's GPUs never gave without the rest. Where the gate is open, the verdict's own
 detector judges the exchange.
 """
 
@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..features.activity import duty_bound, duty_free, duty_free_columns
+from ..features.activity import duty_bound, duty_free, duty_free_columns, is_duty_free_column
 from .base import numeric_matrix
 from .learned import LEARNED_MAX_FEATURES, LearnedDetector
 
@@ -52,7 +52,8 @@ class BusiestGpuActivity(LearnedDetector):
     """Trees on the busiest GPU's activity (``act.*.max``), no exchange gate, fitted on every window.
 
     The GPM and memory-activity levels enter per unit of busy time (``features.activity.duty_free``), not
-    as window averages, and the levels with no such form (power, energy, temperature) not at all:
+    as window averages, and the levels with no such form (power, energy, temperature, tensor per kW)
+    not at all:
     an average mixes what the workload does while it runs with how much of the window it runs, and the
     second is a scheduling choice open to any service (idle gaps between batches) and any trainer
     (throttling). The trees read the intensity from the duty-free columns and the duty cycle from the
@@ -160,7 +161,7 @@ def fitted(check, path: Path) -> SingleDeviceCheck:
     in every window and silently never speak."""
     if not isinstance(check, SingleDeviceCheck) or check.trees.model is None and check.trees.constant_ is None:
         raise ValueError(f"{path} is not a fitted single-device check")
-    unknown = sorted(c for c in check.trees.cols_ if "_busy." in c and c not in duty_free_columns())
+    unknown = sorted(c for c in check.trees.cols_ if is_duty_free_column(c) and c not in duty_free_columns())
     if unknown:
         raise ValueError(f"{path} needs columns this version of trainsentry does not derive ({', '.join(unknown)}); "
                          "update trainsentry or refit the check (scripts/single_device.py)")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..features.activity import duty_free_column
+from ..features.activity import DUTY_LEVEL_STATS, GPM_ACTIVITY, duty_free_column, is_duty_free_column
 from .base import Detector
 from .learned import comm_ml, fused
 from .rt_baseline import RTBaseline
@@ -64,7 +64,7 @@ class GpmLevels(BusiestGpuActivity):
 
     def uses(self, column: str) -> bool:
         return (column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column
-                and "_busy." not in column)
+                and not is_duty_free_column(column))
 
 
 class GpmDutyFree(BusiestGpuActivity):
@@ -73,11 +73,11 @@ class GpmDutyFree(BusiestGpuActivity):
     temperature, tensor per kW), which a service's idle gaps still average down (docs/duty-cycle.md)."""
 
     def uses(self, column: str) -> bool:
-        gpm = ("gpm_sm_util_pct", "gpm_sm_occupancy_pct", "gpm_tensor_util_pct", "gpm_dram_bw_util_pct")
         parts = column.split(".")
-        gpm_level = (len(parts) == 4 and parts[1] in gpm and parts[2] in ("mean", "p05", "p95", "std"))
+        gpm_level = (len(parts) == 4 and parts[1] in GPM_ACTIVITY and parts[2] in DUTY_LEVEL_STATS)
+        derived = is_duty_free_column(column) and column not in {duty_free_column(m, "mean") for m in GPM_ACTIVITY}
         return (column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column
-                and not gpm_level and column != duty_free_column("mem_util_pct", "mean"))
+                and not gpm_level and not derived)
 
 
 class FusedWithRules(Detector):

@@ -24,6 +24,10 @@ def _stats(prefix: str, x: np.ndarray, f: dict[str, float]) -> None:
     f[f"{prefix}.cv"] = float(v.std() / m) if abs(m) > 1e-9 else 0.0
 
 
+# the GPM activity metrics every window has statistics of (SM busy, SM occupancy, tensor cores, DRAM)
+GPM_ACTIVITY = ("gpm_sm_util_pct", "gpm_sm_occupancy_pct", "gpm_tensor_util_pct", "gpm_dram_bw_util_pct")
+
+
 def gpu_activity(series: dict[str, np.ndarray], dt_s: float) -> dict[str, float]:
     """Activity features from one GPU's gridded gauges; metrics the GPU lacks are simply absent."""
     f: dict[str, float] = {}
@@ -56,7 +60,7 @@ def gpu_activity(series: dict[str, np.ndarray], dt_s: float) -> dict[str, float]
     for name in ("sm_clock_mhz", "mem_clock_mhz", "temp_c"):
         if name in series:
             f[f"{name}.mean"] = S.mean(series[name])
-    for name in ("gpm_sm_util_pct", "gpm_sm_occupancy_pct", "gpm_tensor_util_pct", "gpm_dram_bw_util_pct"):
+    for name in GPM_ACTIVITY:
         if name in series:
             _stats(name, series[name], f)
     if "gpm_sm_util_pct" in series:
@@ -105,8 +109,7 @@ def pipe_activity(series: dict[str, np.ndarray]) -> dict[str, float]:
 # aggregates (``act.<metric>.<stat>.max``), so cached features need no recomputation; on a node whose GPUs
 # differ the two maxima may come from different GPUs. NVML's memory utilisation (the share of time the
 # memory was read or written) scales the same way and is divided the same way.
-DUTY_FREE_METRICS = ("gpm_sm_util_pct", "gpm_sm_occupancy_pct", "gpm_tensor_util_pct", "gpm_dram_bw_util_pct",
-                     "mem_util_pct")
+DUTY_FREE_METRICS = (*GPM_ACTIVITY, "mem_util_pct")
 # the window mean only: a percentile of the ~1 s-averaged GPM samples is a level inside the bursts, not
 # over the window, and divided by the busy share it overshoots (above 100 % at 2 s gaps)
 DUTY_FREE_STATS = ("mean",)
@@ -114,7 +117,7 @@ DUTY_FREE_STATS = ("mean",)
 DUTY_LEVEL_STATS = ("mean", "p05", "p95", "std")
 # busiest-GPU columns that also scale with the duty cycle but have no duty-free form: board power sits on
 # an idle floor (~120 W on the H200) and NVML averages it over about a second, so dividing by the busy
-# share overshoots (1,190 W for embedding with 2 s gaps); energy is power; temperature integrates power;
+# share overshoots (about 1,200 W for embedding with 2 s gaps, from a 693 W gapless run); energy is power; temperature integrates power;
 # tensor activity per kW is a level over a level with that floor (embedding with 1 s gaps reads at
 # single-GPU training's value). Power's shape (cv, autocorrelation, period, spectral peak) stays.
 DUTY_BOUND_NO_FORM = ("power_W.mean", "power_W.p05", "power_W.p95", "power_W.std", "energy_W.mean", "temp_c.mean",
@@ -125,6 +128,11 @@ BUSY_SHARE_FLOOR = 0.05
 
 def duty_free_column(metric: str, stat: str) -> str:
     return f"act.{metric}.{stat}_busy.max"
+
+
+def is_duty_free_column(column: str) -> bool:
+    """A column ``duty_free`` derives (this version's or a later one's: they share the naming)."""
+    return column.startswith("act.") and "_busy." in column
 
 
 def duty_free_columns() -> list[str]:

@@ -51,7 +51,8 @@ def run_throttle(ctx: Context, cfg: dict) -> None:
     is ``pause_s`` exactly, or (``pause_dist: exp``) exponential with that mean, the gaps a service
     with random arrivals shows (``IdlePause``, as the benign services draw theirs)."""
     rep = ddp_replica(ctx, cfg)
-    pause, duty = IdlePause(ctx, cfg, "const"), cfg.get("duty")
+    # one draw sequence for all ranks: DDP's exchange makes every rank wait for the slowest anyway
+    pause, duty = IdlePause(ctx, cfg, "const", per_rank=False), cfg.get("duty")
     strategy_extra(ctx, cfg, "throttle", pause_s=pause.mean_s, pause_dist=pause.dist, duty=duty, batch=cfg["batch"])
 
     def step(ph: Phases):

@@ -139,16 +139,18 @@ PAUSE_DISTS = ("exp", "const")
 
 class IdlePause:
     """The idle gap after each batch: ``pause_s`` (0: none) drawn by ``pause_dist`` from a generator
-    seeded per rank, so a run's gaps are reproducible."""
+    seeded per rank (independent services), or with ``per_rank=False`` the same on every rank (ranks
+    that synchronise each step, which would otherwise all wait for the longest draw), so a run's gaps
+    are reproducible."""
 
-    def __init__(self, ctx: Context, cfg: dict, default_dist: str):
+    def __init__(self, ctx: Context, cfg: dict, default_dist: str, per_rank: bool = True):
         self.mean_s = float(cfg.get("pause_s", 0.0))
         self.dist = str(cfg.get("pause_dist", default_dist))
         if self.dist not in PAUSE_DISTS:
             raise ValueError(f"pause_dist must be one of {PAUSE_DISTS}, got {self.dist!r}")
         if self.mean_s < 0:
             raise ValueError(f"pause_s must be >= 0, got {self.mean_s}")
-        self.rng = torch.Generator().manual_seed(ctx.seed + ctx.rank)
+        self.rng = torch.Generator().manual_seed(ctx.seed + (ctx.rank if per_rank else 0))
 
     def draw(self) -> float:
         if self.mean_s == 0 or self.dist == "const":
