@@ -78,6 +78,16 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--detector comm-ml --detector fused --detector rt-baseline --detector fused+single-device "
           "--out results/one_gpu.json --docs docs/one-gpu.md",
           "the detectors fitted on the 2-GPU node, judged on a one-GPU node's runs"),
+    Input("leads", "leads-s25.json", "results",
+          "python scripts/compare_leads.py --prospective results/prospective-8172e3e-h200x1-host.json "
+          "--prospective results/prospective-8172e3e-redteam-x1.json "
+          "--prospective results/prospective-49bb577-h200x1-host.json "
+          "--prospective results/prospective-49bb577-redteam-x1.json "
+          "--prospective results/prospective-d183eb1-h200x1-host.json "
+          "--prospective results/prospective-d183eb1-redteam-x1.json --out results/leads-s25.json "
+          "--docs docs/leads-s25.md",
+          "the committed single-device leads on the runs recorded after all of them (gapped services, "
+          "throttled trainers)", optional=True),
     Input("pipes", "pipes.json", "results",
           "python scripts/pipes_study.py --data data/h200x1 --out results/pipes.json --docs docs/pipes.md "
           "--figure results/figures/pipes.png",

@@ -408,7 +408,30 @@ def _one_gpu_node(ctx) -> str:
                  "not the live verdict. On a one-GPU node the verdict is fused's, whose exchange gate stays closed "
                  "without traffic between devices, so none of these runs raises an alert in the live state, "
                  "whatever the lead says.")
-    return f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}</p></div>{table}"
+    return f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}{_leads(ctx)}</p></div>{table}"
+
+
+def _leads(ctx) -> str:
+    """The committed single-device leads on the runs recorded after all of them (results/leads-s25.json):
+    gapped services and throttled trainers, the duty cycle's two sides (docs/duty-cycle.md)."""
+    if not ctx.has("leads"):
+        return ""
+    doc, k = ctx.load("leads"), "leads"
+    revs = doc.get("revisions") or []
+    if len(revs) < 2 or not doc.get("runs"):
+        return ""
+    count = lambda i, cls, what: ctx.num(k, f"counts/{revs[i]}/{cls}/{what}", "int")  # noqa: E731
+    rev = lambda i: f"<code>{ctx.num(k, f'revisions/{i}')}</code>"  # noqa: E731
+    earlier = " and ".join(f"{rev(i)}'s {count(i, 'inference', 'alerted')}" for i in range(1, len(revs)))
+    found = " and ".join(f"{rev(i)}'s {count(i, 'training', 'alerted')}" for i in range(1, len(revs)))
+    return (" A service that idles between batches averages its GPU's activity down into the levels single-GPU "
+            "training shows, and a throttled trainer does the same from the other side; the lead now reads activity "
+            "per unit of busy time and leaves the power levels out (docs/duty-cycle.md). On the "
+            f"{ctx.derived(len(doc['runs']), 'int', [(k, 'runs')])} runs recorded after the committed leads were "
+            f"fitted, the lead of {rev(0)} alerted on {count(0, 'inference', 'alerted')} of "
+            f"{count(0, 'inference', 'runs')} gapped services (against {earlier}) and found "
+            f"{count(0, 'training', 'alerted')} of {count(0, 'training', 'runs')} throttled trainers (against "
+            f"{found}).")
 
 
 def render(ctx, figs) -> str:
