@@ -116,10 +116,11 @@ DUTY_FREE_STATS = ("mean",)
 # level statistics of the divided metrics: replaced by the duty-free mean
 DUTY_LEVEL_STATS = ("mean", "p05", "p95", "std")
 # busiest-GPU columns that also scale with the duty cycle but have no duty-free form: board power sits on
-# an idle floor (~120 W on the H200) and NVML averages it over about a second, so dividing by the busy
-# share overshoots (about 1,200 W for embedding with 2 s gaps, from a 693 W gapless run); energy is power; temperature integrates power;
-# tensor activity per kW is a level over a level with that floor (embedding with 1 s gaps reads at
-# single-GPU training's value). Power's shape (cv, autocorrelation, period, spectral peak) stays.
+# an idle floor (~120 W on the H200) and stays raised after a kernel ends, so dividing by the busy share
+# overshoots (about 1,200 W for embedding with 2 s gaps, from a 693 W gapless run); energy is power;
+# temperature integrates power; tensor activity per kW is a level over a level with that floor
+# (embedding with 1 s gaps reads at single-GPU training's value). Power's shape (cv, autocorrelation,
+# period, spectral peak) stays.
 DUTY_BOUND_NO_FORM = ("power_W.mean", "power_W.p05", "power_W.p95", "power_W.std", "energy_W.mean", "temp_c.mean",
                       "tensor_per_kW")
 # below this busy share the division only amplifies noise (the single-device lead does not speak under 5 %)
