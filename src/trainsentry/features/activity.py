@@ -116,11 +116,11 @@ DUTY_FREE_STATS = ("mean",)
 # level statistics of the divided metrics: replaced by the duty-free mean
 DUTY_LEVEL_STATS = ("mean", "p05", "p95", "std")
 # busiest-GPU columns that also scale with the duty cycle but have no duty-free form: board power sits on
-# an idle floor (~120 W on the H200) and stays raised after a kernel ends, so dividing by the busy share
-# overshoots (about 1,200 W for embedding with 2 s gaps, from a 693 W gapless run); energy is power;
-# temperature integrates power; tensor activity per kW is a level over a level with that floor
-# (embedding with 1 s gaps reads at single-GPU training's value). Power's shape (cv, autocorrelation,
-# period, spectral peak) stays.
+# an idle floor (119-124 W on the idle runs of docs/dataset-h200x1.md) and stays raised after a kernel
+# ends, so dividing by the busy share overshoots the gapless run's power; energy is power; temperature
+# integrates power; tensor activity per kW is a level over a level with that floor (embedding with 1-2 s
+# gaps reads at or below single-GPU training's value). Both measured on recorded runs by
+# tests/features/test_duty_free.py. Power's shape (cv, autocorrelation, period, spectral peak) stays.
 DUTY_BOUND_NO_FORM = ("power_W.mean", "power_W.p05", "power_W.p95", "power_W.std", "energy_W.mean", "temp_c.mean",
                       "tensor_per_kW")
 # below this busy share the division only amplifies noise (the single-device lead does not speak under 5 %)
