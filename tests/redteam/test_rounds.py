@@ -551,3 +551,29 @@ def test_several_campaign_files_are_one_plan(data, tmp_path):
     proxy = []   # the surrogate's limit follows the later file's plan too
     assert not any(t.startswith(SURROGATE_WORKLOAD) for t in limits(proxy, [first]))
     assert any(t.startswith(SURROGATE_WORKLOAD) for t in limits(proxy, [first, later]))
+
+
+def test_a_family_beyond_the_issues_list_has_its_own_coverage_row(data, tmp_path):
+    """ZeRO-Offload (adv.offload.*) is no strategy of the issue's list: its planned runs still get a row
+    (marked "+", named by what the family builds), never vanish from the table, and a campaign that
+    plans none shows no such row."""
+    from trainsentry.redteam.coverage import BEYOND_MARK, campaign_coverage
+    from trainsentry.redteam.page import _coverage
+
+    camp = tmp_path / "c.yaml"
+    camp.write_text("name: rt-test\nnproc: 1\nruns:\n- {workload: adv.offload.t1}\n- {workload: adv.throttle.lowutil}\n")
+    cov = campaign_coverage(camp, [data["adv"]], set())
+    beyond = [s for s in cov["issue_strategies"] if s["issue_strategy"] == BEYOND_MARK]
+    assert [(s["families"], s["not_recorded_yet"], s["planned"]) for s in beyond] == [
+        (["offload"], ["adv.offload.t1"], 1)]
+    assert "ZeRO-Offload" in beyond[0]["title"]
+    assert f"| {BEYOND_MARK} | beyond the issue's list: ZeRO-Offload" in "\n".join(_coverage({"campaign": cov}))
+    from trainsentry.redteam.rounds import not_run_yet
+    missing = [m for m in not_run_yet({"campaign": cov}) if m["issue_strategy"] == BEYOND_MARK]
+    assert [(m["workload"], m["status"]) for m in missing] == [("adv.offload.t1", "not run yet")]
+    from trainsentry.redteam.page import _not_run
+    assert any(line.startswith("* beyond the issue's list: ZeRO-Offload") and line.endswith(": not run yet: `adv.offload.t1`")
+               for line in _not_run({"campaign": cov}))
+    camp.write_text("name: rt-test\nnproc: 1\nruns:\n- {workload: adv.throttle.lowutil}\n")
+    assert not [s for s in campaign_coverage(camp, [data["adv"]], set())["issue_strategies"]
+                if s["issue_strategy"] == BEYOND_MARK]

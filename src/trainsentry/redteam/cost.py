@@ -253,11 +253,15 @@ def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> li
 OFFLOAD_KEYS = ("offload", "offload_overlap", "offload_overlap_after", "host_threads", "accum")
 
 
-def median_or_none(v) -> float | None:
-    """The median of the finite values among ``v`` (None entries skipped), to 4 decimals; None if none."""
+def median_or_none(v, digits: int | None = 4) -> float | None:
+    """The median of the finite values among ``v`` (None entries skipped), to ``digits`` decimals (None:
+    unrounded); None if there are none."""
     v = np.asarray([x for x in v if x is not None], dtype=float)
     v = v[np.isfinite(v)]
-    return round(float(np.median(v)), 4) if v.size else None
+    if not v.size:
+        return None
+    m = float(np.median(v))
+    return m if digits is None else round(m, digits)
 
 
 def offload_name(labels: dict) -> str:

@@ -26,6 +26,13 @@ ISSUE_STRATEGIES: list[tuple[int, str, tuple[str, ...]]] = [
     (11, "Attacks on the FLOP estimator (head counts, batch inflation; splitting and throttling above)", ("flops",)),
 ]
 
+# Families the red team added beyond the issue's list, each with what it builds; a family in neither list is
+# still shown (under its own name), so no recorded run is left out of the coverage table.
+BEYOND_ISSUE: dict[str, str] = {
+    "offload": "ZeRO-Offload with the AdamW update on one or two host threads (hidden from the host witness)",
+}
+BEYOND_MARK = "+"   # the "#" column of a row beyond the issue's list
+
 NOT_RUN = [{"strategy": "power capping and clock limits (issue strategy 11)",
             "why": "not run: changing power limits or clocks is not allowed on the shared GPU machines"}]
 
@@ -71,14 +78,17 @@ def campaign_coverage(campaign_paths: list[Path] | Path, adversarial_dirs: list[
         runs.append({"run_id": r["run_id"], "workload": r["workload"], "family": family_of(r["workload"]),
                      "seconds": r["seconds"], "status": status,
                      **({"why": failed[r["run_id"]]} if status == "failed to record" else {})})
-    per_issue = []
-    for no, title, families in ISSUE_STRATEGIES:
+    def row(no, title: str, families) -> dict:
         mine = [r for r in runs if r["family"] in families]
-        per_issue.append({"issue_strategy": no, "title": title, "families": list(families),
-                          "recorded": sorted({r["workload"] for r in mine if r["status"] == "recorded"}),
-                          "failed_to_record": sorted({r["workload"] for r in mine if r["status"] == "failed to record"}),
-                          "not_recorded_yet": sorted({r["workload"] for r in mine if r["status"] == "not recorded yet"}),
-                          "planned": len(mine)})
+        return {"issue_strategy": no, "title": title, "families": list(families),
+                **{key: sorted({r["workload"] for r in mine if r["status"] == status})
+                   for key, status in (("recorded", "recorded"), ("failed_to_record", "failed to record"),
+                                       ("not_recorded_yet", "not recorded yet"))},
+                "planned": len(mine)}
+    per_issue = [row(no, title, families) for no, title, families in ISSUE_STRATEGIES]
+    listed = {f for _, _, fams in ISSUE_STRATEGIES for f in fams}
+    per_issue += [row(BEYOND_MARK, f"beyond the issue's list: {BEYOND_ISSUE.get(fam, fam)}", (fam,))
+                  for fam in sorted({r["family"] for r in runs if r["family"] is not None} - listed)]
     baselines = [r for r in runs if r["family"] is None]
     extra = sorted(recorded_run_ids - {r["run_id"] for r in planned})
     return {"campaign": ", ".join(str(p) for p in paths), "campaigns": [str(p) for p in paths],

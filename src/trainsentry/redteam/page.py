@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from ..detect.alert import AlertRule
+from .coverage import BEYOND_MARK
 from .figures import write as write_figures
 from .rounds import (EFFECTIVENESS, TARGETS, ZERO_ALERT_ALPHA, effectiveness, inference_runs_to_resolve, json_default,
                      not_run_yet)
@@ -192,7 +193,8 @@ def _not_run(doc: dict) -> list[str]:
             groups.setdefault((m["issue_strategy"], m["title"], m["status"]), []).append(m["workload"])
         for (no, title, status), ws in groups.items():
             names = ", ".join(f"`{w}`" for w in ws if w)
-            lines.append(f"* issue strategy {no} ({title}): {status}" + (f": {names}" if names else ""))
+            what = title if no == BEYOND_MARK else f"issue strategy {no} ({title})"
+            lines.append(f"* {what}: {status}" + (f": {names}" if names else ""))
     lines += [""] + [f"* Not run at all: {n['strategy']}: {n['why']}." for n in doc.get("not_run", [])]
     return lines + [""]
 

@@ -43,7 +43,7 @@ from ..detect.evaluate import (ALTERNATIVE_RULES, RunOutcome, adapted_outcomes, 
 from ..features import FEATURE_VERSION
 from ..targets import DETECTOR as TARGET_DETECTOR, detector_targets
 from ..traces.io import iter_runs
-from .cost import LOSS_BASIS, load_truth, run_cost, score_costs
+from .cost import LOSS_BASIS, load_truth, median_or_none, run_cost, score_costs
 from .coverage import NOT_RUN, campaign_coverage, held_out_unit
 from .evasion import by_family, score_evasion
 from .flopscore import flop_scores
@@ -371,10 +371,10 @@ def costs(adv: list[AdvRun], baseline_dirs: list[Path]) -> dict[tuple[str, str],
         ok = [r for r in rows if "error" not in r]
         over = [r["baseline_tokens_per_gpu_hour"] / r["tokens_per_gpu_hour"] - 1.0
                 for r in ok if r["tokens_per_gpu_hour"] > 0]
-        med = lambda k: _median([r.get(k) for r in ok])  # noqa: E731
+        med = lambda k: median_or_none([r.get(k) for r in ok], digits=None)  # noqa: E731
         notes = sorted({f"{r.get('workload') or key[1]}: {r['error']}"
                         + (f" ({r['baseline']})" if r.get("baseline") else "") for r in rows if "error" in r})
-        c = {"gpu_hour_overhead": _median(over), "loss_penalty_equal_tokens": med("loss_penalty_equal_tokens"),
+        c = {"gpu_hour_overhead": median_or_none(over, digits=None), "loss_penalty_equal_tokens": med("loss_penalty_equal_tokens"),
              "equal_tokens_at": med("equal_tokens_at"),
              "loss_penalty_equal_gpu_hours": med("loss_penalty_equal_gpu_hours"),
              "equal_gpu_hours_at": med("equal_gpu_hours_at"),
@@ -392,11 +392,6 @@ def costs(adv: list[AdvRun], baseline_dirs: list[Path]) -> dict[tuple[str, str],
         c["baseline_run_dir"] = str(base_dir[c["baseline_runs"][0]]) if c["baseline_runs"] else None
         out[key] = c
     return out
-
-
-def _median(xs: list) -> float | None:
-    v = [x for x in xs if x is not None]
-    return float(np.median(v)) if v else None
 
 
 def effectiveness(run_detection: float | None, gpu_hour_overhead: float | None) -> float | None:
