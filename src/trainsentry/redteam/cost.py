@@ -28,7 +28,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -277,7 +277,7 @@ def offload_costs(data: list[Path], baselines: list[Path] = ()) -> dict:
     there is one (recorded beside the offloaded runs, on the machine as it was then), else one in
     ``baselines``; ``slowdown``: the baseline's tokens per GPU-hour over the configuration's;
     ``host_threads``: the configured host threads (None: the workload's default)."""
-    offload: dict[str, list] = {}
+    offload: dict[str, list[RunCost]] = {}
     alone: list[RunCost] = []         # GPU-only runs in data
     elsewhere: list[RunCost] = []     # GPU-only runs in baselines
     for root, is_data in [*((d, True) for d in data), *((b, False) for b in baselines)]:
@@ -289,19 +289,21 @@ def offload_costs(data: list[Path], baselines: list[Path] = ()) -> dict:
             if not (truth["ground_truth"].get("steps") and truth["ground_truth"].get("loss_curve")):
                 continue   # nothing to score (run_cost needs steps and a loss curve)
             c = run_cost(truth)
+            if c.config is None:   # a run whose ground truth predates the recorded configuration
+                c = replace(c, config=lab["config"])
             if lab["family"] == "zero-offload":
-                offload.setdefault(offload_name(lab), []).append((c, lab["config"]))
+                offload.setdefault(offload_name(lab), []).append(c)
             else:
                 (alone if is_data else elsewhere).append(c)
     cost = {}
     for name, runs in sorted(offload.items()):
-        config = runs[0][1]
+        config = runs[0].config
         base = (closest(alone, config, OFFLOAD_KEYS, exact=True)
                 or closest(elsewhere, config, OFFLOAD_KEYS, exact=True))
-        rows = [compare(c, base) for c, _ in runs] if base else []
+        rows = [compare(c, base) for c in runs] if base else []
         cost[name] = {"accum": config.get("accum", 1), "delayed_update": bool(config.get("offload_overlap")),
                       "host_threads": config.get("host_threads"),
-                      "runs": [c.run_id for c, _ in runs], "baseline_run": base.run_id if base else None,
+                      "runs": [c.run_id for c in runs], "baseline_run": base.run_id if base else None,
                       "tokens_per_gpu_hour": median_or_none([r["tokens_per_gpu_hour"] for r in rows]),
                       "baseline_tokens_per_gpu_hour": round(rows[0]["baseline_tokens_per_gpu_hour"], 1) if rows else None,
                       "slowdown": median_or_none([r["baseline_tokens_per_gpu_hour"] / r["tokens_per_gpu_hour"] for r in rows]),
