@@ -35,6 +35,7 @@ def test_eval_end_to_end(tiny_dataset, feature_cache, tmp_path):
     assert fused["run_accuracy"] == 1.0 and fused["inference_fpr"] == 0.0
     assert 0 < fused["median_time_to_alert_s"] <= 20.0
     assert fused["window_auc"] == 1.0
+    assert fused["per_dataset"] == {}        # one root: the headline is that dataset's
     assert fused["headline_rule"].startswith("3 of 5 @ 0.75 (faithful")
     assert fused["run_level_rules"]["faithful"]["run_accuracy"] == fused["run_accuracy"]
     # rt-baseline's 3-of-5 rule over 30 s windows every 15 s needs > 60 s: no 41-53 s trace is long
@@ -146,6 +147,13 @@ def test_eval_reads_several_roots_as_one_dataset_and_refuses_a_run_under_two(tin
     assert ds["runs"] == 18 + 18 and ds["root"] == f"{tiny_dataset} + {other}"
     per_run = doc["detectors"]["comm-rules"]["per_run"]
     assert per_run and all(k.startswith((f"{tiny_dataset}/", f"{other}/")) for k in per_run), sorted(per_run)[:3]
+    # each root's own share of the same splits, for the table per dataset in docs/detector.md
+    per_ds = doc["detectors"]["comm-rules"]["per_dataset"]
+    assert set(per_ds) == {str(tiny_dataset), str(other)}
+    assert all(1 <= v["splits_with_test_runs"] <= 2 and 0 <= v["run_accuracy"] <= 1 for v in per_ds.values())
+    from trainsentry.detect.docs import per_dataset_table
+    table = "\n".join(per_dataset_table(doc["detectors"]))
+    assert f"| `comm-rules` | `{other}` |" in table
     from trainsentry.detect.dataset import load_dataset
     runs = load_dataset([tiny_dataset, other], feature_cache)
     ids = [r.run_id for r in runs]
@@ -197,3 +205,14 @@ def test_rt_baseline_without_memory_reads_every_other_signal():
     assert set(det.stage1.cols) == set(RT_FEATURE_NAMES) - memory
     assert "rt.mem_util.mean" in det.stage1.cols   # the memory controller's utilisation is not memory held
     assert det.describe()["n_features"] == len(RT_FEATURE_NAMES) - len(memory)
+
+
+def test_per_dataset_averages_only_the_splits_that_held_its_runs():
+    """A split whose test side held no training run of a dataset has no detection rate for it: skipped,
+    not counted as 0; the time to alert is the median over every alerted training run of the dataset."""
+    from trainsentry.detect.evaluate import per_dataset
+    rows = [{"run_accuracy": 1.0, "training_detection": 1.0, "inference_fpr": 0.0, "other_fpr": None, "tta": [3.0, 9.0]},
+            {"run_accuracy": 0.5, "training_detection": None, "inference_fpr": 0.5, "other_fpr": None, "tta": []}]
+    v = per_dataset(rows)
+    assert (v["run_accuracy"], v["training_detection"], v["inference_fpr"], v["other_fpr"]) == (0.75, 1.0, 0.25, None)
+    assert (v["median_time_to_alert_s"], v["splits_with_test_runs"]) == (6.0, 2)

@@ -429,6 +429,23 @@ def single_device_numbers(sd: dict | None, one_gpu: dict | None) -> str:
     return out
 
 
+def per_dataset_table(dets: dict) -> list[str]:
+    """With several ``--data`` roots: each detector's run metrics on each dataset's test runs (fitted on
+    every dataset's training side of the same splits); nothing with one root."""
+    rows = [(name, d, v) for name, r in dets.items() for d, v in (r.get("per_dataset") or {}).items()]
+    if not rows:
+        return []
+    lines = ["", "Per dataset: the same splits' test runs of each dataset alone (each detector fitted on every "
+             "dataset's training side; mean over the splits that held runs of that dataset):", "",
+             "| detector | dataset | run accuracy | inference FPR | other FPR | training detection | "
+             "median time to alert (s) | splits |", "|---|---|---|---|---|---|---|---|"]
+    for name, d, v in rows:
+        lines.append(f"| `{name}` | `{d}` | {_f(v['run_accuracy'], True)} | {_f(v['inference_fpr'], True)} | "
+                     f"{_f(v['other_fpr'], True)} | {_f(v['training_detection'], True)} | "
+                     f"{_f(v['median_time_to_alert_s'])} | {v['splits_with_test_runs']} |")
+    return lines
+
+
 def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = None,
            leads: dict | None = None) -> str:
     """The page. ``single_device``, ``one_gpu`` and ``leads``: the single-device path's results
@@ -453,6 +470,7 @@ def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = 
                      f"{_f(r.get('window_accuracy'), True)} | {_f(r['lofo_min_family_detection'], True)} |")
     lines += ["", f"Run metrics: mean over {proto['splits']} splits (test sides). Alert rule: P ≥ {rule['threshold']} "
               f"in {rule['k']} of {rule['n']} windows. Window accuracy: in-run windows at P ≥ 0.5."]
+    lines += per_dataset_table(dets)
     if doc.get("combinations"):
         lines += ["", "Run-level combinations on the same splits (a run alerts when either detector alerts, each "
                   "with its own windows and rule; window metrics and leave-one-family-out are not defined for a "

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -175,6 +176,9 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
                       rule: AlertRule, lofo: bool = True, advance: Callable[[], None] | None = None) -> dict:
     per_split, pooled, ttas = [], [], []
     roc_y, roc_p, by_split = [], [], []
+    root = {r.run_id: str(Path(r.path).parent) for r in runs}
+    several_roots = len(set(root.values())) > 1
+    by_root: dict[str, list[dict]] = {}
     for i, (train_c, test_c) in enumerate(splits):
         train = [r for r in runs if r.config in train_c]
         test = [r for r in runs if r.config in test_c]
@@ -188,6 +192,11 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
                                        **{k: fm.get(k) for k in RUN_KEYS}}})
         pooled.extend(outcomes)
         by_split.append(outcomes)
+        for d in sorted({root[o.run_id] for o in outcomes}) if several_roots else ():
+            mine = [o for o in outcomes if root[o.run_id] == d]
+            by_root.setdefault(d, []).append(
+                {**{k: v for k, v in run_metrics(mine).items() if k in RUN_KEYS},
+                 "tta": [o.time_to_alert_s for o in mine if o.cls == "training" and o.alerted]})
         ttas += [o.time_to_alert_s for o in outcomes if o.cls == "training" and o.alerted]
         for o in outcomes:
             roc_y.append(np.full(o.p_in_run.size, int(o.cls == "training")))
@@ -250,6 +259,7 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
         "alternative_alert_rules": alternatives,
         "per_family": fam,
         "per_run": per_run,
+        "per_dataset": {d: per_dataset(rows) for d, rows in by_root.items()},
         "lofo": lofo_res,
         "splits": per_split,
         "detector": factory().describe(),
@@ -257,6 +267,15 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
         "_curves": {"roc_y": np.concatenate(roc_y) if roc_y else np.zeros(0), "roc_p": np.concatenate(roc_p) if roc_p else
                     np.zeros(0), "tta": ttas},
     }
+
+
+def per_dataset(rows: list[dict]) -> dict:
+    """One dataset's share of a several-dataset evaluation: the run metrics over that dataset's test runs
+    of each split (the detector fitted on every dataset's training side), averaged over the splits that
+    held any of its runs on the test side, as the headline averages every split."""
+    tta = [t for r in rows for t in r["tta"]]
+    return {**{k: _summary([r[k] for r in rows])["mean"] for k in RUN_KEYS},
+            "median_time_to_alert_s": float(np.median(tta)) if tta else None, "splits_with_test_runs": len(rows)}
 
 
 def per_family(outcomes: list[RunOutcome]) -> dict:
