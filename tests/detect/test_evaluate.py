@@ -35,7 +35,7 @@ def test_eval_end_to_end(tiny_dataset, feature_cache, tmp_path):
     assert fused["run_accuracy"] == 1.0 and fused["inference_fpr"] == 0.0
     assert 0 < fused["median_time_to_alert_s"] <= 20.0
     assert fused["window_auc"] == 1.0
-    assert fused["per_dataset"] == {}        # one root: the headline is that dataset's
+    assert fused["per_dataset"] == []        # one root: the headline is that dataset's
     assert fused["headline_rule"].startswith("3 of 5 @ 0.75 (faithful")
     assert fused["run_level_rules"]["faithful"]["run_accuracy"] == fused["run_accuracy"]
     # rt-baseline's 3-of-5 rule over 30 s windows every 15 s needs > 60 s: no 41-53 s trace is long
@@ -149,8 +149,8 @@ def test_eval_reads_several_roots_as_one_dataset_and_refuses_a_run_under_two(tin
     assert per_run and all(k.startswith((f"{tiny_dataset}/", f"{other}/")) for k in per_run), sorted(per_run)[:3]
     # each root's own share of the same splits, for the table per dataset in docs/detector.md
     per_ds = doc["detectors"]["comm-rules"]["per_dataset"]
-    assert set(per_ds) == {str(tiny_dataset), str(other)}
-    assert all(1 <= v["splits_with_test_runs"] <= 2 and 0 <= v["run_accuracy"] <= 1 for v in per_ds.values())
+    assert [v["dataset"] for v in per_ds] == sorted([str(tiny_dataset), str(other)])
+    assert all(1 <= v["splits_with_test_runs"] <= 2 and 0 <= v["run_accuracy"] <= 1 for v in per_ds)
     from trainsentry.detect.docs import per_dataset_table
     table = "\n".join(per_dataset_table(doc["detectors"]))
     assert f"| `comm-rules` | `{other}` |" in table

@@ -432,7 +432,7 @@ def single_device_numbers(sd: dict | None, one_gpu: dict | None) -> str:
 def per_dataset_table(dets: dict) -> list[str]:
     """With several ``--data`` roots: each detector's run metrics on each dataset's test runs (fitted on
     every dataset's training side of the same splits); nothing with one root."""
-    rows = [(name, d, v) for name, r in dets.items() for d, v in (r.get("per_dataset") or {}).items()]
+    rows = [(name, v["dataset"], v) for name, r in dets.items() for v in r.get("per_dataset") or []]
     if not rows:
         return []
     lines = ["", "Per dataset: the same splits' test runs of each dataset alone (each detector fitted on every "

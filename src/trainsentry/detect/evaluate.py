@@ -259,7 +259,7 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
         "alternative_alert_rules": alternatives,
         "per_family": fam,
         "per_run": per_run,
-        "per_dataset": {d: per_dataset(rows) for d, rows in by_root.items()},
+        "per_dataset": [{"dataset": d, **per_dataset(rows)} for d, rows in sorted(by_root.items())],
         "lofo": lofo_res,
         "splits": per_split,
         "detector": factory().describe(),
