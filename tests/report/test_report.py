@@ -849,3 +849,32 @@ def test_host_link_item_says_what_the_host_source_measured(tmp_path):
     (res / "host-study.json").write_text(json.dumps(study))
     said = re.sub(r"<[^>]+>", "", _host_link(Ctx(res, DATA, True, CONFIGS)))
     assert "the witness saw none of the 8 benign runs" in said and "never witnessed" not in said
+
+
+def test_targets_paragraph_adds_the_fit_with_more_data_when_present(tmp_path):
+    """Section 3's targets paragraph reads results/per-dataset/detector.json (optional): each detector's
+    numbers on this dataset's own test runs, fitted with the other datasets' runs as well; every number
+    traced to that file; nothing said without the file or without a row for this dataset."""
+    from trainsentry.report.context import Ctx
+    from trainsentry.report.sections.s3_benign import _with_more_data
+
+    assert INPUTS["per_dataset"].optional and all("per_dataset" not in s.INPUTS for s in SECTIONS)
+    res = tmp_path / "results"
+    res.mkdir()
+    (res / "detector.json").write_text((RESULTS / "detector.json").read_text())
+    root = json.loads((RESULTS / "detector.json").read_text())["dataset"]["root"]
+    assert _with_more_data(Ctx(res, DATA, True, CONFIGS)) == ""
+    (res / "per-dataset").mkdir()
+    rows = [{"dataset": "data/other", "run_accuracy": 0.5, "inference_fpr": 0.5, "training_detection": 0.5},
+            {"dataset": root, "run_accuracy": 0.972, "inference_fpr": 0.025, "training_detection": 0.966}]
+    doc = {"dataset": {"runs": 450}, "detectors": {"fused+single-device": {"per_dataset": rows},
+                                                    "fused": {"per_dataset": rows[:1]}}}
+    (res / "per-dataset" / "detector.json").write_text(json.dumps(doc))
+    ctx = Ctx(res, DATA, True, CONFIGS)
+    said = re.sub(r"<[^>]+>", "", _with_more_data(ctx))
+    assert "fused+single-device 97" in said and "fused " not in said.replace("fused+", "")
+    assert [i.value for i in ctx.injected] == [0.972, 0.025, 0.966, 450]
+    assert all(s.startswith("per-dataset/detector.json#") for i in ctx.injected for s in i.sources)
+    doc["detectors"]["fused+single-device"]["per_dataset"] = rows[:1]
+    (res / "per-dataset" / "detector.json").write_text(json.dumps(doc))
+    assert _with_more_data(Ctx(res, DATA, True, CONFIGS)) == ""

@@ -11,6 +11,7 @@ from pathlib import Path
 SINGLE_DEVICE_RESULTS = Path("results/duty-bound/detector.json")
 LEADS_RESULTS = Path("results/leads-s25.json")
 ONE_GPU_RESULTS = Path("results/one_gpu.json")
+PER_DATASET_RESULTS = Path("results/per-dataset/detector.json")
 
 
 def _f(x, pct: bool = False, digits: int = 1) -> str:
@@ -373,7 +374,8 @@ def companions() -> dict:
     repository root, where `trainsentry eval` runs): keyword arguments for :func:`render`."""
     return {k: json.loads(p.read_text()) for k, p in (("single_device", SINGLE_DEVICE_RESULTS),
                                                       ("one_gpu", ONE_GPU_RESULTS),
-                                                      ("leads", LEADS_RESULTS)) if p.exists()}
+                                                      ("leads", LEADS_RESULTS),
+                                                      ("per_dataset", PER_DATASET_RESULTS)) if p.exists()}
 
 
 def leads_numbers(leads: dict | None) -> str:
@@ -447,9 +449,9 @@ def per_dataset_table(dets: dict) -> list[str]:
 
 
 def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = None,
-           leads: dict | None = None) -> str:
-    """The page. ``single_device``, ``one_gpu`` and ``leads``: the single-device path's results
-    (:func:`companions`)."""
+           leads: dict | None = None, per_dataset: dict | None = None) -> str:
+    """The page. ``single_device``, ``one_gpu`` and ``leads``: the single-device path's results;
+    ``per_dataset``: an evaluation over several datasets, read per dataset (:func:`companions`)."""
     ds, proto, dets = doc["dataset"], doc["protocol"], doc["detectors"]
     rule = proto["alert_rule"]
     lines = ["# Detectors: telling training from inference", "",
@@ -471,6 +473,11 @@ def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = 
     lines += ["", f"Run metrics: mean over {proto['splits']} splits (test sides). Alert rule: P ≥ {rule['threshold']} "
               f"in {rule['k']} of {rule['n']} windows. Window accuracy: in-run windows at P ≥ 0.5."]
     lines += per_dataset_table(dets)
+    if per_dataset and per_dataset_table(per_dataset.get("detectors", {})):
+        lines += ["", f"With more data in the fit: `{per_dataset['command']}` (`{PER_DATASET_RESULTS}`, "
+                  f"{per_dataset['dataset']['runs']} runs, {per_dataset['protocol']['splits']} splits grouped by "
+                  "configuration over every dataset; a configuration recorded on both nodes is one group)."]
+        lines += per_dataset_table(per_dataset["detectors"])
     if doc.get("combinations"):
         lines += ["", "Run-level combinations on the same splits (a run alerts when either detector alerts, each "
                   "with its own windows and rule; window metrics and leave-one-family-out are not defined for a "

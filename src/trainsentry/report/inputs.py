@@ -78,6 +78,11 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--detector comm-ml --detector fused --detector rt-baseline --detector fused+single-device "
           "--out results/one_gpu.json --docs docs/one-gpu.md",
           "the detectors fitted on the 2-GPU node, judged on a one-GPU node's runs"),
+    Input("per_dataset", "per-dataset/detector.json", "results",
+          "trainsentry eval --data data/h200 --data data/h200x1 --data data/h200x1-host --splits 100 "
+          "--detector fused --detector fused+single-device --out results/per-dataset --docs ''",
+          "the detectors fitted with the one-GPU node's runs as well, scored on each dataset's test runs",
+          optional=True),
     Input("leads", "leads-s25.json", "results",
           "python scripts/compare_leads.py --prospective results/prospective-8172e3e-h200x1-host.json "
           "--prospective results/prospective-8172e3e-redteam-x1.json "

@@ -73,7 +73,29 @@ def _targets(ctx) -> str:
                f"a detector fitted on about {ctx.num('detector', 'protocol/train_fraction_of_configs', 'frac')} of "
                f"their configurations has seen few examples of each family."
                if "dataset" in ctx.load("detector") and "train_fraction_of_configs" in (ctx.load("detector").get("protocol") or {})
-               else "") + "</p>")
+               else "") + _with_more_data(ctx) + "</p>")
+
+
+def _with_more_data(ctx) -> str:
+    """The same dataset's test runs scored by detectors fitted with the one-GPU node's runs as well
+    (optional input ``per_dataset``: ``trainsentry eval`` with several roots), where that file holds them."""
+    root = (ctx.load("detector").get("dataset") or {}).get("root")
+    if not ctx.has("per_dataset") or not root:
+        return ""
+    parts = []
+    for name, r in ctx.value("per_dataset", "detectors").items():
+        i = next((j for j, v in enumerate(r.get("per_dataset") or []) if v["dataset"] == root), None)
+        if i is None:
+            continue
+        p = f"detectors/{name}/per_dataset/{i}"
+        parts.append(f"{html.escape(name)} {ctx.num('per_dataset', f'{p}/run_accuracy', 'pct')} run accuracy, "
+                     f"{ctx.num('per_dataset', f'{p}/inference_fpr', 'pct')} inference false positives, "
+                     f"{ctx.num('per_dataset', f'{p}/training_detection', 'pct')} of training detected")
+    if not parts:
+        return ""
+    return (f" Fitted on the one-GPU node's runs as well (the same kind of splits over every dataset's "
+            f"configurations, {ctx.num('per_dataset', 'dataset/runs', 'int')} runs) and scored on this dataset's "
+            f"test runs only: {'; '.join(parts)}.")
 
 
 def _rt_missing(ctx) -> str:
