@@ -219,3 +219,23 @@ def test_per_dataset_averages_only_the_splits_that_held_its_runs():
     v = per_dataset(rows)
     assert (v["run_accuracy"], v["training_detection"], v["inference_fpr"], v["other_fpr"]) == (0.75, 1.0, 0.25, None)
     assert (v["median_time_to_alert_s"], v["splits_with_test_runs"]) == (6.0, 2)
+
+
+def test_train_final_takes_only_the_named_red_team_families(tiny_dataset, feature_cache, tmp_path):
+    """The live lead hardened with a red team's runs: only runs of the named families join the fit,
+    named by their root; a root without families, or families with no run, is refused."""
+    from detect.conftest import write_probe_dataset
+    from trainsentry.detect.pipeline import train_final
+    from trainsentry.detect.single_device import SingleDeviceCheck
+
+    adv = write_probe_dataset(tmp_path / "rt", (36.0,), t=2.0e9)    # families ddp, disagg, idle: 2 runs each
+    path = train_final(tiny_dataset, "sd", tmp_path / "m", feature_cache, 0, "cmd", factory=SingleDeviceCheck,
+                       adversarial=[adv], adversarial_families=["ddp"])
+    meta = json.loads(path.with_suffix(".json").read_text())
+    assert (meta["runs"], meta["adversarial_runs"], meta["adversarial_families"]) == (18 + 2, 2, ["ddp"])
+    with pytest.raises(ValueError, match="need the families"):
+        train_final(tiny_dataset, "sd", tmp_path / "m", feature_cache, 0, "cmd", factory=SingleDeviceCheck,
+                    adversarial=[adv])
+    with pytest.raises(ValueError, match="no run of families"):
+        train_final(tiny_dataset, "sd", tmp_path / "m", feature_cache, 0, "cmd", factory=SingleDeviceCheck,
+                    adversarial=[adv], adversarial_families=["throttle"])

@@ -6,13 +6,15 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from .alert import AlertRule
 from .base import save_detector
-from .dataset import Roots, Run, load_dataset, root_label, run_dirs, stack
+from .dataset import Roots, Run, load_dataset, root_label, root_list, run_dirs, stack
 from .evaluate import config_splits, detector_factories, either_alert, evaluate_detector
 
 RESULTS_FILE = "detector.json"
@@ -182,16 +184,29 @@ def simulator_visibility(runs: list[Run], factories: dict, names: list[str]) -> 
 
 
 def train_final(data: Roots, name: str, models: Path, cache_dir: Path | None, rt_trees: int, command: str,
-                factory=None) -> Path:
+                factory=None, adversarial: Roots = (), adversarial_families: Sequence[str] = ()) -> Path:
     """Fit one detector (or what ``factory`` makes: the live evidence checks) on every run of the
-    dataset and save it for the live path as models/<name>.joblib."""
+    dataset and save it for the live path as models/<name>.joblib. Runs under ``adversarial`` roots
+    (a red team's) join the fit only when their family is one of ``adversarial_families``."""
     # an unknown name: ValueError before any run is read
     det = factory() if factory is not None else resolve_detectors([name], rt_trees)[name]()
     runs = load_dataset(data, cache_dir)
+    meta = {"data": root_label(data)}
+    if root_list(adversarial):
+        keep = set(adversarial_families)
+        if not keep:
+            raise ValueError("adversarial roots need the families to fit on (adversarial_families)")
+        one = len(root_list(adversarial)) == 1   # several roots: load_dataset names runs by root already
+        adv = [replace(r, run_id=f"{root_list(adversarial)[0].rstrip('/')}/{r.run_id}") if one else r
+               for r in load_dataset(adversarial, cache_dir) if r.family in keep]
+        if not adv:
+            raise ValueError(f"no run of families {sorted(keep)} under {root_label(adversarial)}")
+        runs = runs + adv
+        meta.update(adversarial=root_label(adversarial), adversarial_families=sorted(keep), adversarial_runs=len(adv))
     X, y, classes, ids = stack(runs, det.feature_set)
     det.fit(X, y, groups=ids, classes=classes)
     return save_detector(det, models / f"{name}.joblib", command,
-                         {"data": root_label(data), "runs": len(runs), "windows": len(X), "fitted_at": time.time()})
+                         {**meta, "runs": len(runs), "windows": len(X), "fitted_at": time.time()})
 
 
 def _json_default(o):
