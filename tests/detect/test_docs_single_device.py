@@ -46,11 +46,11 @@ def test_numbers_come_from_the_results_and_absence_is_said():
 
 
 def test_the_leads_comparison_comes_from_its_results_file():
-    from trainsentry.detect.docs import leads_numbers
+    from trainsentry.detect.docs import LEADS_DOCS, leads_numbers
     counts = {"new": {"inference": {"runs": 4, "alerted": 1}, "training": {"runs": 2, "alerted": 2}},
               "old": {"inference": {"runs": 4, "alerted": 3}, "training": {"runs": 2, "alerted": 1}}}
     text = leads_numbers({"revisions": ["new", "old"], "counts": counts, "runs": [{}] * 6})
-    assert text == ("On the 6 runs recorded after the leads were fitted (`docs/leads-s25.md`), the lead committed at "
+    assert text == (f"On the 6 runs recorded after the leads were fitted (`{LEADS_DOCS}`), the lead committed at "
                     "`new` alerted on 1 of 4 gapped services (against `old`'s 3) and found 2 of 2 throttled "
                     "trainers (against `old`'s 1).")
     assert "not in this checkout" in leads_numbers(None)

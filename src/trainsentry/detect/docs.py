@@ -1,6 +1,6 @@
 """docs/detector.md, written from results/detector.json (every number comes from the results), with
 the single-device path's re-measurement read from its own committed results where they exist
-(``results/duty-bound/detector.json``, ``results/one_gpu.json``, ``results/leads-s25.json``:
+(``results/duty-bound/detector.json``, ``results/one_gpu.json``, ``results/leads-s26.json``:
 :func:`companions`)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 SINGLE_DEVICE_RESULTS = Path("results/duty-bound/detector.json")
-LEADS_RESULTS = Path("results/leads-s25.json")
+LEADS_RESULTS = Path("results/leads-s26.json")
+LEADS_DOCS = "docs/leads-s26.md"
 ONE_GPU_RESULTS = Path("results/one_gpu.json")
 PER_DATASET_RESULTS = Path("results/per-dataset/detector.json")
 
@@ -136,7 +137,10 @@ Since 2026-12-03 the lead reads the busiest GPU's GPM and memory activity per un
 temperature and tensor-per-kW levels: batched embedding with idle gaps between its batches averaged
 down into single-GPU training's levels and read half-way to training, while its intensity while busy
 stays where the gapless run has it. {leads} On grouped splits the rules are within about a point of
-each other (`docs/duty-cycle.md`).
+each other (`docs/duty-cycle.md`). Refitted with more gapped services and no gapped trainer, the lead
+missed gapped trainers that the same rule fitted before them found (the first two leads above); since the twenty-sixth session the live
+lead is also fitted on the red team's runs whose every window is training work (throttled, offloaded,
+split and shaped trainers; `scripts/single_device.py --adversarial-family`).
 
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,
@@ -389,7 +393,7 @@ def leads_numbers(leads: dict | None) -> str:
     inf, tr = cell(first, "inference"), cell(first, "training")
     others = " and ".join(f"`{r}`'s {cell(r, 'inference')['alerted']}" for r in rest)
     found = " and ".join(f"`{r}`'s {cell(r, 'training')['alerted']}" for r in rest)
-    return (f"On the {len(leads['runs'])} runs recorded after the leads were fitted (`docs/leads-s25.md`), the lead "
+    return (f"On the {len(leads['runs'])} runs recorded after the leads were fitted (`{LEADS_DOCS}`), the lead "
             f"committed at `{first}` alerted on {inf['alerted']} of {inf['runs']} gapped services (against {others}) "
             f"and found {tr['alerted']} of {tr['runs']} throttled trainers (against {found}).")
 

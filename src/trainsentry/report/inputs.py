@@ -83,14 +83,16 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--detector fused --detector fused+single-device --out results/per-dataset --docs ''",
           "the detectors fitted with the one-GPU node's runs as well, scored on each dataset's test runs",
           optional=True),
-    Input("leads", "leads-s25.json", "results",
-          "python scripts/compare_leads.py --prospective results/prospective-8172e3e-h200x1-host.json "
+    Input("leads", "leads-s26.json", "results",
+          "python scripts/compare_leads.py --prospective results/prospective-8e0680c-h200x1-host.json "
+          "--prospective results/prospective-8e0680c-redteam-x1.json "
+          "--prospective results/prospective-8172e3e-h200x1-host.json "
           "--prospective results/prospective-8172e3e-redteam-x1.json "
           "--prospective results/prospective-49bb577-h200x1-host.json "
           "--prospective results/prospective-49bb577-redteam-x1.json "
           "--prospective results/prospective-d183eb1-h200x1-host.json "
-          "--prospective results/prospective-d183eb1-redteam-x1.json --out results/leads-s25.json "
-          "--docs docs/leads-s25.md",
+          "--prospective results/prospective-d183eb1-redteam-x1.json --out results/leads-s26.json "
+          "--docs docs/leads-s26.md",
           "the committed single-device leads on the runs recorded after all of them (gapped services, "
           "throttled trainers)", optional=True),
     Input("pipes", "pipes.json", "results",

@@ -412,7 +412,7 @@ def _one_gpu_node(ctx) -> str:
 
 
 def _leads(ctx) -> str:
-    """The committed single-device leads on the runs recorded after all of them (results/leads-s25.json):
+    """The committed single-device leads on the runs recorded after all of them (results/leads-s26.json):
     gapped services and throttled trainers, the duty cycle's two sides (docs/duty-cycle.md)."""
     if not ctx.has("leads"):
         return ""
