@@ -186,3 +186,26 @@ def test_runs_with_larger_steps_are_smoothed_over_the_same_tokens():
     lagged = float(adv.loss[-1]) - float(base.loss[np.searchsorted(base.tokens, adv.tokens[-1])])
     assert lagged > 0.03                               # what per-run step smoothing would have reported
     assert smooth_span(np.arange(5.0), np.array([1.0, 2, 3, 4, 5]), 2.0).tolist() == [1.0, 1.5, 2.5, 3.5, 4.5]
+
+
+def test_a_resized_trainer_has_no_baseline_of_another_model(tmp_path):
+    """A throttled trainer resized to a service's shape (d 768, 12 layers) names the 680 M DDP run as
+    its workload's baseline; tokens per GPU-hour of another model are no cost: refused with the model
+    named, and accepted once a run of that model is among the baselines."""
+    from trainsentry.redteam.cost import MODEL_KEYS, same_model
+    big = {**truth("big", "train.ddp.w1536-l24", 400, 1000, 1.0, linear(5, 1e-5)),
+           "config": {"d_model": 1536, "n_layers": 24, "seq_len": 1024, "batch": 16}}
+    small = {**truth("small", "adv.throttle.pause200ms", 50, 1000, 2.0, linear(5, 1e-5), baseline="train.ddp.w1536-l24"),
+             "config": {"d_model": 768, "n_layers": 12, "seq_len": 1024, "batch": 32, "pause_s": 1.0}}
+    same = {**truth("same", "train.ddp.w1536-l24", 300, 1000, 1.0, linear(5, 1e-5)),
+            "config": {"d_model": 768, "n_layers": 12, "seq_len": 1024, "batch": 16}}
+    for t in (big, small, same):
+        (tmp_path / f"{t['run_id']}.truth.json").write_text(json.dumps(t))
+    rows = score_costs([tmp_path / "small.truth.json"], [tmp_path / "big.truth.json"])
+    assert rows[0]["error"] == ("no baseline run of this model (d_model=768, n_layers=12, seq_len=1024) among the "
+                                "runs of train.ddp.w1536-l24")
+    rows = score_costs([tmp_path / "small.truth.json"], [tmp_path / "big.truth.json", tmp_path / "same.truth.json"])
+    assert rows[0]["baseline_run"] == "same"
+    # head count and batch may differ (the attacks on the FLOP estimator change them); unknown configurations pass
+    assert "n_heads" not in MODEL_KEYS and "batch" not in MODEL_KEYS
+    assert same_model({"d_model": 8, "n_heads": 2}, {"d_model": 8, "n_heads": 128}) and same_model(None, {"d_model": 8})

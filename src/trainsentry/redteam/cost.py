@@ -223,10 +223,26 @@ def closest(candidates: list["RunCost"], config: dict | None, ignore: tuple[str,
     return candidates[min(ranked)[3]] if ranked else None
 
 
+# What makes two trainers the same model: a baseline of another width, depth, KV-head count, feed-forward
+# width or sequence length trains another model, and tokens per GPU-hour against it are no cost. (Head
+# count and batch are left out: the attacks on the FLOP estimator change them on purpose.)
+MODEL_KEYS = ("d_model", "n_layers", "n_kv_heads", "d_ff", "seq_len")
+
+
+def same_model(baseline: dict | None, config: dict | None) -> bool:
+    """Whether a baseline run's configuration trains the adversary's model (``MODEL_KEYS`` equal; a
+    key one of them lacks reads as None); an unknown configuration on either side is not refused."""
+    if baseline is None or config is None:
+        return True
+    return all(baseline.get(k) == config.get(k) for k in MODEL_KEYS)
+
+
 def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> list[dict]:
     """Compare every adversarial run with a baseline run of the workload it names in
     ``extra["baseline"]`` whose configuration holds ``extra["baseline_config"]`` when the run names one
-    (e.g. bf16 weights: the same workload was also recorded in fp32). Among those, the run whose
+    (e.g. bf16 weights: the same workload was also recorded in fp32) and trains the same model
+    (``same_model``: a throttled trainer resized to a service's shape has no baseline until that model
+    is recorded unthrottled). Among those, the run whose
     configuration disagrees with the adversary's on the fewest keys (a workload is also recorded with
     overrides: another batch, depth or precision; the adversary's own keys count alike for every
     candidate), then the longest, so the curves overlap most, then by run id."""
@@ -237,10 +253,14 @@ def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> li
     rows = []
     for p in adv_paths:
         c = run_cost(load_truth(p))
-        fits = [b for b in bases.get(c.baseline, []) if holds(b.config, c.baseline_config)] if c.baseline else []
+        named = [b for b in bases.get(c.baseline, []) if holds(b.config, c.baseline_config)] if c.baseline else []
+        fits = [b for b in named if same_model(b.config, c.config)]
         if not fits:
-            error = "no baseline run of this workload" + (f" with {json.dumps(c.baseline_config, sort_keys=True)}"
-                                                          if c.baseline_config and bases.get(c.baseline) else "")
+            error = ("no baseline run of this workload" + (f" with {json.dumps(c.baseline_config, sort_keys=True)}"
+                                                           if c.baseline_config and bases.get(c.baseline) else "")
+                     if not named else "no baseline run of this model (" + ", ".join(
+                         f"{k}={(c.config or {}).get(k)}" for k in MODEL_KEYS if (c.config or {}).get(k) is not None)
+                     + f") among the runs of {c.baseline}")
             rows.append({"run_id": c.run_id, "workload": c.workload, "baseline": c.baseline,
                          "error": error, "gpu_hours": c.total_gpu_hours})
             continue
