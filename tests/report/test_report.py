@@ -878,3 +878,24 @@ def test_targets_paragraph_adds_the_fit_with_more_data_when_present(tmp_path):
     doc["detectors"]["fused+single-device"]["per_dataset"] = rows[:1]
     (res / "per-dataset" / "detector.json").write_text(json.dumps(doc))
     assert _with_more_data(Ctx(res, DATA, True, CONFIGS)) == ""
+
+
+def test_the_hardened_lead_is_told_from_its_comparison_when_present(tmp_path):
+    """Section 5's one-GPU paragraph adds the live lead hardened with the red team's trainers from
+    results/leads-hardened.json (optional): its revision and counts, each traced; nothing without it."""
+    from trainsentry.report.context import Ctx
+    from trainsentry.report.sections.s5_redteam import _hardened
+
+    assert INPUTS["leads_hardened"].optional and all("leads_hardened" not in s.INPUTS for s in SECTIONS)
+    res = tmp_path / "results"
+    res.mkdir()
+    assert _hardened(Ctx(res, DATA, True, CONFIGS)) == ""
+    doc = {"revisions": ["abc1234", "old"], "runs": [{}] * 6,
+           "counts": {"abc1234": {"inference": {"runs": 3, "alerted": 0}, "training": {"runs": 3, "alerted": 3}},
+                      "old": {"inference": {"runs": 3, "alerted": 2}, "training": {"runs": 3, "alerted": 2}}}}
+    (res / "leads-hardened.json").write_text(json.dumps(doc))
+    ctx = Ctx(res, DATA, True, CONFIGS)
+    said = re.sub(r"<[^>]+>", "", _hardened(ctx))
+    assert "(abc1234) judged the 6 runs recorded after it: it alerted on 0 of 3 gapped services and found 3 of 3" in said
+    assert [i.value for i in ctx.injected] == ["abc1234", 6, 0, 3, 3, 3]
+    assert all(s.startswith("leads-hardened.json#") for i in ctx.injected for s in i.sources)

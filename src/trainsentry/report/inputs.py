@@ -95,6 +95,20 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--docs docs/leads-s26.md",
           "the committed single-device leads on the runs recorded after all of them (gapped services, "
           "throttled trainers)", optional=True),
+    Input("leads_hardened", "leads-hardened.json", "results",
+          "python scripts/compare_leads.py --prospective results/prospective-ea3aed1-h200x1-host.json "
+          "--prospective results/prospective-ea3aed1-redteam-x1.json "
+          "--prospective results/prospective-8e0680c-h200x1-host.json "
+          "--prospective results/prospective-8e0680c-redteam-x1.json "
+          "--prospective results/prospective-8172e3e-h200x1-host.json "
+          "--prospective results/prospective-8172e3e-redteam-x1.json "
+          "--prospective results/prospective-49bb577-h200x1-host.json "
+          "--prospective results/prospective-49bb577-redteam-x1.json "
+          "--prospective results/prospective-d183eb1-h200x1-host.json "
+          "--prospective results/prospective-d183eb1-redteam-x1.json --out results/leads-hardened.json "
+          "--docs docs/leads-hardened.md",
+          "the live single-device lead, hardened with the red team's trainers, on the runs recorded after it",
+          optional=True),
     Input("pipes", "pipes.json", "results",
           "python scripts/pipes_study.py --data data/h200x1 --out results/pipes.json --docs docs/pipes.md "
           "--figure results/figures/pipes.png",

@@ -403,12 +403,29 @@ def _one_gpu_node(ctx) -> str:
     else:
         text += "It detected every setting in the last round. "
     if primary == SINGLE:
-        text += ("Those trees, fitted on the benign runs, run in the live collector only as a single-device lead "
-                 "beside the verdict: evidence, "
+        text += ("Trees of this kind (the live ones also fitted on the red team's one-GPU trainers, docs/duty-cycle.md) "
+                 "run in the live collector only as a single-device lead beside the verdict: evidence, "
                  "not the live verdict. On a one-GPU node the verdict is fused's, whose exchange gate stays closed "
                  "without traffic between devices, so none of these runs raises an alert in the live state, "
                  "whatever the lead says.")
-    return f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}{_leads(ctx)}</p></div>{table}"
+    return f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}{_leads(ctx)}{_hardened(ctx)}</p></div>{table}"
+
+
+def _hardened(ctx) -> str:
+    """The live lead hardened with the red team's trainers, on the runs recorded after it
+    (results/leads-hardened.json, optional: its revision is the file's first)."""
+    if not ctx.has("leads_hardened"):
+        return ""
+    doc, k = ctx.load("leads_hardened"), "leads_hardened"
+    revs = doc.get("revisions") or []
+    if not revs or not doc.get("runs"):
+        return ""
+    count = lambda cls, what: ctx.num(k, f"counts/{revs[0]}/{cls}/{what}", "int")  # noqa: E731
+    return (f" Hardened with the red team's throttled, offloaded, split and shaped trainers, the live lead "
+            f"(<code>{ctx.num(k, 'revisions/0')}</code>) judged the "
+            f"{ctx.derived(len(doc['runs']), 'int', [(k, 'runs')])} runs recorded after it: it alerted on "
+            f"{count('inference', 'alerted')} of {count('inference', 'runs')} gapped services and found "
+            f"{count('training', 'alerted')} of {count('training', 'runs')} throttled trainers.")
 
 
 def _leads(ctx) -> str:
