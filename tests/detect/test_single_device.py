@@ -126,3 +126,21 @@ def test_the_earlier_rules_select_the_columns_they_were_fitted_on():
     now = [c for c in cols if BusiestGpuActivity().uses(c)]
     assert set(duty_free_columns()) <= set(now) and not any(duty_bound(c) for c in now)
     assert set(now) - set(duty_free_columns()) < set(COLS_49BB577)
+
+
+def test_the_live_gated_variant_reads_fused_alone_where_the_live_check_is_silent(tmp_path):
+    """`fused+single-device-live` adds the single-device check only where the live collector would
+    show it (busy above 5 %, gate closed, features present, in domain): on an idle run it is `fused`
+    exactly; on unseen single-GPU training it is at least the check's P; the ungated variant reads
+    the trees on idle windows too."""
+    from trainsentry.detect.variants import VARIANTS
+    runs = [load_run(DATA / "h200" / r, None) for r in FIT]
+    X, y, classes, ids = stack(runs, SingleDeviceCheck.feature_set)
+    live = VARIANTS["fused+single-device-live"]().fit(X, y, groups=ids, classes=classes)
+    idle = _in_run(load_run(DATA / "h200x1" / "other.idle.bare-base-r0", None))
+    assert not live.single.judged(idle).any()
+    assert np.array_equal(live.predict_proba(idle), live.multi.predict_proba(idle))
+    train = _in_run(load_run(DATA / "h200x1" / "train.single.w1024-l16-6816dd-r0", None))
+    p = live.predict_proba(train)
+    assert live.single.judged(train).all() and np.all(p >= live.single.predict_proba(train))
+    assert live.name == "fused+single-device-live"

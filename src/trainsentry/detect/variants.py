@@ -17,7 +17,7 @@ from .base import Detector
 from .learned import comm_ml, fused
 from .rt_baseline import RTBaseline
 from .rules import CommRules
-from .single_device import BusiestGpuActivity
+from .single_device import BusiestGpuActivity, SingleDeviceCheck
 
 
 class SingleDevicePath(Detector):
@@ -55,6 +55,23 @@ class SingleDevicePath(Detector):
 
     def explain(self, x: Mapping[str, float]) -> list[str]:
         return self.multi.explain(x)
+
+
+class LiveGatedPath(SingleDevicePath):
+    """``fused`` plus the single-device check exactly as the live collector gates it
+    (``SingleDeviceCheck.judged``: exchange gate closed, busiest GPU busy above 5 %, the features
+    nearly every busy fitting window had present, inside the trees' domain; 0 elsewhere), where
+    ``fused+single-device`` reads the trees on every window the gate leaves closed, busy or not. Scores
+    what the lead would do as a verdict with its live gate (docs/duty-cycle.md)."""
+
+    name = "fused+single-device-live"
+
+    def __init__(self):
+        self.multi = fused()
+        self.single = SingleDeviceCheck()
+
+    def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
+        return np.maximum(self.multi.predict_proba(X), self.single.predict_proba(X))
 
 
 class GpmLevels(BusiestGpuActivity):
@@ -154,6 +171,8 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
     "comm-ml-previous": _variant(comm_ml, "comm-ml-previous", decode_veto=None),
     # fused plus an ungated single-device path on the busiest GPU's activity
     "fused+single-device": SingleDevicePath,
+    # the same with the single-device check gated as live (busy windows, required features, domain)
+    "fused+single-device-live": LiveGatedPath,
     # the same with the single-device trees on GPM window levels (the lead until 2026-12-03)
     "fused+single-device-levels": lambda: SingleDevicePath(levels="all"),
     # the same with only the GPM means per unit of busy time (the lead from 49bb577 until the next refit)
