@@ -26,6 +26,18 @@ class Input:
     optional: bool = False  # read only when present (``ctx.has``); its absence is no draft
 
 
+# the single-device leads compared prospectively (scripts/compare_leads.py), newest first
+EARLIER_LEADS = ("8e0680c", "8172e3e", "49bb577", "d183eb1")
+
+
+def _compare_leads(revs: tuple[str, ...], name: str) -> str:
+    """scripts/compare_leads.py's command over the prospective results of ``revs`` on the one-GPU node's
+    host-study and red-team data, written to results/<name>.json and docs/<name>.md."""
+    return ("python scripts/compare_leads.py "
+            + " ".join(f"--prospective results/prospective-{r}-{d}.json" for r in revs for d in ("h200x1-host", "redteam-x1"))
+            + f" --out results/{name}.json --docs docs/{name}.md")
+
+
 INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("gpu_check", "gpu_check.json", "results",
           "trainsentry lab gpu-check RUN_DIR PHASES (scripts/gpu/backbone_check.sh on a 2-GPU machine)",
@@ -83,30 +95,10 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--detector fused --detector fused+single-device --out results/per-dataset --docs ''",
           "the detectors fitted with the one-GPU node's runs as well, scored on each dataset's test runs",
           optional=True),
-    Input("leads", "leads-s26.json", "results",
-          "python scripts/compare_leads.py --prospective results/prospective-8e0680c-h200x1-host.json "
-          "--prospective results/prospective-8e0680c-redteam-x1.json "
-          "--prospective results/prospective-8172e3e-h200x1-host.json "
-          "--prospective results/prospective-8172e3e-redteam-x1.json "
-          "--prospective results/prospective-49bb577-h200x1-host.json "
-          "--prospective results/prospective-49bb577-redteam-x1.json "
-          "--prospective results/prospective-d183eb1-h200x1-host.json "
-          "--prospective results/prospective-d183eb1-redteam-x1.json --out results/leads-s26.json "
-          "--docs docs/leads-s26.md",
+    Input("leads", "leads-s26.json", "results", _compare_leads(EARLIER_LEADS, "leads-s26"),
           "the committed single-device leads on the runs recorded after all of them (gapped services, "
           "throttled trainers)", optional=True),
-    Input("leads_hardened", "leads-hardened.json", "results",
-          "python scripts/compare_leads.py --prospective results/prospective-ea3aed1-h200x1-host.json "
-          "--prospective results/prospective-ea3aed1-redteam-x1.json "
-          "--prospective results/prospective-8e0680c-h200x1-host.json "
-          "--prospective results/prospective-8e0680c-redteam-x1.json "
-          "--prospective results/prospective-8172e3e-h200x1-host.json "
-          "--prospective results/prospective-8172e3e-redteam-x1.json "
-          "--prospective results/prospective-49bb577-h200x1-host.json "
-          "--prospective results/prospective-49bb577-redteam-x1.json "
-          "--prospective results/prospective-d183eb1-h200x1-host.json "
-          "--prospective results/prospective-d183eb1-redteam-x1.json --out results/leads-hardened.json "
-          "--docs docs/leads-hardened.md",
+    Input("leads_hardened", "leads-hardened.json", "results", _compare_leads(("ea3aed1", *EARLIER_LEADS), "leads-hardened"),
           "the live single-device lead, hardened with the red team's trainers, on the runs recorded after it",
           optional=True),
     Input("pipes", "pipes.json", "results",
