@@ -7,7 +7,6 @@ import os
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -190,19 +189,19 @@ def train_final(data: Roots, name: str, models: Path, cache_dir: Path | None, rt
     (a red team's) join the fit only when their family is one of ``adversarial_families``."""
     # an unknown name: ValueError before any run is read
     det = factory() if factory is not None else resolve_detectors([name], rt_trees)[name]()
-    runs = load_dataset(data, cache_dir)
     meta = {"data": root_label(data)}
-    if root_list(adversarial):
-        keep = set(adversarial_families)
-        if not keep:
-            raise ValueError("adversarial roots need the families to fit on (adversarial_families)")
-        one = len(root_list(adversarial)) == 1   # several roots: load_dataset names runs by root already
-        adv = [replace(r, run_id=f"{root_list(adversarial)[0].rstrip('/')}/{r.run_id}") if one else r
-               for r in load_dataset(adversarial, cache_dir) if r.family in keep]
+    red = {str(Path(r)) for r in root_list(adversarial)}
+    if red and not adversarial_families:
+        raise ValueError("adversarial roots need the families to fit on (adversarial_families)")
+    # one load of every root, so runs are named by their root alike; a red-team run only of the named families
+    runs = [r for r in load_dataset([*root_list(data), *root_list(adversarial)], cache_dir)
+            if str(Path(r.path).parent) not in red or r.family in adversarial_families]
+    if red:
+        adv = sum(1 for r in runs if str(Path(r.path).parent) in red)
         if not adv:
-            raise ValueError(f"no run of families {sorted(keep)} under {root_label(adversarial)}")
-        runs = runs + adv
-        meta.update(adversarial=root_label(adversarial), adversarial_families=sorted(keep), adversarial_runs=len(adv))
+            raise ValueError(f"no run of families {sorted(adversarial_families)} under {root_label(adversarial)}")
+        meta.update(adversarial=root_label(adversarial), adversarial_families=sorted(adversarial_families),
+                    adversarial_runs=adv)
     X, y, classes, ids = stack(runs, det.feature_set)
     det.fit(X, y, groups=ids, classes=classes)
     return save_detector(det, models / f"{name}.joblib", command,
