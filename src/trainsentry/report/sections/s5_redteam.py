@@ -420,12 +420,17 @@ def _hardened(ctx) -> str:
     revs = doc.get("revisions") or []
     if not revs or not doc.get("runs"):
         return ""
-    count = lambda cls, what: ctx.num(k, f"counts/{revs[0]}/{cls}/{what}", "int")  # noqa: E731
+    count = lambda cls, what: _lead_count(ctx, k, revs[0], cls, what)  # noqa: E731
     return (f" Hardened with the red team's throttled, offloaded, split and shaped trainers, the live lead "
             f"(<code>{ctx.num(k, 'revisions/0')}</code>) judged the "
             f"{ctx.derived(len(doc['runs']), 'int', [(k, 'runs')])} runs recorded after it: it alerted on "
             f"{count('inference', 'alerted')} of {count('inference', 'runs')} gapped services and found "
             f"{count('training', 'alerted')} of {count('training', 'runs')} throttled trainers.")
+
+
+def _lead_count(ctx, k: str, rev: str, cls: str, what: str) -> str:
+    """One count of a compare_leads results file (``counts/<rev>/<class>/<runs|alerted>``), traced."""
+    return ctx.num(k, f"counts/{rev}/{cls}/{what}", "int")
 
 
 def _leads(ctx) -> str:
@@ -437,7 +442,7 @@ def _leads(ctx) -> str:
     revs = doc.get("revisions") or []
     if len(revs) < 2 or not doc.get("runs"):
         return ""
-    count = lambda i, cls, what: ctx.num(k, f"counts/{revs[i]}/{cls}/{what}", "int")  # noqa: E731
+    count = lambda i, cls, what: _lead_count(ctx, k, revs[i], cls, what)  # noqa: E731
     rev = lambda i: f"<code>{ctx.num(k, f'revisions/{i}')}</code>"  # noqa: E731
     earlier = " and ".join(f"{rev(i)}'s {count(i, 'inference', 'alerted')}" for i in range(1, len(revs)))
     found = " and ".join(f"{rev(i)}'s {count(i, 'training', 'alerted')}" for i in range(1, len(revs)))
