@@ -65,3 +65,15 @@ def test_render_names_every_floor_and_band(scored, tmp_path):
            "bands": bf.by_band(w), "floors": bf.by_floor(w, (5, 8))}
     text = bf.render(json.loads(json.dumps(res)))
     assert "| 5 % |" in text and "| 8 % |" in text and "| above 5 % to 8 % |" in text
+
+
+def test_the_2s_gap_trainer_runs_under_the_floor():
+    """docs/duty-cycle.md: the 125 M-sized trainer with exponential 2 s gaps (call s26-1) keeps its GPU
+    busy above the 5 % floor in 1 of its 19 windows, its window utilisation 0.5-6 %, so the live lead
+    judges almost none of it."""
+    bf = _script()
+    run = load_run(REPO / "data" / "redteam-x1" / "adv.throttle.pause200ms-bd147a-r0", None)
+    df = run.windows["trainsentry"]
+    util = df[df["in_run"]]["act.util_pct.mean.max"].to_numpy(dtype=float)
+    assert len(util) == 19 and int((util > bf.BUSY_UTIL_PCT).sum()) == 1
+    assert 0.4 <= util.min() and util.max() <= 6.5
