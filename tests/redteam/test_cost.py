@@ -209,3 +209,32 @@ def test_a_resized_trainer_has_no_baseline_of_another_model(tmp_path):
     # head count and batch may differ (the attacks on the FLOP estimator change them); unknown configurations pass
     assert "n_heads" not in MODEL_KEYS and "batch" not in MODEL_KEYS
     assert same_model({"d_model": 8, "n_heads": 2}, {"d_model": 8, "n_heads": 128}) and same_model(None, {"d_model": 8})
+
+
+def test_a_one_rank_adversary_takes_single_gpu_runs_of_its_model(tmp_path):
+    """DDP on one rank is single-GPU training: a one-rank throttled trainer naming the DDP workload is
+    costed against a single-GPU run of its model; a two-rank adversary is not, and a single-GPU run of
+    another model stays refused."""
+    single = {**truth("single", "train.single.w1024-l16", 300, 1000, 1.0, linear(5, 1e-5), ranks=1),
+              "config": {"d_model": 768, "n_layers": 12, "seq_len": 1024, "batch": 32}}
+    other = {**truth("other", "train.single.w2048-l24", 300, 1000, 1.0, linear(5, 1e-5), ranks=1),
+             "config": {"d_model": 2048, "n_layers": 24, "seq_len": 1024, "batch": 16}}
+    lora = {**truth("lora", "train.lora.single-r8-w1536", 300, 1000, 1.0, linear(5, 1e-5), ranks=1),
+            "config": {"d_model": 768, "n_layers": 12, "seq_len": 1024, "batch": 32}}
+    cfg = {"d_model": 768, "n_layers": 12, "seq_len": 1024, "batch": 32, "pause_s": 1.0}
+    one = {**truth("one", "adv.throttle.pause200ms", 50, 1000, 2.0, linear(5, 1e-5), ranks=1,
+                   baseline="train.ddp.w1536-l24"), "config": cfg}
+    two = {**truth("two", "adv.throttle.pause200ms", 50, 1000, 2.0, linear(5, 1e-5), ranks=2,
+                   baseline="train.ddp.w1536-l24"), "config": cfg}
+    for t in (single, other, lora, one, two):
+        (tmp_path / f"{t['run_id']}.truth.json").write_text(json.dumps(t))
+    bases = [tmp_path / f"{n}.truth.json" for n in ("single", "other", "lora")]
+    rows = score_costs([tmp_path / "one.truth.json", tmp_path / "two.truth.json"], bases)
+    assert rows[0]["baseline_run"] == "single"
+    # the same throttled trainer: one rank, 1 s steps against the baseline's 1 s steps of as many tokens, but
+    # 2 s per step: twice the GPU-hours per token
+    assert rows[0]["tokens_per_gpu_hour"] == pytest.approx(rows[0]["baseline_tokens_per_gpu_hour"] / 2)
+    assert rows[1]["error"] == "no baseline run of this workload"
+    rows = score_costs([tmp_path / "one.truth.json"], bases[1:])
+    assert rows[0]["error"] == ("no baseline run of this model (d_model=768, n_layers=12, seq_len=1024) among the "
+                                "runs of train.ddp.w1536-l24 or its single-GPU counterpart")

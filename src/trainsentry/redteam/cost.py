@@ -237,12 +237,33 @@ def same_model(baseline: dict | None, config: dict | None) -> bool:
     return all(baseline.get(k) == config.get(k) for k in MODEL_KEYS)
 
 
+# DDP on one rank exchanges nothing: it is single-GPU training with the same body (workloads/train.py,
+# ``_data_parallel``). For a one-rank adversary that names a DDP baseline, the runs of its one-GPU
+# counterpart stand for it too (prefix of the named workload -> prefix of the counterpart's workloads).
+ONE_RANK_COUNTERPARTS = {"train.ddp.": "train.single."}
+
+
+def baseline_candidates(c: "RunCost", bases: dict[str, list["RunCost"]]) -> list["RunCost"]:
+    """The runs that may stand as ``c``'s baseline: those of the workload it names and, when ``c`` ran on
+    one rank and names a DDP workload, those of every single-GPU training workload
+    (``ONE_RANK_COUNTERPARTS``); the model and ``baseline_config`` are checked by the caller."""
+    if not c.baseline:
+        return []
+    found = list(bases.get(c.baseline, []))
+    if c.ranks == 1:
+        for named, counterpart in ONE_RANK_COUNTERPARTS.items():
+            if c.baseline.startswith(named):
+                found += [b for w, runs in sorted(bases.items()) if w.startswith(counterpart) for b in runs]
+    return found
+
+
 def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> list[dict]:
     """Compare every adversarial run with a baseline run of the workload it names in
     ``extra["baseline"]`` whose configuration holds ``extra["baseline_config"]`` when the run names one
     (e.g. bf16 weights: the same workload was also recorded in fp32) and trains the same model
     (``same_model``: a throttled trainer resized to a service's shape has no baseline until that model
-    is recorded unthrottled). Among those, the run whose
+    is recorded unthrottled); a one-rank adversary also takes single-GPU runs of its model
+    (``baseline_candidates``). Among those, the run whose
     configuration disagrees with the adversary's on the fewest keys (a workload is also recorded with
     overrides: another batch, depth or precision; the adversary's own keys count alike for every
     candidate), then the longest, so the curves overlap most, then by run id."""
@@ -253,14 +274,15 @@ def score_costs(adv_paths: list[str | Path], base_paths: list[str | Path]) -> li
     rows = []
     for p in adv_paths:
         c = run_cost(load_truth(p))
-        named = [b for b in bases.get(c.baseline, []) if holds(b.config, c.baseline_config)] if c.baseline else []
+        named = [b for b in baseline_candidates(c, bases) if holds(b.config, c.baseline_config)]
         fits = [b for b in named if same_model(b.config, c.config)]
         if not fits:
             error = ("no baseline run of this workload" + (f" with {json.dumps(c.baseline_config, sort_keys=True)}"
                                                            if c.baseline_config and bases.get(c.baseline) else "")
                      if not named else "no baseline run of this model (" + ", ".join(
                          f"{k}={(c.config or {}).get(k)}" for k in MODEL_KEYS if (c.config or {}).get(k) is not None)
-                     + f") among the runs of {c.baseline}")
+                     + f") among the runs of {c.baseline}" + (" or its single-GPU counterpart" if any(
+                         b.workload != c.baseline for b in named) else ""))
             rows.append({"run_id": c.run_id, "workload": c.workload, "baseline": c.baseline,
                          "error": error, "gpu_hours": c.total_gpu_hours})
             continue

@@ -657,7 +657,8 @@ def _run_rounds(benign_dirs, adversarial_dirs, n_rounds, names, hardened_names, 
                         "detector_targets_source": TARGETS_SOURCE,
                         "hardening": {str(r): hardening(r) for r in range(1, n_rounds + 1)},
                         "gpu_hour_overhead": "baseline tokens per GPU-hour / adversary's - 1 (GPU-hours per token "
-                                             "against the DDP baseline it names)",
+                                             "against the DDP baseline it names; for a one-rank adversary, a "
+                                             "single-GPU run of its model may stand for it)",
                         "loss_basis": LOSS_BASIS, "evader_adapts": False, "blue_side_changes": blue_side(),
                         "limits": limits(adv, campaign),
                         "effectiveness": EFFECTIVENESS},
