@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,11 +35,22 @@ def lead_rows(doc: dict) -> dict[str, dict]:
     return out
 
 
-def compare(docs: list[dict]) -> dict:
+def committed_runs(rev: str, root: str, repo: str | Path = ".") -> set[str]:
+    """The run directories under ``root`` in the tree of ``repo`` at ``rev``."""
+    out = subprocess.run(["git", "-C", str(repo), "ls-tree", "-d", "--name-only", f"{rev}:{root}"],
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise ValueError(f"git ls-tree {rev}:{root}: {out.stderr.strip()}")
+    return set(out.stdout.split())
+
+
+def compare(docs: list[dict], runs_at: set[str] | None = None) -> dict:
+    """``runs_at``: when given, only these run ids are kept (the runs committed at a revision, so that a
+    comparison made then is reproduced after the prospective files were re-run with later runs)."""
     # one lead per revision; several files of one revision (datasets) are pooled
     revs = list(dict.fromkeys(d["model"]["rev"] for d in docs))
     rows = [{k: v for d in docs if d["model"]["rev"] == rev for k, v in lead_rows(d).items()} for rev in revs]
-    common = sorted(set.intersection(*(set(r) for r in rows)))
+    common = sorted(set.intersection(*(set(r) for r in rows)) & (runs_at if runs_at is not None else set(rows[0])))
     runs = [{"run_id": rid, "class": rows[0][rid]["class"], "family": rows[0][rid]["family"],
              "leads": {rev: {k: r[rid][k] for k in ("p_median", "alerted", "config_seen_before")}
                        for rev, r in zip(revs, rows)}}
@@ -84,14 +96,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prospective", action="append", required=True, help="a prospective.py results file (repeat)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--docs", default="", help="generated markdown ('' to skip)")
+    ap.add_argument("--runs-at", default="", help="keep only the runs committed at this git revision (under each "
+                    "prospective file's data root)")
     args = ap.parse_args(argv)
     docs = [json.loads(Path(p).read_text()) for p in args.prospective]
-    res = compare(docs)
+    runs_at = (set().union(*(committed_runs(args.runs_at, root) for root in sorted({d["data"] for d in docs})))
+               if args.runs_at else None)
+    res = compare(docs, runs_at)
     if not res["runs"]:
         print("no run was judged by every lead", file=sys.stderr)
         return 1
     command = "python scripts/compare_leads.py " + " ".join(
-        [f"--prospective {p}" for p in args.prospective] + [f"--out {args.out}"] + ([f"--docs {args.docs}"] if args.docs else []))
+        [f"--prospective {p}" for p in args.prospective] + [f"--out {args.out}"] + ([f"--docs {args.docs}"] if args.docs else [])
+        + ([f"--runs-at {args.runs_at}"] if args.runs_at else []))
     Path(args.out).write_text(json.dumps({"command": command, **res}, indent=1) + "\n")
     if args.docs:
         Path(args.docs).write_text(render(res, command))

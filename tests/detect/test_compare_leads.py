@@ -49,3 +49,34 @@ def test_a_file_without_the_lead_is_refused():
     del doc["per_run"][0]["single-device_p_in_run_median"]
     with pytest.raises(ValueError, match="--also single-device"):
         ns["compare"]([doc])
+
+
+def test_runs_at_keeps_a_comparison_reproducible_after_later_runs():
+    """Prospective files are re-run as runs are added: ``runs_at`` keeps the comparison to the runs
+    committed then, so its command still gives the same answer."""
+    ns = runpy.run_path(str(SCRIPT))
+    docs = [_doc("new", [("a", "inference", 0.1, False, False), ("later", "training", 0.9, True, False)]),
+            _doc("old", [("a", "inference", 0.8, True, False), ("later", "training", 0.2, False, False)])]
+    assert [r["run_id"] for r in ns["compare"](docs)["runs"]] == ["a", "later"]
+    res = ns["compare"](docs, runs_at={"a", "elsewhere"})
+    assert [r["run_id"] for r in res["runs"]] == ["a"]
+    assert res["counts"]["old"] == {"inference": {"runs": 1, "alerted": 1}}
+
+
+def test_committed_runs_reads_the_tree_at_a_revision(tmp_path):
+    import subprocess
+    ns = runpy.run_path(str(SCRIPT))
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    (tmp_path / "data/x/run-a").mkdir(parents=True)
+    (tmp_path / "data/x/run-a/manifest.json").write_text("{}")
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "a"], check=True)
+    (tmp_path / "data/x/run-b").mkdir()
+    (tmp_path / "data/x/run-b/manifest.json").write_text("{}")
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "b"], check=True)
+    assert ns["committed_runs"]("HEAD~1", "data/x", tmp_path) == {"run-a"}
+    assert ns["committed_runs"]("HEAD", "data/x", tmp_path) == {"run-a", "run-b"}
+    with pytest.raises(ValueError, match="ls-tree"):
+        ns["committed_runs"]("HEAD", "data/no-such-root", tmp_path)

@@ -30,12 +30,13 @@ class Input:
 EARLIER_LEADS = ("8e0680c", "8172e3e", "49bb577", "d183eb1")
 
 
-def _compare_leads(revs: tuple[str, ...], name: str) -> str:
+def _compare_leads(revs: tuple[str, ...], name: str, runs_at: str = "") -> str:
     """scripts/compare_leads.py's command over the prospective results of ``revs`` on the one-GPU node's
-    host-study and red-team data, written to results/<name>.json and docs/<name>.md."""
+    host-study and red-team data, written to results/<name>.json and docs/<name>.md; ``runs_at``: only the
+    runs committed at that revision (the prospective files are re-run as runs are added)."""
     return ("python scripts/compare_leads.py "
             + " ".join(f"--prospective results/prospective-{r}-{d}.json" for r in revs for d in ("h200x1-host", "redteam-x1"))
-            + f" --out results/{name}.json --docs docs/{name}.md")
+            + f" --out results/{name}.json --docs docs/{name}.md" + (f" --runs-at {runs_at}" if runs_at else ""))
 
 
 INPUTS: dict[str, Input] = {i.key: i for i in (
@@ -95,7 +96,7 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--detector fused --detector fused+single-device --out results/per-dataset --docs ''",
           "the detectors fitted with the one-GPU node's runs as well, scored on each dataset's test runs",
           optional=True),
-    Input("leads", "leads-s26.json", "results", _compare_leads(EARLIER_LEADS, "leads-s26"),
+    Input("leads", "leads-s26.json", "results", _compare_leads(EARLIER_LEADS, "leads-s26", "5b40f3b"),
           "the committed single-device leads on the runs recorded after all of them (gapped services, "
           "throttled trainers)", optional=True),
     Input("leads_hardened", "leads-hardened.json", "results", _compare_leads(("ea3aed1", *EARLIER_LEADS), "leads-hardened"),
