@@ -112,3 +112,26 @@ def test_steadiness_ignores_a_ramp_of_identical_steps():
     # a run warming up: the rate climbs through the window, each bin still the same steps
     ramp = np.linspace(1e9, 3e9, N)
     assert _features(ramp, ramp)["steady"] > 0.95
+
+
+def test_tensor_share_of_sm_activity_separates_dense_steps_from_decode():
+    """Training's matmuls keep the tensor cores busy through most of the SMs' busy time; memory-bound
+    decode keeps the SMs busy with little tensor work. The low percentile asks that it last: a short
+    dense burst inside decode lifts the window's mean share, not its 5th percentile; idle gaps scale
+    neither; idle SMs give no share."""
+    from trainsentry.features.activity import gpu_activity
+    dense = gpu_activity({"gpm_tensor_util_pct": np.full(N, 45.0), "gpm_sm_util_pct": np.full(N, 90.0)}, DT)
+    decode = gpu_activity({"gpm_tensor_util_pct": np.full(N, 12.0), "gpm_sm_util_pct": np.full(N, 85.0)}, DT)
+    assert dense["tensor_per_sm"] == pytest.approx(0.5) and dense["tensor_per_sm.p05"] == pytest.approx(0.5)
+    assert decode["tensor_per_sm"] < 0.2 and decode["tensor_per_sm.p05"] < 0.2
+    burst_te, burst_sm = np.full(N, 12.0), np.full(N, 85.0)
+    burst_te[: N // 10], burst_sm[: N // 10] = 80.0, 95.0                     # a prefill in a tenth of the window
+    burst = gpu_activity({"gpm_tensor_util_pct": burst_te, "gpm_sm_util_pct": burst_sm}, DT)
+    assert burst["tensor_per_sm"] > 0.2 and burst["tensor_per_sm.p05"] == pytest.approx(decode["tensor_per_sm.p05"])
+    gapped_te, gapped_sm = np.full(N, 45.0), np.full(N, 90.0)
+    gapped_te[::2], gapped_sm[::2] = 0.0, 0.0                                 # idle half the time
+    gapped = gpu_activity({"gpm_tensor_util_pct": gapped_te, "gpm_sm_util_pct": gapped_sm}, DT)
+    assert gapped["tensor_per_sm"] == pytest.approx(0.5) and gapped["tensor_per_sm.p05"] == pytest.approx(0.5)
+    idle = gpu_activity({"gpm_tensor_util_pct": np.zeros(N), "gpm_sm_util_pct": np.zeros(N)}, DT)
+    assert "tensor_per_sm" not in idle and "tensor_per_sm.p05" not in idle
+    assert "tensor_per_sm" not in gpu_activity({"gpm_tensor_util_pct": np.full(N, 45.0)}, DT)

@@ -74,6 +74,36 @@ def gpu_activity(series: dict[str, np.ndarray], dt_s: float) -> dict[str, float]
         # backward passes are dense matmuls over a whole batch (tensor-bound); token-by-token decode
         # reads every weight and the KV cache for a few tokens (DRAM-bound); copies use DRAM only.
         f["tensor_per_dram"] = S.mean(series["gpm_tensor_util_pct"]) / max(S.mean(series["gpm_dram_bw_util_pct"]), 1.0)
+    f.update(tensor_per_sm(series))
+    return f
+
+
+# An SM-activity floor (%) below which a sample's tensor share is not read: an idle SM has no share.
+TENSOR_SHARE_SM_FLOOR_PCT = 1.0
+
+
+def tensor_per_sm(series: dict[str, np.ndarray]) -> dict[str, float]:
+    """The share of the SMs' busy time spent in the tensor cores (GPM tensor activity over GPM SM
+    activity). Training's forward and backward passes are matmuls over batch x sequence tokens in every
+    step, compute-bound, so the tensor cores work through most of the SMs' busy time; decode's matmuls
+    have one row per sequence of the batch (memory-bound) and its attention reads the KV cache, so its SMs
+    are busy with little tensor work (per family on the recorded runs: docs/tensor-share.md,
+    scripts/tensor_share.py). ``tensor_per_sm``: the ratio of
+    the window means; ``tensor_per_sm.p05``: the 5th percentile of the per-sample ratio over the samples
+    with SM activity of at least ``TENSOR_SHARE_SM_FLOOR_PCT`` (at least 3), which asks that the tensor
+    work last through the window (a prefill burst inside decode raises the mean of the windows that hold
+    it, not their low percentile). Both are shares of busy time, so idle gaps do not scale them. Absent
+    without both GPM metrics or with idle SMs."""
+    f: dict[str, float] = {}
+    te, sm = series.get("gpm_tensor_util_pct"), series.get("gpm_sm_util_pct")
+    if te is None or sm is None:
+        return f
+    t, s = S.mean(te), S.mean(sm)
+    if np.isfinite(t) and np.isfinite(s) and s >= TENSOR_SHARE_SM_FLOOR_PCT:
+        f["tensor_per_sm"] = t / s
+    ok = np.isfinite(te) & np.isfinite(sm) & (sm >= TENSOR_SHARE_SM_FLOOR_PCT)
+    if ok.sum() >= 3:
+        f["tensor_per_sm.p05"] = float(np.percentile(te[ok] / sm[ok], 5.0))
     return f
 
 

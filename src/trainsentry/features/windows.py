@@ -21,7 +21,7 @@ from .activity import gpu_activity
 from .comm import ACTIVE_FLOOR_BPS, cross_device_features, link_features
 from .grid import NodeGrid, to_grids
 
-FEATURE_VERSION = 3
+FEATURE_VERSION = 4
 DEFAULT_HZ = 10.0
 DEFAULT_WINDOW_S = 8.0
 DEFAULT_STRIDE_S = 2.0
