@@ -28,3 +28,14 @@ def test_separation_leaves_out_single_gpu_trainers_and_dense_forward_inference()
     assert "| inference | cp | 1 | 0.60 / 0.60 / 0.60 |" in ns["render"]({
         "command": "c", "feature_version": 4, "busy_util_pct": 5.0, "families": ns["family_rows"](rows),
         "separation": s})
+
+
+def test_the_variant_without_the_tensor_share_reads_every_other_fused_input():
+    from trainsentry.detect.learned import fused
+    from trainsentry.detect.variants import VARIANTS
+    plain, without = fused(), VARIANTS["fused-no-tensor-share"]()
+    assert without.name == "fused-no-tensor-share"
+    for col in ("act.tensor_per_sm.max", "act.tensor_per_sm.p05.min"):
+        assert plain.uses(col) and not without.uses(col)
+    for col in ("act.tensor_per_dram.max", "comm.nvlink.steady.min", "act.power_W.mean.max"):
+        assert without.uses(col) == plain.uses(col)

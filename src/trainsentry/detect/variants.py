@@ -148,6 +148,16 @@ def _fused_shape() -> Detector:
     return det
 
 
+def _fused_no_tensor_share() -> Detector:
+    """``fused`` as on window features version 3: the tensor share of SM activity
+    (``features.activity.tensor_per_sm``, added in version 4) left out."""
+    det = fused()
+    det.name = "fused-no-tensor-share"
+    plain = det.uses
+    det.uses = lambda c: plain(c) and "tensor_per_sm" not in c
+    return det
+
+
 # rt-baseline's memory-used signal: its levels, statistics and its dynamics inside a window (change over
 # the first 30 s, time to plateau, slope). Memory held is a level of the workload's size, not a physical
 # mark of training (a large model served holds as much), and on the dataset's 38 s runs every 30 s
@@ -183,6 +193,8 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
     "fused-shape": _fused_shape,
     # comm-rules whose fitted volume threshold may not cost more than 1 point of training-window detection
     "comm-rules-keep-training": _variant(CommRules, "comm-rules-keep-training", keep_training=0.01),
+    # fused without the tensor share of SM activity (window features as of version 3)
+    "fused-no-tensor-share": _fused_no_tensor_share,
     # rt-baseline without any memory-used feature (memory held is a level of the workload's size)
     "rt-baseline-no-memory": _variant(RTBaseline, "rt-baseline-no-memory", exclude=RT_MEMORY),
 }
