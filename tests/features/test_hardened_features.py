@@ -135,3 +135,12 @@ def test_tensor_share_of_sm_activity_separates_dense_steps_from_decode():
     idle = gpu_activity({"gpm_tensor_util_pct": np.zeros(N), "gpm_sm_util_pct": np.zeros(N)}, DT)
     assert "tensor_per_sm" not in idle and "tensor_per_sm.p05" not in idle
     assert "tensor_per_sm" not in gpu_activity({"gpm_tensor_util_pct": np.full(N, 45.0)}, DT)
+
+
+def test_tensor_share_columns_are_named_under_any_prefix_and_statistic():
+    """The detectors that leave the tensor share out (the single-device trees, `fused-no-tensor-share`)
+    find its columns by name: both statistics, any aggregation over GPUs, nothing else."""
+    from trainsentry.features.activity import is_tensor_share_column
+    assert is_tensor_share_column("act.tensor_per_sm.max") and is_tensor_share_column("act.tensor_per_sm.p05.mean")
+    assert not is_tensor_share_column("act.tensor_per_dram.max") and not is_tensor_share_column("act.tensor_per_kW.max")
+    assert not is_tensor_share_column("act.gpm_tensor_util_pct.mean.max") and not is_tensor_share_column("tensor_per_sm")

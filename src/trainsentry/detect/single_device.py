@@ -38,7 +38,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..features.activity import duty_bound, duty_free, duty_free_columns, is_duty_free_column
+from ..features.activity import (duty_bound, duty_free, duty_free_columns, is_duty_free_column,
+                                 is_tensor_share_column)
 from .base import numeric_matrix
 from .learned import LEARNED_MAX_FEATURES, LearnedDetector
 
@@ -58,14 +59,16 @@ class BusiestGpuActivity(LearnedDetector):
     second is a scheduling choice open to any service (idle gaps between batches) and any trainer
     (throttling). The trees read the intensity from the duty-free columns and the duty cycle from the
     utilisation statistics. Models fitted before 2026-12-03 hold the plain levels in ``cols_`` and
-    still work: the derived columns are only added."""
+    still work: the derived columns are only added. The tensor share of SM activity (feature version 4)
+    is left out: it was chosen for ``fused`` on multi-GPU runs, and the lead committed at ea3aed1 is
+    under a prospective test that a new input would end; trying it here is a new lead (docs/lab.md)."""
 
     def __init__(self, **kw):
         super().__init__("single-device", ("act.",), gate=False, fit_on="all", max_features=LEARNED_MAX_FEATURES, **kw)
 
     def uses(self, column: str) -> bool:
         return (column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column
-                and not duty_bound(column))
+                and not duty_bound(column) and not is_tensor_share_column(column))
 
     def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
             classes: Sequence[str] | None = None) -> "BusiestGpuActivity":

@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..features.activity import DUTY_LEVEL_STATS, GPM_ACTIVITY, duty_free_column, is_duty_free_column
+from ..features.activity import (DUTY_LEVEL_STATS, GPM_ACTIVITY, duty_free_column, is_duty_free_column,
+                                 is_tensor_share_column)
 from .base import Detector
 from .learned import comm_ml, fused
 from .rt_baseline import RTBaseline
@@ -94,7 +95,7 @@ class GpmDutyFree(BusiestGpuActivity):
         gpm_level = (len(parts) == 4 and parts[1] in GPM_ACTIVITY and parts[2] in DUTY_LEVEL_STATS)
         derived = is_duty_free_column(column) and column not in {duty_free_column(m, "mean") for m in GPM_ACTIVITY}
         return (column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column
-                and not gpm_level and not derived)
+                and not gpm_level and not derived and not is_tensor_share_column(column))
 
 
 class FusedWithRules(Detector):
@@ -154,7 +155,7 @@ def _fused_no_tensor_share() -> Detector:
     det = fused()
     det.name = "fused-no-tensor-share"
     plain = det.uses
-    det.uses = lambda c: plain(c) and "tensor_per_sm" not in c
+    det.uses = lambda c: plain(c) and not is_tensor_share_column(c)
     return det
 
 

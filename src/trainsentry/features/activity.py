@@ -107,6 +107,11 @@ def tensor_per_sm(series: dict[str, np.ndarray]) -> dict[str, float]:
     return f
 
 
+def is_tensor_share_column(column: str) -> bool:
+    """Whether a feature column is one of ``tensor_per_sm``'s (feature version 4), under any prefix."""
+    return column.split(".")[1:2] == ["tensor_per_sm"]
+
+
 # The GPM pipe utilisations outside the tensor cores (traces/schema.py, recorded since 2026-12-01).
 # Not a detector input: on the one-GPU runs that have them they do not separate training from
 # batched forward work (docs/pipes.md, scripts/pipes_study.py; the FP16 pipe, which stirs in pure bf16
