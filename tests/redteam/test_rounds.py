@@ -434,12 +434,15 @@ def test_round_one_on_replaced_features_is_not_called_as_delivered(cli_doc):
 
 
 def test_earlier_delivery_is_named_and_its_results_are_committed(cli_doc):
-    from trainsentry.redteam.rounds import EARLIER_DELIVERIES
+    from trainsentry.redteam.rounds import EARLIER_DELIVERIES, earlier_deliveries
     doc, text, _ = cli_doc
     root = Path(__file__).resolve().parents[2]
-    for e in EARLIER_DELIVERIES:
+    for e in earlier_deliveries(doc["data"]["adversarial_dirs"]):
         assert f"`{e['results']}`" in text and f"version {e['feature_version']}" in text
+    for e in EARLIER_DELIVERIES:
         earlier = json.loads((root / e["results"]).read_text())
+        assert earlier["protocol"].get("feature_version", e["feature_version"]) == e["feature_version"]  # v1 predates the field
+        assert [Path(d).name for d in earlier["data"]["adversarial_dirs"]] == [e["adversarial"]]
         assert [r["round"] for r in earlier["rounds"]] == e["rounds"] and e["code"] in earlier["code"]
         assert earlier["rounds"][0]["strategies"]   # scored, not an empty shell
 
@@ -501,8 +504,9 @@ def test_a_page_on_other_runs_cites_no_earlier_delivery_nor_a_strategy_it_never_
 
     from trainsentry.redteam.rounds import SURROGATE_WORKLOAD, earlier_deliveries, limits
 
-    assert [e["results"] for e in earlier_deliveries([Path("/x/data/redteam-r1")])] == ["results/redteam-v1-round1.json"]
-    assert earlier_deliveries([Path("/x/data/redteam-x1")]) == []
+    assert [e["results"] for e in earlier_deliveries([Path("/x/data/redteam-r1")])] == [
+        "results/redteam-v1-round1.json", "results/redteam-v3-round1.json"]
+    assert [e["feature_version"] for e in earlier_deliveries([Path("/x/data/redteam-x1")])] == [3]
     proxy = [SimpleNamespace(run=SimpleNamespace(workload="adv.whitebox.proxy-lora"))]
     assert not any(t.startswith(SURROGATE_WORKLOAD) for t in limits(proxy, None))
     assert any(t.startswith(SURROGATE_WORKLOAD) for t in limits(

@@ -239,9 +239,9 @@ def render(doc: dict) -> str:
                       "code for the as-delivered numbers."]
         if rnd["round"] == 1:
             for e in proto.get("earlier_deliveries", []):
-                lines += ["", f"Earlier delivery: the detectors were first delivered on window features version "
-                          f"{e['feature_version']} (code {e['code']}); their rounds {', '.join(map(str, e['rounds']))} "
-                          f"on these same recorded runs are in `{e['results']}` (docs/detector.md says what changed)."]
+                lines += ["", f"Earlier delivery: the detectors on window features version {e['feature_version']} "
+                          f"(code {e['code']}); their rounds {', '.join(map(str, e['rounds']))} on these same recorded "
+                          f"runs are in `{e['results']}` (docs/detector.md says what changed)."]
         lines += ["", head,
                   "|---|---|---|---|---|" + "---|" * len(alt_names) + "---|---|---|---|---|---|"]
         for s in rnd["strategies"]:

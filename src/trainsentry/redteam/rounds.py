@@ -68,12 +68,20 @@ ZERO_ALERT_ALPHA = 0.05
 # (protocol.round_1_as_delivered). The detectors were first delivered on version 1; the blue side then
 # hardened the features against benign errors (version 3: TP serving, disaggregated serving, power-keyed
 # fits; its PCIe channel in comm-rules was added knowing the host-sync strategy) and delivered again.
-# Round 1 of the first delivery, on the same recorded runs, is kept in EARLIER_DELIVERIES.
-DELIVERED_FEATURE_VERSION = 3
+# Version 4 (2026-12-03) adds the tensor cores' share of SM activity (features.activity.tensor_per_sm),
+# chosen on data/h200's benign errors (tensor-parallel decode read as training, tensor- and
+# pipeline-parallel training missed); it was checked on data/redteam-r1 only after it was chosen (the
+# same three trainers missed with it as without). Round 1 of each earlier delivery, on the same recorded
+# runs, is kept in EARLIER_DELIVERIES.
+DELIVERED_FEATURE_VERSION = 4
 # ``adversarial``: the directory name of the recorded runs that delivery was scored on; a page scoring
-# other runs (data/redteam-x1) does not cite it.
+# other runs does not cite it.
 EARLIER_DELIVERIES = ({"feature_version": 1, "code": "8b4aad8", "results": "results/redteam-v1-round1.json",
-                       "rounds": [1], "adversarial": "redteam-r1"},)
+                       "rounds": [1], "adversarial": "redteam-r1"},
+                      {"feature_version": 3, "code": "f536ad7", "results": "results/redteam-v3-round1.json",
+                       "rounds": [1], "adversarial": "redteam-r1"},
+                      {"feature_version": 3, "code": "f536ad7", "results": "results/redteam-x1-v3-round1.json",
+                       "rounds": [1], "adversarial": "redteam-x1"})
 EFFECTIVENESS = "(1 - run_detection) / (1 + max(gpu_hour_overhead, 0)), in the last round"
 BLUE_SIDE = ("training data only: each round refits the same detectors (same features, same alert rule, same "
              "thresholds) with more adversarial runs in the fitting data; no feature, rule or threshold changes")
