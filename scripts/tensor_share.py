@@ -9,6 +9,8 @@ the median over its in-run windows whose busiest GPU is busy (utilisation ≥ 5 
 range of those run medians, so the separation (and where it fails) is visible without a detector.
 
     python scripts/tensor_share.py --data data/h200 --out results/tensor-share.json --docs docs/tensor-share.md
+    python scripts/tensor_share.py --data data/h200x1 --data data/h200x1-host --data data/redteam-x1 \
+        --out results/tensor-share-one-gpu.json --docs docs/tensor-share-one-gpu.md
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def run_rows(runs) -> list[dict]:
         df = df[df["in_run"]] if not df.empty else df
         busy = df[pd.to_numeric(df.get("act.util_pct.mean.max"), errors="coerce") >= IDLE_UTIL_PCT] if not df.empty else df
         row = {"run_id": r.run_id, "class": r.cls, "family": r.family, "busy_windows": int(len(busy))}
+        gpus = pd.to_numeric(busy["act.n_gpus_busy"], errors="coerce").dropna() if "act.n_gpus_busy" in busy else []
+        row["gpus_busy"] = float(np.median(gpus)) if len(gpus) else None
         for key, col in COLUMNS.items():
             v = pd.to_numeric(busy[col], errors="coerce").dropna().to_numpy() if col in busy else np.zeros(0)
             row[key] = round(float(np.median(v)), 3) if v.size else None
@@ -74,30 +78,51 @@ def render(res: dict) -> str:
              "|---|---|---|---|---|"]
     for f in res["families"]:
         lines.append(f"| {f['class']} | {f['family']} | {f['runs']} | {rng(f['share'])} | {rng(f['share_p05'])} |")
-    s = res["separation"]
-    lines += ["", f"Lowest run median among multi-GPU training runs (families other than single-GPU ones): "
-              f"{s['training_multi_gpu_min']['share']:.2f} (`{s['training_multi_gpu_min']['run_id']}`); highest among "
-              f"inference runs whose busiest GPU decodes (families other than {', '.join(DENSE_FORWARD_FAMILIES)}): "
-              f"{s['inference_decode_max']['share']:.2f} (`{s['inference_decode_max']['run_id']}`). Dense forward "
-              "work (prefill, context-parallel prefill, embedding, the prefill GPU of disaggregated serving) reads "
-              "like training: matmuls over whole sequences. The share does not separate it; the detectors use it "
-              "beside the other signals, not alone.", ""]
+    lines += [""]
+    for key, name in (("share", "share"), ("share_p05", "share p05")):
+        s = res["separation"][key]
+        parts = [f"{label}: {s[k]['share']:.2f} (`{s[k]['run_id']}`)" for k, label in (
+            ("training_multi_gpu_min", "lowest among multi-GPU training runs"),
+            ("training_single_gpu_min", "lowest among one-GPU training runs"),
+            ("inference_decode_max", "highest among inference runs whose busiest GPU decodes")) if s[k]]
+        lines.append(f"* {name} (run medians): " + "; ".join(parts) + ".")
+    lines += ["", f"Decoding inference: every inference family but {', '.join(DENSE_FORWARD_FAMILIES)}. Dense forward "
+              "work (prefill, context-parallel prefill, embedding, integrated-gradients attribution, retrieval that "
+              "embeds its passages, the prefill GPU of disaggregated serving) reads like training: matmuls over "
+              "whole sequences. The share does not separate it; the detectors use it beside the other signals, "
+              "not alone.", ""]
     return "\n".join(lines)
 
 
 # Inference families whose busiest GPU runs dense forward passes over whole prompts or sequences (matmuls
-# over batch x sequence, like training's): context-parallel and plain prefill, embedding, and the prefill
-# GPU of disaggregated serving. The share does not separate these from training.
-DENSE_FORWARD_FAMILIES = ("cp", "disagg", "embed", "prefill")
+# over batch x sequence, like training's): context-parallel and plain prefill, embedding, the prefill GPU
+# of disaggregated serving, integrated-gradients attribution (forward and backward over whole inputs) and
+# retrieval-augmented generation (it embeds the passages it retrieves). The share does not separate these
+# from training.
+DENSE_FORWARD_FAMILIES = ("attribute", "cp", "disagg", "embed", "prefill", "rag")
+
+
+def one_gpu_families(rows: list[dict]) -> set[str]:
+    """Families every run of which keeps at most one GPU busy (median over its busy windows): single-GPU
+    training on a two-GPU node, every trainer of the one-GPU node."""
+    fams = {r["family"] for r in rows}
+    return {f for f in fams if all(r.get("gpus_busy") is not None and r["gpus_busy"] <= 1
+                                   for r in rows if r["family"] == f)}
 
 
 def separation(rows: list[dict], single_gpu_families: set[str]) -> dict:
-    train = [r for r in rows if r["class"] == "training" and r["family"] not in single_gpu_families and r["share"] is not None]
-    infer = [r for r in rows if r["class"] == "inference" and r["family"] not in DENSE_FORWARD_FAMILIES and r["share"] is not None]
-    lo = min(train, key=lambda r: r["share"]) if train else None
-    hi = max(infer, key=lambda r: r["share"]) if infer else None
-    return {"training_multi_gpu_min": lo and {"run_id": lo["run_id"], "share": lo["share"]},
-            "inference_decode_max": hi and {"run_id": hi["run_id"], "share": hi["share"]}}
+    """Per statistic: the lowest run median among multi-GPU and among one-GPU training runs, the highest
+    among decoding inference runs (None where the data has none)."""
+    def pick(group, key, fn):
+        have = [r for r in group if r[key] is not None]
+        r = fn(have, key=lambda r: r[key]) if have else None
+        return r and {"run_id": r["run_id"], "share": r[key]}
+    train = [r for r in rows if r["class"] == "training"]
+    multi = [r for r in train if r["family"] not in single_gpu_families]
+    one = [r for r in train if r["family"] in single_gpu_families]
+    decode = [r for r in rows if r["class"] == "inference" and r["family"] not in DENSE_FORWARD_FAMILIES]
+    return {key: {"training_multi_gpu_min": pick(multi, key, min), "training_single_gpu_min": pick(one, key, min),
+                  "inference_decode_max": pick(decode, key, max)} for key in COLUMNS}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     runs = load_dataset(args.data if len(args.data) > 1 else args.data[0], cache_dir=default_cache_dir())
     rows = run_rows(runs)
-    single = {r.family for r in runs if r.workload.startswith(("train.single", "train.lora.single", "train.offload"))}
+    single = one_gpu_families(rows)
     command = "python scripts/tensor_share.py " + " ".join(f"--data {d}" for d in args.data) + f" --out {args.out}" + (
         f" --docs {args.docs}" if args.docs else "")
     res = {"command": command, "feature_version": FEATURE_VERSION, "busy_util_pct": IDLE_UTIL_PCT,

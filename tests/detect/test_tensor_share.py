@@ -8,26 +8,34 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "tensor_share.py"
 
 
-def _row(run_id, cls, fam, share):
-    return {"run_id": run_id, "class": cls, "family": fam, "busy_windows": 5, "share": share, "share_p05": share}
+def _row(run_id, cls, fam, share, gpus=2.0, p05=None):
+    return {"run_id": run_id, "class": cls, "family": fam, "busy_windows": 5, "share": share,
+            "share_p05": share if p05 is None else p05, "gpus_busy": gpus}
 
 
-def test_separation_leaves_out_single_gpu_trainers_and_dense_forward_inference():
+def test_separation_splits_one_gpu_trainers_and_leaves_out_dense_forward_inference():
     ns = runpy.run_path(str(SCRIPT))
     rows = [_row("ddp", "training", "ddp", 0.4), _row("tp", "training", "tensor-parallel", 0.3),
-            _row("one", "training", "single-gpu", 0.1),          # left out: single-GPU family
-            _row("dec", "inference", "serve", 0.12), _row("gen", "inference", "generate", 0.2),
-            _row("cp", "inference", "cp", 0.6),                  # left out: dense forward work
-            _row("idle", "other", "idle", None)]
-    s = ns["separation"](rows, {"single-gpu"})
-    assert s["training_multi_gpu_min"] == {"run_id": "tp", "share": 0.3}
-    assert s["inference_decode_max"] == {"run_id": "gen", "share": 0.2}
+            _row("one", "training", "single-gpu", 0.1, gpus=1.0),          # a one-GPU family
+            _row("dec", "inference", "serve", 0.12), _row("gen", "inference", "generate", 0.2, p05=0.05),
+            _row("cp", "inference", "cp", 0.6), _row("ig", "inference", "attribute", 0.7),  # dense forward
+            _row("idle", "other", "idle", None, gpus=None)]
+    single = ns["one_gpu_families"](rows)
+    assert single == {"single-gpu"}
+    s = ns["separation"](rows, single)
+    assert s["share"]["training_multi_gpu_min"] == {"run_id": "tp", "share": 0.3}
+    assert s["share"]["training_single_gpu_min"] == {"run_id": "one", "share": 0.1}
+    assert s["share"]["inference_decode_max"] == {"run_id": "gen", "share": 0.2}
+    assert s["share_p05"]["inference_decode_max"] == {"run_id": "dec", "share": 0.12}   # gen's p05 is lower
+    none = ns["separation"]([r for r in rows if r["run_id"] in ("one", "dec")], single)
+    assert none["share"]["training_multi_gpu_min"] is None                 # a one-GPU dataset has no multi-GPU side
     fams = {(f["class"], f["family"]): f for f in ns["family_rows"](rows)}
     assert fams[("other", "idle")]["share"] is None
     assert fams[("training", "ddp")]["share"] == [0.4, 0.4, 0.4]
-    assert "| inference | cp | 1 | 0.60 / 0.60 / 0.60 |" in ns["render"]({
-        "command": "c", "feature_version": 4, "busy_util_pct": 5.0, "families": ns["family_rows"](rows),
-        "separation": s})
+    page = ns["render"]({"command": "c", "feature_version": 4, "busy_util_pct": 5.0,
+                         "families": ns["family_rows"](rows), "separation": none})
+    assert "| inference | cp | 1 | 0.60 / 0.60 / 0.60 |" in page
+    assert "lowest among one-GPU training runs: 0.10 (`one`)" in page and "multi-GPU training runs:" not in page
 
 
 def test_the_variant_without_the_tensor_share_reads_every_other_fused_input():

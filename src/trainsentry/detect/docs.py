@@ -85,7 +85,16 @@ above is not held out of the selection; the seed-1 record is `trainsentry eval -
 --splits 30 --seed 1 --detector fused --detector fused-no-tensor-share --no-lofo --out
 results/selection-tensor-share --docs ''` (`fused-no-tensor-share` is `fused` without the two
 features): 94.4 % run accuracy, 2.7 % inference FPR and 89.5 % training detection with them, 92.6 %,
-3.9 % and 86.3 % without, on the same 30 splits.
+3.9 % and 86.3 % without, on the same 30 splits. On `data/h200` the 5th percentile overlaps at its
+edges (0.24 for the least tensor-bound training run, tensor-parallel at 4k tokens, and for the most
+tensor-bound decode); the window mean does not. On the one-GPU node's runs, which `fused` never sees
+with an exchange (`docs/tensor-share-one-gpu.md`, `python scripts/tensor_share.py --data data/h200x1
+--data data/h200x1-host --data data/redteam-x1 --out results/tensor-share-one-gpu.json --docs
+docs/tensor-share-one-gpu.md`), the benign trainers (LoRA, single-GPU, ZeRO-Offload) read 0.28 and
+above and decode's 5th percentile at most 0.25, but the window mean of a 7 B decode with offloaded
+weights reaches 0.46, and the red team's online learners, which interleave training steps with serving
+on one GPU, read 0.07–0.39: decode work mixed into a training GPU pulls the share down, so an adversary
+can shape it, as with every activity level.
 
 **Hard negatives, seen and unseen.** Three benign families exchange the way training does:
 expert-parallel MoE decode (two all-to-alls per layer), all-gather context-parallel prefill (K/V
