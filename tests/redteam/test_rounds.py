@@ -540,6 +540,15 @@ def test_several_campaign_files_are_one_plan(data, tmp_path):
     assert both["baselines"] == []   # none planned: the page says so, not "Baseline runs of the campaign: ."
     from trainsentry.redteam.page import _coverage
     assert "Baseline runs of the campaign: none planned." in _coverage({"campaign": both})
+    # one workload in two settings is named by run, a workload planned once by its name
+    twice = dict(both, baselines=[{"run_id": "train.single.w1024-l16-1b9dbd-r0", "workload": "train.single.w1024-l16",
+                                   "status": "recorded"},
+                                  {"run_id": "train.single.w1024-l16-40710a-r0", "workload": "train.single.w1024-l16",
+                                   "status": "recorded"},
+                                  {"run_id": "train.ddp.w1024-l16-base-r0", "workload": "train.ddp.w1024-l16",
+                                   "status": "not recorded yet"}])
+    assert ("Baseline runs of the campaign: `train.single.w1024-l16-1b9dbd-r0` (recorded); `train.single.w1024-l16-"
+            "40710a-r0` (recorded); `train.ddp.w1024-l16` (not recorded yet).") in "\n".join(_coverage({"campaign": twice}))
     assert "--campaign first.yaml --campaign later.yaml" in _command(
         [Path("b")], [Path("a")], 3, Path("o.json"), "d.md", "f", [], "fused", 20, 0, 400,
         [Path("first.yaml"), Path("later.yaml")])

@@ -38,7 +38,10 @@ def _coverage(doc: dict) -> list[str]:
             cell = lambda xs: ", ".join(f"`{x}`" for x in xs) or "–"  # noqa: E731
             lines.append(f"| {s['issue_strategy']} | {s['title']} | {cell(s['recorded'])} | "
                          f"{cell(s['not_recorded_yet'])} | {cell(s['failed_to_record'])} |")
-        lines += ["", "Baseline runs of the campaign: " + ("; ".join(f"`{b['workload']}` ({b['status']})"
+        names = [b["workload"] for b in cov["baselines"]]
+        # a workload run in several settings (its overrides) is named by run: the workload alone repeats
+        label = lambda b: b.get("run_id") if names.count(b["workload"]) > 1 and b.get("run_id") else b["workload"]  # noqa: E731
+        lines += ["", "Baseline runs of the campaign: " + ("; ".join(f"`{label(b)}` ({b['status']})"
                                                                  for b in cov["baselines"]) or "none planned") + "."]
         if cov["recorded_outside_campaign"]:
             lines += ["", "Recorded but not in the campaign: " + ", ".join(f"`{r}`" for r in cov["recorded_outside_campaign"])
