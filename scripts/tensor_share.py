@@ -41,7 +41,8 @@ def run_rows(runs) -> list[dict]:
     for r in runs:
         df = r.windows["trainsentry"]
         df = df[df["in_run"]] if not df.empty else df
-        busy = df[pd.to_numeric(df.get("act.util_pct.mean.max"), errors="coerce") >= IDLE_UTIL_PCT] if not df.empty else df
+        util = df["act.util_pct.mean.max"] if "act.util_pct.mean.max" in df else pd.Series(np.nan, index=df.index)
+        busy = df[pd.to_numeric(util, errors="coerce") >= IDLE_UTIL_PCT]       # no utilisation: no busy window
         row = {"run_id": r.run_id, "class": r.cls, "family": r.family, "busy_windows": int(len(busy))}
         gpus = pd.to_numeric(busy["act.n_gpus_busy"], errors="coerce").dropna() if "act.n_gpus_busy" in busy else []
         row["gpus_busy"] = float(np.median(gpus)) if len(gpus) else None

@@ -10,6 +10,7 @@ DDP at the same moments, with no network traffic, must not join it.
 
 from __future__ import annotations
 
+import json
 import time
 import re
 import sys
@@ -25,6 +26,7 @@ from trainsentry.collector.live import load_live_detector
 from trainsentry.collector.store import Store
 from trainsentry.detect.base import save_detector
 from trainsentry.detect.rules import CommRules
+from trainsentry.features import FEATURE_VERSION
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from detect.probe_traces import GIB, IDLE_MEM_BYTES, readings  # noqa: E402
@@ -352,9 +354,26 @@ def test_live_path_loads_a_trained_artifact_and_falls_back_on_a_bad_one(tmp_path
     det, artifact, note = load_live_detector(models)
     assert det.volume_Bps == 5e8 and artifact.endswith("comm-rules.joblib")
     assert "trainsentry eval --train-final comm-rules" in note
+    assert f"on window features version {FEATURE_VERSION}" in note        # save_detector records the version
     (models / "fused.joblib").write_bytes(b"not a model")  # preferred, but broken: said, then skipped
     det, artifact, note = load_live_detector(models)
     assert artifact.endswith("comm-rules.joblib") and "fused.joblib" in note
+
+
+def test_live_path_refuses_a_model_fitted_on_another_feature_version(tmp_path):
+    """A model fitted on other window features would read missing columns as NaN (or a changed column
+    as the old one) without a word: the collector says so and falls back."""
+    models = tmp_path / "models"
+    save_detector(CommRules(volume_Bps=5e8), models / "comm-rules.joblib", "trainsentry eval --train-final comm-rules")
+    meta = json.loads((models / "comm-rules.json").read_text())
+    (models / "comm-rules.json").write_text(json.dumps(dict(meta, feature_version=FEATURE_VERSION + 1)))
+    det, artifact, note = load_live_detector(models)
+    assert artifact is None and "untrained" in note
+    assert f"fitted on window features version {FEATURE_VERSION + 1}" in note
+    del meta["feature_version"]                                      # artifacts from before the field
+    (models / "comm-rules.json").write_text(json.dumps(meta))
+    det, artifact, note = load_live_detector(models)
+    assert det.volume_Bps == 5e8 and "window feature version is not recorded" in note
 
 
 def test_detector_evidence_is_passed_through_and_the_collector_says_what_the_node_cannot_measure():

@@ -123,6 +123,10 @@ def test_the_earlier_rules_select_the_columns_they_were_fitted_on():
     from trainsentry.features.activity import duty_bound, duty_free, duty_free_columns
     cols = duty_free(_in_run(load_run(DATA / "h200x1" / "train.single.w1024-l16-base-r0", None))).columns
     assert sorted(c for c in cols if GpmDutyFree().uses(c)) == COLS_49BB577
+    from trainsentry.detect.variants import GpmLevels
+    from trainsentry.features.activity import is_tensor_share_column
+    assert any(is_tensor_share_column(c) for c in cols)          # version 4 computes it; no earlier rule reads it
+    assert not any(is_tensor_share_column(c) for c in cols if GpmLevels().uses(c) or BusiestGpuActivity().uses(c))
     now = [c for c in cols if BusiestGpuActivity().uses(c)]
     assert set(duty_free_columns()) <= set(now) and not any(duty_bound(c) for c in now)
     assert set(now) - set(duty_free_columns()) < set(COLS_49BB577)

@@ -47,3 +47,16 @@ def test_the_variant_without_the_tensor_share_reads_every_other_fused_input():
         assert plain.uses(col) and not without.uses(col)
     for col in ("act.tensor_per_dram.max", "comm.nvlink.steady.min", "act.power_W.mean.max"):
         assert without.uses(col) == plain.uses(col)
+
+
+def test_the_variants_without_some_columns_can_be_saved_and_keep_fused_settings(tmp_path):
+    """`--train-final` pickles the detector: a variant must be a class, not a fused with a lambda."""
+    from trainsentry.detect.base import load_detector, save_detector
+    from trainsentry.detect.learned import fused
+    from trainsentry.detect.variants import VARIANTS
+    for name in ("fused-no-tensor-share", "fused-shape"):
+        det = VARIANTS[name]()
+        assert det.params == fused().params and det.fit_on == fused().fit_on
+        back = load_detector(save_detector(det, tmp_path / f"{name}.joblib", "test"))
+        assert back.name == name and back.uses("comm.nvlink.steady.min")
+    assert not VARIANTS["fused-shape"]().uses("act.power_W.mean.max")

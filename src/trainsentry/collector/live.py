@@ -51,7 +51,7 @@ from ..detect.alert import AlertRule
 from ..detect.base import Detector, load_detector
 from ..detect.rules import CommRules
 from ..detect.segment import HELD_FRAC, MAX_GAP_S, Segment, _runs_with_hysteresis, segment_stream
-from ..features import sliding_windows
+from ..features import FEATURE_VERSION, sliding_windows
 from ..features.comm import ACTIVE_FLOOR_BPS
 from ..features.grid import to_grids
 from . import livejobs, query, verdicts as V, warm
@@ -140,8 +140,15 @@ def load_live_detector(models_dir: Path) -> tuple[Detector, str | None, str]:
                 raise ValueError(f"reads the {det.feature_set!r} feature set, not the live one")
             meta_path = path.with_suffix(".json")
             meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+            fitted_on = meta.get("feature_version")
+            if fitted_on is not None and fitted_on != FEATURE_VERSION:
+                # columns of another version may be missing (read as NaN, silently) or mean something else
+                raise ValueError(f"fitted on window features version {fitted_on}, this collector computes "
+                                 f"version {FEATURE_VERSION}: refit it (`trainsentry eval --train-final {name}`)")
             trained_by = meta.get("trained_by", "unknown command (no .json beside it)")
-            note = f"detector {det.name} from {path}, trained by `{trained_by}`"
+            note = f"detector {det.name} from {path}, trained by `{trained_by}`" + (
+                f" on window features version {fitted_on}" if fitted_on is not None
+                else "; its window feature version is not recorded")
             return det, str(path), note + "".join(f"; unusable artifact {p}" for p in problems)
         except Exception as e:  # a bad artifact must not stop verdicts: say so and fall back
             problems.append(f"{path}: {e}")

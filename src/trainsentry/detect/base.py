@@ -100,12 +100,14 @@ def check_fit_input(X: pd.DataFrame, y: np.ndarray) -> np.ndarray:
 
 
 def save_detector(det: Detector, path: str | Path, command: str, extra: dict | None = None) -> Path:
-    """Save a fitted detector (joblib) with a JSON beside it naming the command that trained it."""
+    """Save a fitted detector (joblib) with a JSON beside it naming the command that trained it and the
+    window feature version it was fitted on (``features.FEATURE_VERSION``)."""
     import joblib
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    from ..features import FEATURE_VERSION
     joblib.dump(det, path, compress=3)
-    meta = {"detector": det.describe(), "trained_by": command, **(extra or {})}
+    meta = {"detector": det.describe(), "trained_by": command, "feature_version": FEATURE_VERSION, **(extra or {})}
     path.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
     return path
 

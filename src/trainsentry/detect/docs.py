@@ -73,8 +73,9 @@ the tensor cores work through most of the SMs' busy time; decode's matmuls have 
 (memory-bound) and its attention reads the KV cache, so its SMs are busy with little tensor work. It
 is a share of busy time, so idle gaps do not scale it, and the low percentile asks that the tensor work
 last through the window (a prefill burst inside decode lifts the windows that hold it, not their low
-percentile). Per family (`docs/tensor-share.md`, `python scripts/tensor_share.py --data data/h200`):
-every decoding inference run below every multi-GPU training run, by a narrow margin; dense forward
+percentile). Per family (`docs/tensor-share.md`, `python scripts/tensor_share.py --data data/h200 --out
+results/tensor-share.json --docs docs/tensor-share.md`): the window mean of every decoding inference
+run below that of every multi-GPU training run, by a narrow margin (0.25 against 0.27); dense forward
 work (prefill, context-parallel prefill, embedding) reads like training, so the share does not help
 there. It was chosen for `fused`'s benign errors on `data/h200` (tensor-parallel decode of the 7 B
 model at batch 64, whose NVLink traffic is as steady as small DDP's; tensor- and pipeline-parallel

@@ -15,7 +15,7 @@ import pandas as pd
 from ..features.activity import (DUTY_LEVEL_STATS, GPM_ACTIVITY, duty_free_column, is_duty_free_column,
                                  is_tensor_share_column)
 from .base import Detector
-from .learned import comm_ml, fused
+from .learned import LearnedDetector, comm_ml, fused
 from .rt_baseline import RTBaseline
 from .rules import CommRules
 from .single_device import BusiestGpuActivity, SingleDeviceCheck
@@ -82,7 +82,7 @@ class GpmLevels(BusiestGpuActivity):
 
     def uses(self, column: str) -> bool:
         return (column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column
-                and not is_duty_free_column(column))
+                and not is_duty_free_column(column) and not is_tensor_share_column(column))
 
 
 class GpmDutyFree(BusiestGpuActivity):
@@ -142,21 +142,28 @@ ABSOLUTE_ACTIVITY = ("power_W.mean", "power_W.p05", "power_W.p95", "power_W.std"
                      "temp_c", "_pct.mean", "_pct.p05", "_pct.p95", "_pct.std", "tensor_per_kW")
 
 
-def _fused_shape() -> Detector:
-    det = fused()
-    det.name = "fused-shape"
-    det.uses = lambda c: c.startswith("comm.") or (c.startswith("act.") and not any(a in c for a in ABSOLUTE_ACTIVITY))
-    return det
+class FusedShape(LearnedDetector):
+    """``fused`` without the absolute activity levels (``ABSOLUTE_ACTIVITY``): the shape of the signals only."""
+
+    def __init__(self):
+        self.__dict__.update(fused().__dict__)       # every setting of fused's, whatever they become
+        self.name = "fused-shape"
+
+    def uses(self, column: str) -> bool:
+        return column.startswith("comm.") or (column.startswith("act.") and not any(a in column for a in ABSOLUTE_ACTIVITY))
 
 
-def _fused_no_tensor_share() -> Detector:
+class FusedNoTensorShare(LearnedDetector):
     """``fused`` as on window features version 3: the tensor share of SM activity
-    (``features.activity.tensor_per_sm``, added in version 4) left out."""
-    det = fused()
-    det.name = "fused-no-tensor-share"
-    plain = det.uses
-    det.uses = lambda c: plain(c) and not is_tensor_share_column(c)
-    return det
+    (``features.activity.tensor_per_sm``, added in version 4) left out. A class, not a renamed ``fused``
+    with a replaced ``uses``, so that ``--train-final`` can save it."""
+
+    def __init__(self):
+        self.__dict__.update(fused().__dict__)       # every setting of fused's, whatever they become
+        self.name = "fused-no-tensor-share"
+
+    def uses(self, column: str) -> bool:
+        return super().uses(column) and not is_tensor_share_column(column)
 
 
 # rt-baseline's memory-used signal: its levels, statistics and its dynamics inside a window (change over
@@ -191,11 +198,11 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
     # geometric mean of fused and comm-rules
     "fused-geo-comm-rules": FusedWithRules,
     # fused without the absolute activity levels (shape, ratios and balance of activity kept)
-    "fused-shape": _fused_shape,
+    "fused-shape": FusedShape,
     # comm-rules whose fitted volume threshold may not cost more than 1 point of training-window detection
     "comm-rules-keep-training": _variant(CommRules, "comm-rules-keep-training", keep_training=0.01),
     # fused without the tensor share of SM activity (window features as of version 3)
-    "fused-no-tensor-share": _fused_no_tensor_share,
+    "fused-no-tensor-share": FusedNoTensorShare,
     # rt-baseline without any memory-used feature (memory held is a level of the workload's size)
     "rt-baseline-no-memory": _variant(RTBaseline, "rt-baseline-no-memory", exclude=RT_MEMORY),
 }
