@@ -176,7 +176,10 @@ segments separated by idle gaps into one job when the GPUs keep their memory and
 with the same signature, so that pausing does not split a job.{_segmentation(ctx)}</p>
 <p><b>Detectors.</b> A trace is cut into sliding windows; features describe the
 communication shape (volume, symmetry of sent and received bytes, periodicity, burstiness) and
-activity. The detectors share one interface: {_detectors(ctx)}. {_alert_rule(ctx)}</p>
+activity: power, utilisation, tensor work per DRAM byte, and the share of the SMs' busy time the tensor
+cores work, which training's matmuls over whole batches of sequences keep high and decode's one row per
+sequence keeps low (a share of busy time, so idle gaps do not scale it; dense forward work such as
+prefill and embedding reads like training on it). The detectors share one interface: {_detectors(ctx)}. {_alert_rule(ctx)}</p>
 {_counter_check(ctx, figs)}
 {_overhead(ctx, figs)}
 """
