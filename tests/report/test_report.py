@@ -890,7 +890,9 @@ def test_the_hardened_lead_is_told_from_its_comparison_when_present(tmp_path):
     res = tmp_path / "results"
     res.mkdir()
     assert _hardened(Ctx(res, DATA, True, CONFIGS)) == ""
-    doc = {"revisions": ["abc1234", "old"], "runs": [{}] * 6,
+    run = lambda cls, fam, hit: {"class": cls, "family": fam, "leads": {"abc1234": {"alerted": hit}}}  # noqa: E731
+    doc = {"revisions": ["abc1234", "old"],
+           "runs": [run("inference", "embed", False)] * 3 + [run("training", "throttle", True)] * 3,
            "counts": {"abc1234": {"inference": {"runs": 3, "alerted": 0}, "training": {"runs": 3, "alerted": 3}},
                       "old": {"inference": {"runs": 3, "alerted": 2}, "training": {"runs": 3, "alerted": 2}}}}
     (res / "leads-hardened.json").write_text(json.dumps(doc))
@@ -899,3 +901,8 @@ def test_the_hardened_lead_is_told_from_its_comparison_when_present(tmp_path):
     assert "(abc1234) judged the 6 runs recorded after it: it alerted on 0 of 3 gapped services and found 3 of 3" in said
     assert [i.value for i in ctx.injected] == ["abc1234", 6, 0, 3, 3, 3]
     assert all(s.startswith("leads-hardened.json#") for i in ctx.injected for s in i.sources)
+    # gapless single-GPU training (the trainers' cost baselines) is counted apart from the trainers that hide
+    doc["runs"] = doc["runs"] + [run("training", "single-gpu", True), run("training", "single-gpu", False)]
+    (res / "leads-hardened.json").write_text(json.dumps(doc))
+    said = re.sub(r"<[^>]+>", "", _hardened(Ctx(res, DATA, True, CONFIGS)))
+    assert "found 3 of 3 throttled trainers and 1 of 2 single-GPU training runs without gaps" in said

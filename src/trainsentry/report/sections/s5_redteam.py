@@ -421,11 +421,20 @@ def _hardened(ctx) -> str:
     if not revs or not doc.get("runs"):
         return ""
     count = lambda cls, what: _lead_count(ctx, k, revs[0], cls, what)  # noqa: E731
+    # the red team's data also holds single-GPU training without gaps (the throttled trainers' cost
+    # baselines): the easy case, counted apart from the trainers that hide
+    train = [r for r in doc["runs"] if r["class"] == "training"]
+    plain = [r for r in train if r["family"] == "single-gpu"]
+    hiding = [r for r in train if r["family"] != "single-gpu"]
+    found = lambda rs: ctx.derived(sum(r["leads"][revs[0]]["alerted"] for r in rs), "int", [(k, "runs")])  # noqa: E731
+    n = lambda rs: ctx.derived(len(rs), "int", [(k, "runs")])  # noqa: E731
     return (f" Hardened with the red team's throttled, offloaded, split and shaped trainers, the live lead "
             f"(<code>{ctx.num(k, 'revisions/0')}</code>) judged the "
             f"{ctx.derived(len(doc['runs']), 'int', [(k, 'runs')])} runs recorded after it: it alerted on "
             f"{count('inference', 'alerted')} of {count('inference', 'runs')} gapped services and found "
-            f"{count('training', 'alerted')} of {count('training', 'runs')} throttled trainers.")
+            f"{found(hiding)} of {n(hiding)} throttled trainers"
+            + (f" and {found(plain)} of {n(plain)} single-GPU training runs without gaps (their cost baselines)"
+               if plain else "") + ".")
 
 
 def _lead_count(ctx, k: str, rev: str, cls: str, what: str) -> str:
