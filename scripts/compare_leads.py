@@ -50,7 +50,8 @@ def compare(docs: list[dict], runs_at: set[str] | None = None) -> dict:
     # one lead per revision; several files of one revision (datasets) are pooled
     revs = list(dict.fromkeys(d["model"]["rev"] for d in docs))
     rows = [{k: v for d in docs if d["model"]["rev"] == rev for k, v in lead_rows(d).items()} for rev in revs]
-    common = sorted(set.intersection(*(set(r) for r in rows)) & (runs_at if runs_at is not None else set(rows[0])))
+    judged = set.intersection(*(set(r) for r in rows))
+    common = sorted(judged & runs_at if runs_at is not None else judged)
     runs = [{"run_id": rid, "class": rows[0][rid]["class"], "family": rows[0][rid]["family"],
              "leads": {rev: {k: r[rid][k] for k in ("p_median", "alerted", "config_seen_before")}
                        for rev, r in zip(revs, rows)}}
