@@ -54,9 +54,20 @@ def test_the_variants_without_some_columns_can_be_saved_and_keep_fused_settings(
     from trainsentry.detect.base import load_detector, save_detector
     from trainsentry.detect.learned import fused
     from trainsentry.detect.variants import VARIANTS
-    for name in ("fused-no-tensor-share", "fused-shape"):
+    for name in ("fused-no-tensor-share", "fused-shape", "fused-no-pcie-shape"):
         det = VARIANTS[name]()
         assert det.params == fused().params and det.fit_on == fused().fit_on
         back = load_detector(save_detector(det, tmp_path / f"{name}.joblib", "test"))
         assert back.name == name and back.uses("comm.nvlink.steady.min")
     assert not VARIANTS["fused-shape"]().uses("act.power_W.mean.max")
+
+
+def test_the_variant_without_pcie_shape_keeps_the_pcie_volume_and_every_other_input():
+    from trainsentry.detect.learned import fused
+    from trainsentry.detect.variants import VARIANTS
+    plain, without = fused(), VARIANTS["fused-no-pcie-shape"]()
+    for col in ("comm.pcie.acf_peak.max", "comm.pcie.balance", "comm.pcie.sym.mean", "comm.pcie.Bps.max"):
+        assert plain.uses(col) and not without.uses(col)
+    for col in ("comm.pcie.log_Bps.mean", "comm.nvlink.acf_peak.max", "comm.nvlink.balance",
+                "act.tensor_per_sm.max"):
+        assert plain.uses(col) and without.uses(col)

@@ -399,6 +399,19 @@ Run accuracy / inference FPR / training detection / median time to alert (s), me
   held is what keeps that run out: a level, which a small model trained on one GPU would share. Not
   kept; `h200-hardneg2.yaml` plans a 5.6 B embedding model and a small single-GPU trainer to test
   the level from both sides.
+* `fused` whose trees see the PCIe link's volume but not its shape (`fused-no-pcie-shape`: bursts,
+  periodicity, symmetry, balance across GPUs and locks to power dropped for PCIe, 243 of 307 features
+  left; the exchange gate unchanged), tried in the twenty-eighth session after the two runs of the
+  16 k-token DDP configuration were found to differ mainly in PCIe shape (one GPU's host link bursting
+  in the run `fused` alerts on, flat in the run it misses): on a node whose GPUs exchange over NVLink,
+  PCIe carries what the program's host side happens to do. Found by refitting on every other
+  configuration of `data/h200`, so seed 0 and seed 1 were both in sight; on seed 1's 30 splits
+  (`trainsentry eval --data data/h200 --splits 30 --seed 1 --detector fused --detector
+  fused-no-pcie-shape --no-lofo --out results/selection-pcie-shape --docs ''`): 94.3 % / 2.9 % /
+  89.6 % / 9.1 against `fused`'s 94.4 % / 2.7 % / 89.5 % / 9.1. It halves the 16 k-token run's misses
+  (40 % of its test appearances to 20 %) and alerts more often on tensor-parallel 7 B decode at batch
+  64 (40 % to 60 %) and misses more of the 1F1B pipeline at 32 layers (20 % to 33 %): no net gain, and
+  the PCIe shape is the exchange's own on a node without NVLink, so `fused` keeps it.
 
 **Segmentation.** The seed FLOP study's daemon (utilisation polled every 1.5 s; start after 2 polls
 > 5 %, end after 3 polls < 5 %) against ours (activity from utilisation, power above the GPU's idle

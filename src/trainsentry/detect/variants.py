@@ -166,6 +166,27 @@ class FusedNoTensorShare(LearnedDetector):
         return super().uses(column) and not is_tensor_share_column(column)
 
 
+def is_pcie_shape_column(column: str) -> bool:
+    """A PCIe feature other than its volume (``comm.pcie.log_Bps.*``): bursts, periodicity, symmetry,
+    balance across GPUs, locks to power and SM activity. On a node whose GPUs exchange over NVLink the
+    host link carries what the program's host side does (data loading, logging, a loss read back), so its
+    shape is the implementation's, not training's: the two runs of one 16 k-token DDP configuration
+    differ in it (one GPU's PCIe bursting in one, flat on both in the other)."""
+    return column.startswith("comm.pcie.") and not column.startswith("comm.pcie.log_Bps.")
+
+
+class FusedNoPcieShape(LearnedDetector):
+    """``fused`` whose trees see the PCIe link's volume only, not its shape (``is_pcie_shape_column``);
+    the exchange gate is ``fused``'s. A class so that ``--train-final`` can save it."""
+
+    def __init__(self):
+        self.__dict__.update(fused().__dict__)
+        self.name = "fused-no-pcie-shape"
+
+    def uses(self, column: str) -> bool:
+        return super().uses(column) and not is_pcie_shape_column(column)
+
+
 # rt-baseline's memory-used signal: its levels, statistics and its dynamics inside a window (change over
 # the first 30 s, time to plateau, slope). Memory held is a level of the workload's size, not a physical
 # mark of training (a large model served holds as much), and on the dataset's 38 s runs every 30 s
@@ -203,6 +224,8 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
     "comm-rules-keep-training": _variant(CommRules, "comm-rules-keep-training", keep_training=0.01),
     # fused without the tensor share of SM activity (window features as of version 3)
     "fused-no-tensor-share": FusedNoTensorShare,
+    # fused whose trees see the PCIe link's volume, not its shape
+    "fused-no-pcie-shape": FusedNoPcieShape,
     # rt-baseline without any memory-used feature (memory held is a level of the workload's size)
     "rt-baseline-no-memory": _variant(RTBaseline, "rt-baseline-no-memory", exclude=RT_MEMORY),
 }
