@@ -95,7 +95,15 @@ docs/tensor-share-one-gpu.md`), the benign trainers (LoRA, single-GPU, ZeRO-Offl
 above and decode's 5th percentile at most 0.25, but the window mean of a 7 B decode with offloaded
 weights reaches 0.46, and the red team's online learners, which interleave training steps with serving
 on one GPU, read 0.07–0.39: decode work mixed into a training GPU pulls the share down, so an adversary
-can shape it, as with every activity level.
+can shape it, as with every activity level. Larger decode batches do not carry the share toward
+training's (call s28-1, `data/h200x1-host`, 512 or 256 tokens out per request): the 350 M model at
+batch 512, the 2.2 B at 256 and the 0.9 B at 1024 read window means of 0.17, 0.19 and 0.18, as at
+batches of 128, 64 and 256 (0.17–0.24, 0.18, 0.19); the 5.6 B model at batch 128 reads 0.24 against
+0.17 at batch 16; their 5th percentiles stay at 0.16–0.18 (attention over the KV cache, a
+matrix-vector product per sequence, grows with the batch as the matmuls do). What lifts the mean is
+prefill's part of the work: the 5.6 B model at batch 64 reads 0.32 with 64-token answers to 512-token
+prompts (`infer.generate.g7b_b16-5fbaf2-r0` in `data/h200x1`, the highest of any decode run) and 0.24
+with 128-token answers to 256-token prompts.
 
 **Hard negatives, seen and unseen.** Three benign families exchange the way training does:
 expert-parallel MoE decode (two all-to-alls per layer), all-gather context-parallel prefill (K/V
