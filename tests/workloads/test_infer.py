@@ -26,7 +26,7 @@ from trainsentry.workloads.infer_serve import SlotPool, decode_pool, prefill_int
 from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md", "offload", "kvswap", "rag", "specdec", "agent"}
+INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md", "offload", "kvswap", "rag", "specdec", "agent", "diffusion"}
 OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil", "spectral", "quantize", "stream"}
 # (configs that need a larger launch than this file's 2 ranks are run in test_ngpu.py)
 MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other") and s.min_ranks <= 2)
@@ -198,6 +198,10 @@ def test_gpu_configs_fit_two_h200():
             tokens = cfg["batch"] * cfg["seq_len"]
             host_gb = cfg["host_threads"] * cfg["n_rows"] * cfg["doc_len"] * 2 / 1e9
             assert host_gb < 40, f"{name} keeps ~{host_gb:.0f} GB in host memory"
+        elif spec.family == "diffusion":   # no KV cache: every step attends over the image's patches afresh
+            assert cfg["tokens"] <= cfg["seq_len"], name
+            tokens = 0
+            m = model_config(cfg, causal=False)
         elif spec.family == "cp":   # no KV cache is kept: one layer's gathered K/V at a time
             assert cfg["prompt_len"] <= cfg["seq_len"] and cfg["prompt_len"] % 2 == 0, name
             tokens = 0
@@ -475,6 +479,43 @@ def test_agent_ledger(toy_run):
     prefills = (g["tokens"] - x["tokens_generated"] - x["tokens_appended"]) / (c["batch"] * c["prompt_len"])
     assert prefills == int(prefills) and prefills >= x["episodes"]
     assert g["steps"] == prefills + x["tokens_generated"] / c["batch"] + x["tool_calls"] / c["batch"]
+
+
+def test_diffusion_ledger_and_images_reach_the_host(toy_run):
+    """Toy diffusion (16 patches of 2 x 2 over 4 latent channels, 3 Euler steps, guidance 4 doubling the
+    batch): every batch's uint8 images reach host memory, and the batch FLOPs hold every denoising step."""
+    for name in ("infer.diffusion.m350m_t256_b32", "infer.diffusion.m350m_t256_b64_nocfg"):
+        t = truth(toy_run, name)
+        c, g = t["config"], t["ground_truth"]
+        x = g["extra"]["0"]
+        halves = 2 if c["guidance"] > 1 else 1
+        assert t["ok"] and x["image_px"] == 8 * 2 * 4 and x["bytes_to_host_per_step"] == c["batch"] * 3 * 64 * 64, name
+        assert g["tokens"] == g["steps"] * c["batch"] * halves * c["tokens"] * c["steps"], name
+        assert x["host_checksum"] > 0, name
+        # a batch is its denoising steps and the decoder: more than the steps alone, not much more at toy size
+        per_batch = g["flops"] / g["steps"]
+        assert c["steps"] * x["flops_per_denoising_step"] < per_batch < 2 * c["steps"] * x["flops_per_denoising_step"], name
+
+
+def test_diffusion_guidance_is_one_batch_of_both_halves_and_patches_round_trip():
+    from trainsentry.workloads.infer_diffusion import CLASSES, DiT, guided_velocity, patchify, unpatchify
+    mcfg = model_config({"model": "toy", "seq_len": 16}, causal=False)
+    torch.manual_seed(0)
+    dit = DiT(mcfg, 16).eval()
+    x, labels = torch.randn(3, 16, 16), torch.tensor([1, 5, 9])
+    with torch.inference_mode():
+        t = torch.full((3,), 0.25)
+        vc, vu = dit(x, t, labels), dit(x, t, torch.full_like(labels, CLASSES))
+        assert torch.allclose(guided_velocity(dit, x, 0.25, labels, 3.0), vu + 3.0 * (vc - vu), atol=1e-5)
+        assert torch.allclose(guided_velocity(dit, x, 0.25, labels, 1.0), vc, atol=1e-6)   # no guidance: one half
+        # bidirectional: the first token's output depends on the last token's input
+        y = x.clone()
+        y[:, -1] += 1.0
+        assert not torch.allclose(dit(x, t, labels)[:, 0], dit(y, t, labels)[:, 0])
+    lat = torch.randn(2, 4, 8, 8)
+    assert torch.equal(unpatchify(patchify(lat, 2), 4, 2), lat)
+    with pytest.raises(ValueError, match="causal"):
+        DiT(model_config({"model": "toy", "seq_len": 16}), 16)
 
 
 def test_kvswap_and_stream_ground_truth(toy_run):

@@ -278,5 +278,5 @@ variants("infer.attribute", "inference", "attribute", run_attribute,
                                    "ig_steps": 8},
          })
 
-from . import (infer_agent, infer_cp, infer_kvswap, infer_md, infer_moe, infer_offload, infer_parallel,  # noqa: E402,F401
-               infer_rag, infer_serve, infer_specdec)  # (register agent, cp, kvswap, md, ep, offload, tp, pp, disagg, rag, serve, specdec)
+from . import (infer_agent, infer_cp, infer_diffusion, infer_kvswap, infer_md, infer_moe, infer_offload,  # noqa: E402,F401
+               infer_parallel, infer_rag, infer_serve, infer_specdec)  # (register agent, cp, diffusion, kvswap, md, ep, offload, tp, pp, disagg, rag, serve, specdec)
