@@ -71,3 +71,17 @@ def test_the_variant_without_pcie_shape_keeps_the_pcie_volume_and_every_other_in
     for col in ("comm.pcie.log_Bps.mean", "comm.nvlink.acf_peak.max", "comm.nvlink.balance",
                 "act.tensor_per_sm.max"):
         assert plain.uses(col) and without.uses(col)
+
+
+def test_the_single_device_variant_with_the_tensor_share_adds_only_the_share():
+    from trainsentry.detect.single_device import BusiestGpuActivity
+    from trainsentry.detect.variants import VARIANTS
+    det = VARIANTS["fused+single-device-tensor"]()
+    plain = BusiestGpuActivity()
+    assert det.name == "fused+single-device-tensor"
+    for col in ("act.tensor_per_sm.max", "act.tensor_per_sm.p05.max"):
+        assert det.single.uses(col) and not plain.uses(col)
+    for col in ("act.tensor_per_sm.mean", "act.tensor_per_sm.min"):      # the busiest GPU's only
+        assert not det.single.uses(col)
+    for col in ("act.util_pct.mean.max", "act.power_W.mean.max", "act.sm_active.mean.max"):
+        assert det.single.uses(col) == plain.uses(col)

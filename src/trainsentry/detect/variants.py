@@ -36,9 +36,11 @@ class SingleDevicePath(Detector):
         # the live single-device check's trees (detect.single_device), or earlier forms of them:
         # ``levels="all"`` as fitted before 2026-12-03 (GPM activity as window levels, not per unit of busy
         # time), ``levels="gpm"`` as fitted at 49bb577 (only the GPM means per unit of busy time)
-        self.single = {None: BusiestGpuActivity, "all": GpmLevels, "gpm": GpmDutyFree}[levels]()
+        self.single = {None: BusiestGpuActivity, "all": GpmLevels, "gpm": GpmDutyFree,
+                       "tensor": BusiestGpuWithTensorShare}[levels]()
         if levels:
-            self.name = {"all": "fused+single-device-levels", "gpm": "fused+single-device-gpm"}[levels]
+            self.name = {"all": "fused+single-device-levels", "gpm": "fused+single-device-gpm",
+                         "tensor": "fused+single-device-tensor"}[levels]
 
     def uses(self, column: str) -> bool:
         return self.multi.uses(column)
@@ -96,6 +98,16 @@ class GpmDutyFree(BusiestGpuActivity):
         derived = is_duty_free_column(column) and column not in {duty_free_column(m, "mean") for m in GPM_ACTIVITY}
         return (column.startswith("act.") and column.endswith(".max") and "n_gpus" not in column
                 and not gpm_level and not derived and not is_tensor_share_column(column))
+
+
+class BusiestGpuWithTensorShare(BusiestGpuActivity):
+    """The single-device trees with the tensor share of SM activity (``act.tensor_per_sm``, feature
+    version 4) among their inputs, the lead's planned next form (docs/lab.md). A share of busy time, so
+    idle gaps do not scale it. Screened, not committed as the lead: the ea3aed1 lead stays under its
+    prospective test."""
+
+    def uses(self, column: str) -> bool:
+        return super().uses(column) or (is_tensor_share_column(column) and column.endswith(".max"))
 
 
 class FusedWithRules(Detector):
@@ -216,6 +228,8 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
     "fused+single-device-levels": lambda: SingleDevicePath(levels="all"),
     # the same with only the GPM means per unit of busy time (the lead from 49bb577 until the next refit)
     "fused+single-device-gpm": lambda: SingleDevicePath(levels="gpm"),
+    # the same with the tensor share of SM activity among the single-device trees' inputs
+    "fused+single-device-tensor": lambda: SingleDevicePath(levels="tensor"),
     # geometric mean of fused and comm-rules
     "fused-geo-comm-rules": FusedWithRules,
     # fused without the absolute activity levels (shape, ratios and balance of activity kept)
