@@ -37,6 +37,7 @@ RUNS = {  # run_id -> workload (toy overrides apply)
     "offload": "train.offload.w1024-l16",
     "offload_dpu": "train.offload.w2048-l24-dpu",
     "offload_accum": "train.offload.w1024-l16-x8",
+    "dit": "train.diffusion.l-256",
 }
 
 
@@ -48,6 +49,7 @@ def truths(tmp_path_factory) -> dict[str, dict]:
     runs.append({"run_id": "bf16_long", "workload": "train.single.w1024-l16", "max_steps": LONG_STEPS, "seconds": 120,
                  "overrides": {"param_dtype": "bf16"}})
     runs.append({"run_id": "offload_long", "workload": "train.offload.w1024-l16", "max_steps": LONG_STEPS, "seconds": 120})
+    runs.append({"run_id": "dit_long", "workload": "train.diffusion.b-256", "max_steps": LONG_STEPS, "seconds": 120})
     runs.append({"run_id": "lora_bf16", "workload": "train.lora.single-r8-w1536", "max_steps": STEPS, "seconds": 120,
                  "overrides": {"param_dtype": "bf16"}})
     return run_plan(out, runs, 2, [str(HERE / "train_worker.py")], timeout=300)
@@ -148,6 +150,20 @@ def test_loss_falls_on_a_short_run(truths):
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert last < first - 1.0, (first, last)
     assert extra(truths["long"])["val_loss"] < first - 0.8
+
+
+def test_a_diffusion_transformer_learns_its_latents_and_its_flops_are_counted(truths):
+    """train.diffusion: the rectified-flow loss falls on the class-conditional latents (about 2 at the
+    start: the target ε − x₀ has variance 2), and the counted FLOPs match the DiT's analytic count."""
+    losses = [l for _, l in gt(truths["dit_long"])["loss_curve"]]
+    assert len(losses) == LONG_STEPS
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert 1.5 < first < 2.6 and last < first - 0.3, (first, last)
+    assert extra(truths["dit_long"])["val_loss"] < first - 0.2
+    t = truths["dit"]
+    assert t["ranks"] == [0] and gt(t)["collective_bytes_per_rank"] == {"0": {}}
+    assert gt(t)["tokens"] == STEPS * toy_cfg("dit")["batch"] * toy_cfg("dit")["tokens"]
+    assert gt(t)["flops"] == pytest.approx(analytic_total(t), rel=0.10)
 
 
 def test_pure_bf16_training_holds_bf16_weights_and_still_learns(truths):
@@ -271,7 +287,7 @@ def test_registry_covers_the_families():
     families = {r["family"] for r in rows}
     assert families == {"ddp-width-depth", "ddp-long-seq", "ddp-wide-ff", "ddp-deep-narrow", "ddp-head-geometry",
                         "ddp-optimizer", "ddp-batch", "fsdp", "tensor-parallel", "pipeline-parallel",
-                        "grad-accum", "single-gpu", "lora", "zero-offload"}
+                        "grad-accum", "single-gpu", "lora", "zero-offload", "dit"}
     sizes = [r["params_M"] for r in rows]
     assert min(sizes) < 80 and max(sizes) > 2000
     assert {r["optimizer"] for r in rows if r["family"] == "ddp-optimizer"} == {"adamw", "sgd"}

@@ -305,6 +305,9 @@ def _register() -> None:
 _register()
 
 
+from . import train_diffusion  # noqa: E402,F401  (registers train.diffusion.*, which uses this module's loop)
+
+
 def describe() -> list[dict]:
     """One row per training workload: name, family, GPUs, model size, tokens per step per rank."""
     from .parallel import model_config
