@@ -898,7 +898,7 @@ def test_the_hardened_lead_is_told_from_its_comparison_when_present(tmp_path):
     (res / "leads-hardened.json").write_text(json.dumps(doc))
     ctx = Ctx(res, DATA, True, CONFIGS)
     said = re.sub(r"<[^>]+>", "", _hardened(ctx))
-    assert "(abc1234) judged the 6 runs recorded after it: it alerted on 0 of 3 gapped services and found 3 of 3" in said
+    assert "(abc1234) judged the 6 runs recorded after it: it alerted on 0 of 3 services (embed) and found 3 of 3" in said
     assert [i.value for i in ctx.injected] == ["abc1234", 6, 0, 3, 3, 3]
     assert all(s.startswith("leads-hardened.json#") for i in ctx.injected for s in i.sources)
     # gapless single-GPU training (the trainers' cost baselines) is counted apart from the trainers that hide
@@ -906,3 +906,24 @@ def test_the_hardened_lead_is_told_from_its_comparison_when_present(tmp_path):
     (res / "leads-hardened.json").write_text(json.dumps(doc))
     said = re.sub(r"<[^>]+>", "", _hardened(Ctx(res, DATA, True, CONFIGS)))
     assert "found 3 of 3 throttled trainers and 1 of 2 single-GPU training runs without gaps" in said
+
+
+def test_the_unseen_family_is_told_when_present(tmp_path):
+    """Section 3's targets paragraph adds the benign family held out of every fit
+    (results/unseen-diffusion.json, optional): each detector's alerts, traced; nothing without it."""
+    from trainsentry.report.context import Ctx
+    from trainsentry.report.sections.s3_benign import _unseen_family
+
+    assert INPUTS["unseen_diffusion"].optional and all("unseen_diffusion" not in s.INPUTS for s in SECTIONS)
+    res = tmp_path / "results"
+    res.mkdir()
+    assert _unseen_family(Ctx(res, DATA, True, CONFIGS)) == ""
+    doc = {"family": "diffusion", "runs_fitted": 469, "runs_judged": 6,
+           "detectors": {"fused": {"alerted": 0, "correct": 6, "runs": []},
+                         "fused+single-device-tensor": {"alerted": 3, "correct": 3, "runs": []}}}
+    (res / "unseen-diffusion.json").write_text(json.dumps(doc))
+    ctx = Ctx(res, DATA, True, CONFIGS)
+    said = re.sub(r"<[^>]+>", "", _unseen_family(ctx))
+    assert "fitted on the other 469 runs and judging its 6, fused alerted on 0; fused+single-device-tensor alerted on 3" in said
+    assert sorted(i.value for i in ctx.injected) == [0, 3, 6, 469]
+    assert all(s.startswith("unseen-diffusion.json#") for i in ctx.injected for s in i.sources)

@@ -73,7 +73,23 @@ def _targets(ctx) -> str:
                f"a detector fitted on about {ctx.num('detector', 'protocol/train_fraction_of_configs', 'frac')} of "
                f"their configurations has seen few examples of each family."
                if "dataset" in ctx.load("detector") and "train_fraction_of_configs" in (ctx.load("detector").get("protocol") or {})
-               else "") + _with_more_data(ctx) + "</p>")
+               else "") + _with_more_data(ctx) + _unseen_family(ctx) + "</p>")
+
+
+def _unseen_family(ctx) -> str:
+    """A benign family held out of every fit (optional input ``unseen_diffusion``: scripts/unseen_family.py),
+    each detector's alerts on its runs."""
+    if not ctx.has("unseen_diffusion"):
+        return ""
+    k = "unseen_diffusion"
+    parts = [f"{html.escape(name)} alerted on {ctx.num(k, f'detectors/{name}/alerted', 'int')}"
+             for name in ctx.value(k, "detectors")]
+    if not parts:
+        return ""
+    return (f" A benign family added after the detectors were designed, image generation with a diffusion "
+            f"transformer (tens of identical dense forward passes per request, compute-bound as training is), was "
+            f"held out of every fit: fitted on the other {ctx.num(k, 'runs_fitted', 'int')} runs and judging its "
+            f"{ctx.num(k, 'runs_judged', 'int')}, {'; '.join(parts)} (docs/unseen-diffusion.md).")
 
 
 def _with_more_data(ctx) -> str:
