@@ -465,8 +465,12 @@ def single_device_numbers(sd: dict | None, one_gpu: dict | None) -> str:
                           f"{_f(r['training_detection'], True)} / {_f(r['median_time_to_alert_s'])}")
         fam = lambda k, fam: _f(v[k].get(fam, {}).get("alerted_frac"), True, 0)  # noqa: E731
         runs = lambda fam: v["lofo"].get(fam, {}).get("runs", "–")  # noqa: E731
+        ver = (sd.get("protocol") or {}).get("feature_version")
+        ver = (f"window features version {ver}" if ver is not None else
+               "window features of the revision that wrote it, which the file predates the record of; "
+               "docs/duty-cycle.md says which")
         out = (f"Re-measured with the one-GPU node's runs in the data ({sd['dataset']['runs']} runs, `{sd['command']}`, "
-               f"`{SINGLE_DEVICE_RESULTS}`; run accuracy / inference FPR / training detection / time to alert): "
+               f"`{SINGLE_DEVICE_RESULTS}`, {ver}; run accuracy / inference FPR / training detection / time to alert): "
                f"{cell(v)} against `fused`'s {cell(f)} on the same splits. It alerted on "
                f"{fam('per_family', 'single-gpu')} of the `single-gpu` family's test appearances "
                f"({fam('lofo', 'single-gpu')} of its {runs('single-gpu')} runs when the family is left out of the "

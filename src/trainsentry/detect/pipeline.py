@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..features import FEATURE_VERSION
 from .alert import AlertRule
 from .base import save_detector
 from .dataset import Roots, Run, load_dataset, root_label, root_list, run_dirs, stack
@@ -118,7 +119,7 @@ def run_eval(data: Roots, out: Path, docs: Path | None, n_splits: int = 200, sub
            "protocol": {"splits": n_splits, "train_fraction_of_configs": 2 / 3, "grouping": "labels.config",
                         "seed": seed, "window_label": "in_run (>= 50 % of the window inside [start, end])",
                         "alert_rule": {"threshold": rule.threshold, "k": rule.k, "n": rule.n},
-                        "rt_trees": rt_trees,
+                        "rt_trees": rt_trees, "feature_version": FEATURE_VERSION,
                         # counters thinned to an agent reading them this rarely (s), else as recorded
                         "counter_periods_s": counter_periods or {}},
            "detectors": results,
