@@ -175,6 +175,8 @@ def test_eval_as_if_nvlink_were_read_once_a_second(tmp_path):
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "r" / "detector.json").read_text())
     assert doc["protocol"]["counter_periods_s"] == {"nvlink": 1.0}
+    from trainsentry.features import FEATURE_VERSION
+    assert doc["protocol"]["feature_version"] == FEATURE_VERSION     # which window features the numbers are on
     bad = CliRunner().invoke(app, args + ["--counter-period", "nvlink"])
     assert bad.exit_code == 2 and "GROUP=SECONDS" in bad.output
     bad = CliRunner().invoke(app, args + ["--counter-period", "pcie=1"])
