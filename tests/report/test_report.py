@@ -890,7 +890,8 @@ def test_the_hardened_lead_is_told_from_its_comparison_when_present(tmp_path):
     res = tmp_path / "results"
     res.mkdir()
     assert _hardened(Ctx(res, DATA, True, CONFIGS)) == ""
-    run = lambda cls, fam, hit: {"class": cls, "family": fam, "leads": {"abc1234": {"alerted": hit}}}  # noqa: E731
+    run = lambda cls, fam, hit: {"run_id": ("adv." if fam == "throttle" else "x.") + fam, "class": cls,  # noqa: E731
+                                 "family": fam, "leads": {"abc1234": {"alerted": hit}}}
     doc = {"revisions": ["abc1234", "old"],
            "runs": [run("inference", "embed", False)] * 3 + [run("training", "throttle", True)] * 3,
            "counts": {"abc1234": {"inference": {"runs": 3, "alerted": 0}, "training": {"runs": 3, "alerted": 3}},
@@ -905,7 +906,13 @@ def test_the_hardened_lead_is_told_from_its_comparison_when_present(tmp_path):
     doc["runs"] = doc["runs"] + [run("training", "single-gpu", True), run("training", "single-gpu", False)]
     (res / "leads-hardened.json").write_text(json.dumps(doc))
     said = re.sub(r"<[^>]+>", "", _hardened(Ctx(res, DATA, True, CONFIGS)))
-    assert "found 3 of 3 throttled trainers and 1 of 2 single-GPU training runs without gaps" in said
+    assert "found 3 of 3 throttled trainers, 1 of 2 single-GPU training runs without gaps" in said
+    # lab training of a family the lead never saw (a diffusion transformer) is not a throttled trainer
+    doc["runs"] = doc["runs"] + [run("training", "dit", True)] * 2
+    (res / "leads-hardened.json").write_text(json.dumps(doc))
+    said = re.sub(r"<[^>]+>", "", _hardened(Ctx(res, DATA, True, CONFIGS)))
+    assert ("found 3 of 3 throttled trainers, 1 of 2 single-GPU training runs without gaps (their cost "
+            "baselines) and 2 of 2 runs of lab training it had never seen (dit)") in said
 
 
 def test_the_unseen_family_is_told_when_present(tmp_path):

@@ -423,9 +423,14 @@ def _hardened(ctx) -> str:
     count = lambda cls, what: _lead_count(ctx, k, revs[0], cls, what)  # noqa: E731
     # the red team's data also holds single-GPU training without gaps (the throttled trainers' cost
     # baselines): the easy case, counted apart from the trainers that hide
+    # the red team's trainers (adv.*) hide; the lab's single-GPU runs without gaps are their cost
+    # baselines; any other lab training family (a diffusion transformer since the twenty-eighth session)
+    # is benign training the lead never saw
     train = [r for r in doc["runs"] if r["class"] == "training"]
-    plain = [r for r in train if r["family"] == "single-gpu"]
-    hiding = [r for r in train if r["family"] != "single-gpu"]
+    hiding = [r for r in train if r["run_id"].startswith("adv.")]
+    plain = [r for r in train if not r["run_id"].startswith("adv.") and r["family"] == "single-gpu"]
+    other = [r for r in train if not r["run_id"].startswith("adv.") and r["family"] != "single-gpu"]
+    other_kinds = ", ".join(html.escape(f) for f in sorted({r["family"] for r in other}))
     found = lambda rs: ctx.derived(sum(r["leads"][revs[0]]["alerted"] for r in rs), "int", [(k, "runs")])  # noqa: E731
     n = lambda rs: ctx.derived(len(rs), "int", [(k, "runs")])  # noqa: E731
     # the services since the lead's fit: gapped ones, and since the twenty-eighth session batched decode
@@ -436,8 +441,10 @@ def _hardened(ctx) -> str:
             f"{ctx.derived(len(doc['runs']), 'int', [(k, 'runs')])} runs recorded after it: it alerted on "
             f"{count('inference', 'alerted')} of {count('inference', 'runs')} services ({kinds}) and found "
             f"{found(hiding)} of {n(hiding)} throttled trainers"
-            + (f" and {found(plain)} of {n(plain)} single-GPU training runs without gaps (their cost baselines)"
-               if plain else "") + ".")
+            + (f", {found(plain)} of {n(plain)} single-GPU training runs without gaps (their cost baselines)"
+               if plain else "")
+            + (f" and {found(other)} of {n(other)} runs of lab training it had never seen ({other_kinds})"
+               if other else "") + ".")
 
 
 def _lead_count(ctx, k: str, rev: str, cls: str, what: str) -> str:
