@@ -420,6 +420,25 @@ Run accuracy / inference FPR / training detection / median time to alert (s), me
   (40 % of its test appearances to 20 %) and alerts more often on tensor-parallel 7 B decode at batch
   64 (40 % to 60 %) and misses more of the 1F1B pipeline at 32 layers (20 % to 33 %): no net gain, and
   the PCIe shape is the exchange's own on a node without NVLink, so `fused` keeps it.
+* the single-device trees with the tensor share of SM activity among their inputs
+  (`fused+single-device-tensor`; the lead's planned next form, the committed lead leaving it out while
+  under its prospective test). On seed 1's 30 splits of the 469 runs of the three lab datasets
+  (`trainsentry eval --data data/h200 --data data/h200x1 --data data/h200x1-host --splits 30 --seed 1
+  --detector fused+single-device --detector fused+single-device-tensor --no-lofo --out
+  results/selection-single-device-tensor --docs ''`): 96.1 % / 2.4 % / 92.4 % against 95.4 % / 2.5 % /
+  90.8 %, the gain ZeRO-Offload found more often. Confirmed on seed 0's 100 splits (`trainsentry eval
+  --data data/h200 --data data/h200x1 --data data/h200x1-host --splits 100 --detector fused+single-device
+  --detector fused+single-device-tensor --out results/confirm-single-device-tensor --docs ''`): 95.2 % /
+  4.3 % / 92.7 % against 94.6 % / 4.6 % / 91.6 %; on `data/h200x1-host`'s test runs 92.1 % training
+  detection against 82.6 % for 1.3 % inference FPR against 0.9 %, on `data/h200`'s 98.5 % and 2.0 %
+  against 98.6 % and 1.7 %. Then a benign family no detector had seen, image generation with a
+  diffusion transformer, held out of every fit (`scripts/unseen_family.py`, `docs/unseen-diffusion.md`):
+  fitted on the 469 runs recorded before it, the variant alerted on 3 of its first 6 runs (the 256 px
+  ones, `docs/unseen-diffusion-s28-2.md`), where the trees without the share alerted on none; fitted on
+  473 (the diffusion transformer's training runs among them), it alerted on none of 10, but its highest
+  windows still reach 0.90–0.94 on three of them. Dense forward work reads as tensor-bound as training,
+  so the share helps where the GPU also waits on the host (ZeRO-Offload) and costs on dense services
+  the fit has not covered. Not adopted: the live lead keeps its inputs.
 
 **Segmentation.** The seed FLOP study's daemon (utilisation polled every 1.5 s; start after 2 polls
 > 5 %, end after 3 polls < 5 %) against ours (activity from utilisation, power above the GPU's idle
