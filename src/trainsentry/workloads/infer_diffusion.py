@@ -10,11 +10,12 @@ Transformers", arXiv:2212.09748): the image's latent (``latent_ch`` channels at 
 cut into ``patch`` × ``patch`` patches, one token each, run through the lab's transformer blocks with
 bidirectional attention. It is conditioned on the timestep and the class by adding their embeddings to
 every token (simpler than the paper's adaLN-Zero, whose modulation adds little matmul work). Sampling
-follows a rectified flow (Liu et al. 2022, arXiv:2209.03003; Esser et al. 2024, arXiv:2403.03206) with
-``steps`` Euler steps from noise at t = 1 to the image at t = 0, and classifier-free guidance (Ho &
-Salimans 2022, arXiv:2207.12598) at scale ``guidance``: the conditional and unconditional halves run as
-one batch of twice the requests, v = v_u + guidance · (v_c − v_u); ``guidance`` 0 or 1 runs the
-conditional half alone. A convolutional decoder (``decoder_width`` channels, three 2× upsamplings, the
+follows a rectified flow (Liu et al. 2022, arXiv:2209.03003) in the time convention of Esser et al. 2024
+(arXiv:2403.03206): noise at t = 1, the image at t = 0 (Liu et al. run time the other way), ``steps``
+Euler steps between them, and classifier-free guidance (Ho & Salimans 2022, arXiv:2207.12598) at scale
+``guidance``: the conditional and unconditional halves run as one batch of twice the requests,
+v = v_u + guidance · (v_c − v_u); ``guidance`` 1 runs the conditional half alone (a guidance-distilled
+model), and a scale below 1 is refused. A convolutional decoder (``decoder_width`` channels, three 2× upsamplings, the
 role of a latent diffusion model's VAE decoder) turns the latent into pixels, and the uint8 images are
 copied to host memory, as a service returning them must (batch × 3 × side² bytes per batch over PCIe,
 device to host). The weights are random, as every lab model's are: the work, not the pictures, is what
@@ -44,7 +45,8 @@ FREQ_DIM = 256          # sinusoidal timestep features
 
 
 def timestep_features(t: torch.Tensor, dim: int = FREQ_DIM) -> torch.Tensor:
-    """Sinusoidal features of t in [0, 1] (scaled to 0–1000, as the DiT code does), [n, dim]."""
+    """Sinusoidal features of t in [0, 1], scaled to 0–1000 (the range of the discrete timesteps DiT was
+    trained on, as flow-model code scales its continuous time), [n, dim]."""
     half = dim // 2
     freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
     args = (t.float() * 1000.0)[:, None] * freqs[None]
@@ -143,6 +145,8 @@ def run_diffusion(ctx: Context, cfg: dict) -> None:
         raise ValueError(f"tokens ({tokens}) exceed the model's positions (seq_len {cfg['seq_len']})")
     side = latent_side(tokens, patch)
     batch, steps, guidance = int(cfg["batch"]), int(cfg["steps"]), float(cfg["guidance"])
+    if guidance < 1.0:
+        raise ValueError(f"guidance must be 1 (no guidance) or more, got {guidance}")
     mcfg = model_config(cfg, causal=False)
     torch.manual_seed(ctx.seed)
     with torch.device(ctx.device):
@@ -190,7 +194,7 @@ variants("infer.diffusion", "inference", "diffusion", run_diffusion,
          gpus=1, description="class-conditional image generation with a diffusion transformer: tens of "
                              "identical dense forward passes per request, guidance doubling the batch, "
                              "images to the host", grid={
-             "m350m_t256_b32": {},                                                    # 256 px, DiT-L's size
+             "m350m_t256_b32": {},                      # 256 px; DiT-L's width, depth and heads with 4 KV heads: 0.27 B
              "l1b_t1024_b8": {"model": "gpt1b", "tokens": 1024, "seq_len": 1024, "batch": 8, "steps": 28,
                               "guidance": 4.5},                                       # 512 px
              "xl3b_t4096_b1": {"model": "gpt3b", "tokens": 4096, "seq_len": 4096, "batch": 1, "steps": 28,
