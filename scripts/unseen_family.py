@@ -97,6 +97,7 @@ def main(argv=None) -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
     if args.docs:
+        Path(args.docs).parent.mkdir(parents=True, exist_ok=True)
         Path(args.docs).write_text(render(res))
     for n, d in res["detectors"].items():
         print(f"{n}: {d['correct']} of {res['runs_judged']} right, {d['alerted']} alerted")

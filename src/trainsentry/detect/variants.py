@@ -179,8 +179,9 @@ class FusedNoTensorShare(LearnedDetector):
 
 
 def is_pcie_shape_column(column: str) -> bool:
-    """A PCIe feature other than its volume (``comm.pcie.log_Bps.*``): bursts, periodicity, symmetry,
-    balance across GPUs, locks to power and SM activity. On a node whose GPUs exchange over NVLink the
+    """A PCIe feature other than its volume as ``comm.pcie.log_Bps.*``: bursts, periodicity, symmetry,
+    balance across GPUs, locks to power and SM activity, and the volume's other forms (linear, per joule,
+    per period, per burst). On a node whose GPUs exchange over NVLink the
     host link carries what the program's host side does (data loading, logging, a loss read back), so its
     shape is the implementation's, not training's: the two runs of one 16 k-token DDP configuration
     differ in it (one GPU's PCIe bursting in one, flat on both in the other)."""

@@ -89,7 +89,8 @@ def _unseen_family(ctx) -> str:
     return (f" A benign family added after the detectors were designed, image generation with a diffusion "
             f"transformer (tens of identical dense forward passes per request, compute-bound as training is), "
             f"recorded on one GPU, where fused's exchange gate stays closed and the single-device paths decide, was "
-            f"held out of every fit: fitted on the other {ctx.num(k, 'runs_fitted', 'int')} runs and judging its "
+            f"held out of every fit (the same network's training runs stay in it): fitted on the other "
+            f"{ctx.num(k, 'runs_fitted', 'int')} runs and judging its "
             f"{ctx.num(k, 'runs_judged', 'int')}, {'; '.join(parts)} (docs/unseen-diffusion.md).")
 
 

@@ -421,8 +421,6 @@ def _hardened(ctx) -> str:
     if not revs or not doc.get("runs"):
         return ""
     count = lambda cls, what: _lead_count(ctx, k, revs[0], cls, what)  # noqa: E731
-    # the red team's data also holds single-GPU training without gaps (the throttled trainers' cost
-    # baselines): the easy case, counted apart from the trainers that hide
     # the red team's trainers (adv.*) hide; the lab's single-GPU runs without gaps are their cost
     # baselines; any other lab training family (a diffusion transformer since the twenty-eighth session)
     # is benign training the lead never saw
