@@ -89,7 +89,8 @@ def render(res: dict) -> str:
         lines.append(f"* {name} (run medians): " + "; ".join(parts) + ".")
     lines += ["", f"Decoding inference: every inference family but {', '.join(DENSE_FORWARD_FAMILIES)}. Dense forward "
               "work (prefill, context-parallel prefill, embedding, integrated-gradients attribution, retrieval that "
-              "embeds its passages, the prefill GPU of disaggregated serving) reads like training: matmuls over "
+              "embeds its passages, the prefill GPU of disaggregated serving, a diffusion transformer's denoising "
+              "steps) reads like training: matmuls over "
               "whole sequences. The share does not separate it; the detectors use it beside the other signals, "
               "not alone.", ""]
     return "\n".join(lines)
@@ -98,9 +99,10 @@ def render(res: dict) -> str:
 # Inference families whose busiest GPU runs dense forward passes over whole prompts or sequences (matmuls
 # over batch x sequence, like training's): context-parallel and plain prefill, embedding, the prefill GPU
 # of disaggregated serving, integrated-gradients attribution (forward and backward over whole inputs) and
-# retrieval-augmented generation (it embeds the passages it retrieves). The share does not separate these
-# from training.
-DENSE_FORWARD_FAMILIES = ("attribute", "cp", "disagg", "embed", "prefill", "rag")
+# retrieval-augmented generation (it embeds the passages it retrieves), and image generation by a diffusion
+# transformer (every denoising step a forward pass over all the image's patches). The share does not
+# separate these from training.
+DENSE_FORWARD_FAMILIES = ("attribute", "cp", "diffusion", "disagg", "embed", "prefill", "rag")
 
 
 def one_gpu_families(rows: list[dict]) -> set[str]:

@@ -103,7 +103,9 @@ batches of 128, 64 and 256 (0.17–0.24, 0.18, 0.19); the 5.6 B model at batch 1
 matrix-vector product per sequence, grows with the batch as the matmuls do). What lifts the mean is
 prefill's part of the work: the 5.6 B model at batch 64 reads 0.32 with 64-token answers to 512-token
 prompts (`infer.generate.g7b_b16-5fbaf2-r0` in `data/h200x1`, the highest of any decode run) and 0.24
-with 128-token answers to 256-token prompts.
+with 128-token answers to 256-token prompts. Dense forward work is where the share fails outright: image generation by a
+diffusion transformer (s28-2, s28-4) reads run medians of 0.50–0.70, above the same network's
+training on one GPU (s28-3: 0.41–0.53).
 
 **Hard negatives, seen and unseen.** Three benign families exchange the way training does:
 expert-parallel MoE decode (two all-to-alls per layer), all-gather context-parallel prefill (K/V
