@@ -411,7 +411,7 @@ Run accuracy / inference FPR / training detection / median time to alert (s), me
   the level from both sides.
 * `fused` whose trees see the PCIe link's volume but not its shape (`fused-no-pcie-shape`: bursts,
   periodicity, symmetry, balance across GPUs, locks to power and the volume's forms other than
-  `log_Bps` dropped for PCIe, 243 of 307 features left; the exchange gate unchanged), tried in the twenty-eighth session after the two runs of the
+  `log_Bps` dropped for PCIe; the exchange gate unchanged), tried in the twenty-eighth session after the two runs of the
   16 k-token DDP configuration were found to differ mainly in PCIe shape (one GPU's host link bursting
   in the run `fused` alerts on, flat in the run it misses): on a node whose GPUs exchange over NVLink,
   PCIe carries what the program's host side happens to do. Found by refitting on every other
