@@ -29,7 +29,7 @@ from trainsentry.detect.evaluate import adapted_outcomes, fit_and_score  # noqa:
 from trainsentry.detect.pipeline import default_cache_dir, resolve_detectors  # noqa: E402
 from trainsentry.features import FEATURE_VERSION  # noqa: E402
 
-RULE = AlertRule(0.75, 3, 5)      # the published rule, capped at a run's windows (adapted) as eval's headline
+RULE = AlertRule()      # its defaults are the published 3 of 5 @ 0.75, capped at a run's windows as eval's headline
 
 
 def judge(runs, family: str, factories: dict) -> dict:

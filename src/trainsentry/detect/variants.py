@@ -36,11 +36,10 @@ class SingleDevicePath(Detector):
         # the live single-device check's trees (detect.single_device), or earlier forms of them:
         # ``levels="all"`` as fitted before 2026-12-03 (GPM activity as window levels, not per unit of busy
         # time), ``levels="gpm"`` as fitted at 49bb577 (only the GPM means per unit of busy time)
-        self.single = {None: BusiestGpuActivity, "all": GpmLevels, "gpm": GpmDutyFree,
-                       "tensor": BusiestGpuWithTensorShare}[levels]()
-        if levels:
-            self.name = {"all": "fused+single-device-levels", "gpm": "fused+single-device-gpm",
-                         "tensor": "fused+single-device-tensor"}[levels]
+        trees, suffix = {None: (BusiestGpuActivity, ""), "all": (GpmLevels, "-levels"), "gpm": (GpmDutyFree, "-gpm"),
+                         "tensor": (BusiestGpuWithTensorShare, "-tensor")}[levels]
+        self.single = trees()
+        self.name = "fused+single-device" + suffix
 
     def uses(self, column: str) -> bool:
         return self.multi.uses(column)
@@ -154,25 +153,32 @@ ABSOLUTE_ACTIVITY = ("power_W.mean", "power_W.p05", "power_W.p95", "power_W.std"
                      "temp_c", "_pct.mean", "_pct.p05", "_pct.p95", "_pct.std", "tensor_per_kW")
 
 
-class FusedShape(LearnedDetector):
-    """``fused`` without the absolute activity levels (``ABSOLUTE_ACTIVITY``): the shape of the signals only."""
+class FusedSubset(LearnedDetector):
+    """``fused`` with every setting of fused's (whatever they become) on fewer columns: a subclass names
+    itself (``variant``) and narrows ``uses``. Classes, not a renamed ``fused`` with a replaced ``uses``,
+    so that ``--train-final`` can save them."""
+
+    variant = "fused"
 
     def __init__(self):
-        self.__dict__.update(fused().__dict__)       # every setting of fused's, whatever they become
-        self.name = "fused-shape"
+        self.__dict__.update(fused().__dict__)
+        self.name = self.variant
+
+
+class FusedShape(FusedSubset):
+    """``fused`` without the absolute activity levels (``ABSOLUTE_ACTIVITY``): the shape of the signals only."""
+
+    variant = "fused-shape"
 
     def uses(self, column: str) -> bool:
         return column.startswith("comm.") or (column.startswith("act.") and not any(a in column for a in ABSOLUTE_ACTIVITY))
 
 
-class FusedNoTensorShare(LearnedDetector):
+class FusedNoTensorShare(FusedSubset):
     """``fused`` as on window features version 3: the tensor share of SM activity
-    (``features.activity.tensor_per_sm``, added in version 4) left out. A class, not a renamed ``fused``
-    with a replaced ``uses``, so that ``--train-final`` can save it."""
+    (``features.activity.tensor_per_sm``, added in version 4) left out."""
 
-    def __init__(self):
-        self.__dict__.update(fused().__dict__)       # every setting of fused's, whatever they become
-        self.name = "fused-no-tensor-share"
+    variant = "fused-no-tensor-share"
 
     def uses(self, column: str) -> bool:
         return super().uses(column) and not is_tensor_share_column(column)
@@ -188,13 +194,11 @@ def is_pcie_shape_column(column: str) -> bool:
     return column.startswith("comm.pcie.") and not column.startswith("comm.pcie.log_Bps.")
 
 
-class FusedNoPcieShape(LearnedDetector):
+class FusedNoPcieShape(FusedSubset):
     """``fused`` whose trees see the PCIe link's volume only, not its shape (``is_pcie_shape_column``);
-    the exchange gate is ``fused``'s. A class so that ``--train-final`` can save it."""
+    the exchange gate is ``fused``'s."""
 
-    def __init__(self):
-        self.__dict__.update(fused().__dict__)
-        self.name = "fused-no-pcie-shape"
+    variant = "fused-no-pcie-shape"
 
     def uses(self, column: str) -> bool:
         return super().uses(column) and not is_pcie_shape_column(column)

@@ -19,16 +19,15 @@ patches per step); ``val_loss`` is the same loss on held-out samples at fixed ti
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 
 from . import parallel as par
 from .base import Context, variants
-from .infer_diffusion import CLASSES, DiT, patchify
+from .infer_diffusion import CLASSES, DiT, latent_side, patchify
 from .model import ModelConfig
-
-MODEL_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")
 
 
 class LatentSource:
@@ -90,16 +89,14 @@ def train_dit(ctx: Context, cfg: dict) -> None:
     from .train import _record_setup, _set_val, _train_loop
 
     tokens, patch, latent_ch = int(cfg["tokens"]), int(cfg["patch"]), int(cfg["latent_ch"])
-    g = math.isqrt(tokens)
-    if g * g != tokens:
-        raise ValueError(f"tokens must be a square number of patches, got {tokens}")
-    mcfg = ModelConfig(**{k: cfg[k] for k in MODEL_KEYS if k in cfg}, seq_len=tokens, causal=False)
+    side = latent_side(tokens, patch)
+    mcfg = dataclasses.replace(par.model_config(cfg), seq_len=tokens, causal=False)
     torch.manual_seed(ctx.seed)
     with torch.device(ctx.device):
         model = DiT(mcfg, latent_ch * patch * patch)
     model.train()
     _record_setup(ctx, cfg, model, mcfg, dit_flops_per_token(mcfg, latent_ch * patch * patch))
-    source = LatentSource(int(cfg["classes"]), latent_ch, g * patch, int(cfg["modes"]), ctx.device,
+    source = LatentSource(int(cfg["classes"]), latent_ch, side, int(cfg["modes"]), ctx.device,
                           seed=ctx.seed * 7919 + 1)
     gen = torch.Generator(device=ctx.device).manual_seed(ctx.seed * 7919 + 2)
     opts = par.make_optimizers(ctx, model, cfg)
@@ -115,13 +112,13 @@ def train_dit(ctx: Context, cfg: dict) -> None:
         par.optimizer_step(opts)
         return loss.detach()
 
-    ctx.ledger.extra.update(classes=int(cfg["classes"]), image_px=8 * g * patch, class_dropout=drop)
+    ctx.ledger.extra.update(classes=int(cfg["classes"]), image_px=8 * side, class_dropout=drop)
     _train_loop(ctx, cfg, step, batch * tokens)
 
     @torch.no_grad()
     def evaluate():
         model.eval()
-        held = LatentSource(int(cfg["classes"]), latent_ch, g * patch, int(cfg["modes"]), ctx.device,
+        held = LatentSource(int(cfg["classes"]), latent_ch, side, int(cfg["modes"]), ctx.device,
                             seed=ctx.seed * 7919 + 1)          # the same distribution ...
         held.gen.manual_seed(ctx.seed + 99)                     # ... other samples
         vgen = torch.Generator(device=ctx.device).manual_seed(ctx.seed + 98)
