@@ -229,6 +229,27 @@ def test_throttle_and_shaping_insert_idle(truths):
     assert losses[-1] < losses[0]
 
 
+def test_throttle_trains_a_diffusion_transformer_too(truths):
+    """``arch: dit``: the throttled trainer is train.diffusion's DiT (its parameters, its patch tokens per
+    step), wrapped in DDP like the GPT (the two toy ranks all-reduce its gradients every step), paused
+    after each step, and costed against the unthrottled DiT trainer of its shape."""
+    import dataclasses
+
+    from trainsentry.workloads import parallel as par
+    from trainsentry.workloads.infer_diffusion import DiT
+    for name in ("adv.throttle.dit-b-pause200ms", "adv.throttle.dit-b-exp1s", "adv.throttle.dit-b-lowutil"):
+        t, c = truths[name], cfg(name)
+        e = ex(t)
+        dit = DiT(dataclasses.replace(par.model_config(c), seq_len=c["tokens"], causal=False), c["latent_ch"] * c["patch"] ** 2)
+        assert e["params_local"] == sum(p.numel() for p in dit.parameters()), name
+        ranks = len(gt(t)["extra"])                      # every rank trains its own batches
+        assert ranks == 2 and gt(t)["tokens"] == ranks * STEPS * c["batch"] * c["tokens"] and e["image_px"] == 8 * 2 * 4, name
+        assert e["collective_method"] == "ddp-comm-hook" and coll(t)["all_reduce"] >= STEPS * e["params_local"] * 4, name
+        assert e["baseline"] == "train.diffusion.b-256" and e["phase_s_total"]["pause"] > 0, name
+    low = ex(truths["adv.throttle.dit-b-lowutil"])["phase_s_total"]
+    assert low["compute"] / (low["compute"] + low["pause"]) < 0.45
+
+
 def test_online_and_whitebox_serve_real_tokens(truths):
     assert ex(truths["adv.online.lora-k4"])["served_tokens"] > 0
     assert ex(truths["adv.online.lora-k4"])["lora_params"] == ex(truths["adv.online.lora-k4"])["params_trainable_local"]

@@ -26,7 +26,7 @@ from trainsentry.workloads.infer_serve import SlotPool, decode_pool, prefill_int
 from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md", "offload", "kvswap", "rag", "specdec", "agent", "diffusion"}
+INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md", "offload", "kvswap", "rag", "specdec", "agent", "diffusion", "video"}
 OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil", "spectral", "quantize", "stream"}
 # (configs that need a larger launch than this file's 2 ranks are run in test_ngpu.py)
 MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other") and s.min_ranks <= 2)
@@ -198,8 +198,9 @@ def test_gpu_configs_fit_two_h200():
             tokens = cfg["batch"] * cfg["seq_len"]
             host_gb = cfg["host_threads"] * cfg["n_rows"] * cfg["doc_len"] * 2 / 1e9
             assert host_gb < 40, f"{name} keeps ~{host_gb:.0f} GB in host memory"
-        elif spec.family == "diffusion":   # no KV cache: every step attends over the image's patches afresh
-            assert cfg["tokens"] <= cfg["seq_len"] and math.isqrt(cfg["tokens"]) ** 2 == cfg["tokens"], name
+        elif spec.family in ("diffusion", "video"):   # no KV cache: every step attends over all patches afresh
+            assert cfg.get("frames", 1) * cfg["tokens"] <= cfg["seq_len"], name
+            assert math.isqrt(cfg["tokens"]) ** 2 == cfg["tokens"], name
             tokens = 0
             m = model_config(cfg, causal=False)
         elif spec.family == "cp":   # no KV cache is kept: one layer's gathered K/V at a time
@@ -496,6 +497,51 @@ def test_diffusion_ledger_and_images_reach_the_host(toy_run):
         # a batch is its denoising steps and the decoder: more than the steps alone, not much more at toy size
         per_batch = g["flops"] / g["steps"]
         assert c["steps"] * x["flops_per_denoising_step"] < per_batch < 2 * c["steps"] * x["flops_per_denoising_step"], name
+
+
+def test_video_ledger_counts_every_frame_and_every_frame_reaches_the_host(toy_run):
+    """Toy video (3 latent frames of 16 patches in one 48-token sequence): the tokens through the
+    transformer and the uint8 bytes to the host are a frame's times the frames, and the transformer's
+    FLOPs per denoising step exceed 3 images' (attention over the whole clip is quadratic in it)."""
+    for name in ("infer.video.m350m_f16_t256_b2", "infer.video.xl3b_f16_t1024_b1_nocfg"):
+        t = truth(toy_run, name)
+        c, g = t["config"], t["ground_truth"]
+        x = g["extra"]["0"]
+        halves = 2 if c["guidance"] > 1 else 1
+        assert t["ok"] and x["frames"] == c["frames"] == 3, name
+        assert x["bytes_to_host_per_step"] == c["batch"] * 3 * 3 * 64 * 64, name
+        assert g["tokens"] == g["steps"] * c["batch"] * halves * 3 * c["tokens"] * c["steps"], name
+        assert 0 < x["host_checksum"] / (g["steps"] * x["bytes_to_host_per_step"]) < 255, name
+    image, video = truth(toy_run, "infer.diffusion.m350m_t256_b64_nocfg"), truth(toy_run, "infer.video.xl3b_f16_t1024_b1_nocfg")
+    per_image = image["ground_truth"]["extra"]["0"]["flops_per_denoising_step"] / image["config"]["batch"]
+    per_frame = video["ground_truth"]["extra"]["0"]["flops_per_denoising_step"] / (3 * video["config"]["batch"])
+    assert per_frame > per_image
+
+
+def test_video_frames_share_one_sequence_and_decode_one_by_one():
+    """Frames are consecutive runs of one sequence: attention mixes them (a change to the last frame's
+    input moves the first frame's output), and the decoder turns each frame's patches into its own image."""
+    from trainsentry.workloads.infer_diffusion import DiT, patchify, sample
+    mcfg = model_config({"model": "toy", "seq_len": 48}, causal=False)
+    torch.manual_seed(0)
+    dit = DiT(mcfg, 16).eval()
+    x, labels, t = torch.randn(2, 48, 16), torch.tensor([1, 2]), torch.full((2,), 0.5)
+    y = x.clone()
+    y[:, 32:] += 1.0
+    with torch.inference_mode():
+        assert not torch.allclose(dit(x, t, labels)[:, :16], dit(y, t, labels)[:, :16])
+    frames = torch.randn(2, 3, 4, 8, 8)          # [clip, frame, channel, side, side]
+    seq = torch.cat([patchify(frames[:, f], 2) for f in range(3)], dim=1)
+
+    class Still(torch.nn.Module):                # zero velocity: the sampler returns its noise unchanged
+        def forward(self, x, t, labels):
+            return torch.zeros_like(x)
+
+    out = sample(Still(), torch.nn.Identity(), seq, labels, 4, 1.0, 4, 2, frames=3)
+    assert torch.equal(out, frames.reshape(6, 4, 8, 8))
+    with pytest.raises(ValueError, match="frames"):
+        spec = WORKLOADS["infer.video.m350m_f16_t256_b2"]
+        spec.fn(None, {**spec.resolve(True), "frames": 4})          # 4 x 16 patches > 48 positions
 
 
 def test_diffusion_guidance_is_one_batch_of_both_halves_and_patches_round_trip():

@@ -13,7 +13,7 @@ Power capping and clock limits are not registered: they are not allowed on the s
 
 from __future__ import annotations
 
-from . import train
+from . import train, train_diffusion
 from .adversarial_core import BASE, BASELINE, TOY, strategy_extra
 from .adversarial_diloco import run_diloco
 from .adversarial_serve import run_online, run_whitebox
@@ -74,6 +74,14 @@ def _register() -> None:
         "pause50ms": {"pause_s": 0.05}, "pause200ms": {"pause_s": 0.2},
         "lowutil": {"batch": 4, "duty": 0.3},
     }, toy={"pause_s": 0.01}, description="DDP with micro-pauses or a low duty cycle")
+    # the same rhythms on a trainer that is not a language model: train.diffusion's DiT-B/2 (one GPU, the
+    # rectified-flow loss), throttled with the gaps of an image-generation service (docs/redteam-strategies.md)
+    _reg("throttle", run_throttle, {
+        "dit-b-pause200ms": {"pause_s": 0.2}, "dit-b-exp1s": {"pause_s": 1.0, "pause_dist": "exp"},
+        "dit-b-exp300ms": {"pause_s": 0.3, "pause_dist": "exp"}, "dit-b-lowutil": {"batch": 16, "duty": 0.3},
+    }, base={**train_diffusion.BASE, **train_diffusion.B256, "arch": "dit", "baseline": "train.diffusion.b-256"},
+         toy={**train_diffusion.TOY, "pause_s": 0.01},
+         description="a diffusion transformer trainer with micro-pauses, a service's random gaps or a low duty cycle")
     _reg("kvdisguise", run_grad_exchange, {
         "step-p2k": {"exchange": "kv", "kv_prompt_len": 2048, "decode_batch": 16, "decode_prompt_len": 128,
                      "decode_len": 256},

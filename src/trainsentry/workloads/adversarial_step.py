@@ -24,12 +24,14 @@ from .base import Context
 from .comm import CollectiveCounter
 from .infer_common import IdlePause
 from .infer_parallel import kv_transfer_bytes
+from .train_diffusion import DitReplica
 
 
 def ddp_replica(ctx: Context, cfg: dict, hook: str = "counting") -> Replica:
     """A replica whose ``net`` is DDP over all ranks (a single rank without a process group trains
-    alone, so the strategy still runs on one GPU)."""
-    rep = Replica(ctx, cfg)
+    alone, so the strategy still runs on one GPU). ``arch: dit`` trains ``train.diffusion``'s
+    diffusion transformer (``train_diffusion.DitReplica``) instead of the GPT."""
+    rep = DitReplica(ctx, cfg) if cfg.get("arch") == "dit" else Replica(ctx, cfg)
     if not dist.is_initialized():
         ctx.ledger.extra["collective_method"] = "none"
         return rep

@@ -22,9 +22,16 @@ device to host). The weights are random, as every lab model's are: the work, not
 the telemetry sees. ``pause_s`` idles the GPU after each batch (``pause_dist``: ``exp`` by default,
 requests arriving at random).
 
+Video (family ``video``, ``infer.video.*``, added 2026-12-03): the same sampler over ``frames`` latent
+frames of ``tokens`` patches each, all in one sequence with bidirectional attention across space and time
+(full spatio-temporal attention, as video diffusion transformers such as Wan, arXiv:2503.20314, attend),
+every frame decoded on its own and the uint8 frames copied to the host. The sequence is ``frames`` times
+an image's, so attention, quadratic in it, takes a larger share of each denoising step than in an image.
+
 Ledger: one step per batch of requests (every denoising step and the decode), its FLOPs counted once
-on a whole batch; tokens the latent tokens through the transformer (requests × guidance halves × tokens ×
-steps). Extra: the FLOPs per denoising step, the bytes to host per batch and their checksum.
+on a whole batch; tokens the latent tokens through the transformer (requests × guidance halves × frames ×
+tokens × steps). Extra: the FLOPs per denoising step, the frames, the bytes to host per batch and their
+checksum.
 """
 
 from __future__ import annotations
@@ -122,13 +129,16 @@ def guided_velocity(model: DiT, x: torch.Tensor, t: float, labels: torch.Tensor,
 
 
 def sample(model: DiT, decoder: PixelDecoder, noise: torch.Tensor, labels: torch.Tensor, steps: int,
-           guidance: float, latent_ch: int, patch: int) -> torch.Tensor:
-    """Euler steps of the rectified flow from ``noise`` (t = 1) to t = 0, then the decoder: images in [-1, 1]."""
+           guidance: float, latent_ch: int, patch: int, frames: int = 1) -> torch.Tensor:
+    """Euler steps of the rectified flow from ``noise`` (t = 1) to t = 0, then the decoder: images in
+    [-1, 1], [n, 3, px, px], or with ``frames`` > 1 (a video's latent frames one after another in the
+    sequence) every frame decoded alone, [n · frames, 3, px, px]."""
     x = noise
     ts = torch.linspace(1.0, 0.0, steps + 1).tolist()
     for t0, t1 in zip(ts[:-1], ts[1:]):
         x = x + (t1 - t0) * guided_velocity(model, x, t0, labels, guidance)
-    return decoder(unpatchify(x, latent_ch, patch))
+    n, seq, dim = x.shape
+    return decoder(unpatchify(x.reshape(n * frames, seq // frames, dim), latent_ch, patch))
 
 
 def latent_side(tokens: int, patch: int) -> int:
@@ -141,8 +151,11 @@ def latent_side(tokens: int, patch: int) -> int:
 @inference_entry
 def run_diffusion(ctx: Context, cfg: dict) -> None:
     tokens, patch, latent_ch = int(cfg["tokens"]), int(cfg["patch"]), int(cfg["latent_ch"])
-    if tokens > int(cfg["seq_len"]):
-        raise ValueError(f"tokens ({tokens}) exceed the model's positions (seq_len {cfg['seq_len']})")
+    frames = int(cfg.get("frames", 1))
+    if frames < 1:
+        raise ValueError(f"frames must be 1 (an image) or more (a video), got {frames}")
+    if frames * tokens > int(cfg["seq_len"]):
+        raise ValueError(f"frames x tokens ({frames} x {tokens}) exceed the model's positions (seq_len {cfg['seq_len']})")
     side = latent_side(tokens, patch)
     batch, steps, guidance = int(cfg["batch"]), int(cfg["steps"]), float(cfg["guidance"])
     if guidance < 1.0:
@@ -157,12 +170,13 @@ def run_diffusion(ctx: Context, cfg: dict) -> None:
     gen = torch.Generator(device=ctx.device).manual_seed(ctx.seed * 7919 + ctx.rank)
 
     def requests() -> tuple[torch.Tensor, torch.Tensor]:
-        noise = torch.randn(batch, tokens, latent_ch * patch * patch, device=ctx.device, dtype=ctx.dtype, generator=gen)
+        noise = torch.randn(batch, frames * tokens, latent_ch * patch * patch, device=ctx.device, dtype=ctx.dtype,
+                            generator=gen)
         labels = torch.randint(0, CLASSES, (batch,), device=ctx.device, generator=gen)
         return noise, labels
 
     def one_batch(noise, labels) -> torch.Tensor:
-        return sample(model, decoder, noise, labels, steps, guidance, latent_ch, patch)
+        return sample(model, decoder, noise, labels, steps, guidance, latent_ch, patch, frames)
 
     halves = 2 if guidance > 1.0 else 1
     noise, labels = requests()
@@ -172,7 +186,7 @@ def run_diffusion(ctx: Context, cfg: dict) -> None:
     ctx.ledger.extra.update(params=sum(p.numel() for p in model.parameters()), method="flop_counter",
                             decoder_params=sum(p.numel() for p in decoder.parameters()),
                             flops_per_denoising_step=denoise_flops, image_px=pixels, steps_per_image=steps,
-                            guidance=guidance, bytes_to_host_per_step=batch * 3 * pixels * pixels)
+                            guidance=guidance, frames=frames, bytes_to_host_per_step=batch * frames * 3 * pixels * pixels)
     host_sum = 0.0
     while ctx.keep_going():
         noise, labels = requests()
@@ -181,7 +195,7 @@ def run_diffusion(ctx: Context, cfg: dict) -> None:
         u8 = ((images.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).to("cpu")   # to the clients
         host_sum += float(u8.sum(dtype=torch.float64))
         ctx.sync()
-        ctx.ledger.step(time.perf_counter() - t0, batch * halves * tokens * steps)
+        ctx.ledger.step(time.perf_counter() - t0, batch * halves * frames * tokens * steps)
         pause.wait()
     ctx.ledger.extra["host_checksum"] = host_sum
 
@@ -200,4 +214,20 @@ variants("infer.diffusion", "inference", "diffusion", run_diffusion,
              "xl3b_t4096_b1": {"model": "gpt3b", "tokens": 4096, "seq_len": 4096, "batch": 1, "steps": 28,
                                "guidance": 3.5},                                      # 1024 px
              "m350m_t256_b64_nocfg": {"batch": 64, "steps": 25, "guidance": 1.0},     # distilled: no guidance
+         })
+
+variants("infer.video", "inference", "video", run_diffusion,
+         base={"model": "gpt350m", "frames": 16, "tokens": 256, "seq_len": 4096, "patch": 2, "latent_ch": 4,
+               "batch": 2, "steps": 30, "guidance": 5.0, "decoder_width": 128, "pause_s": 0.0},
+         toy={"model": "toy", "frames": 3, "tokens": 16, "seq_len": 48, "batch": 2, "steps": 3, "decoder_width": 8,
+              "pause_s": 0.0},
+         gpus=1, description="class-conditional video generation with a diffusion transformer: "
+                             "full attention over every frame's patches, tens of dense forward passes per "
+                             "clip, frames to the host", grid={
+             "m350m_f16_t256_b2": {},                                                 # 16 latent frames at 256 px
+             "m350m_f16_t256_b2_gap": {"pause_s": 2.0},                               # clips requested at random
+             "l1b_f8_t1024_b1": {"model": "gpt1b", "frames": 8, "tokens": 1024, "seq_len": 8192,
+                                 "batch": 1},                                         # 8 latent frames at 512 px
+             "xl3b_f16_t1024_b1_nocfg": {"model": "gpt3b", "frames": 16, "tokens": 1024, "seq_len": 16384,
+                                         "batch": 1, "steps": 8, "guidance": 1.0},    # distilled, 16k tokens
          })

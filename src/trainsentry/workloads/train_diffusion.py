@@ -19,6 +19,7 @@ patches per step); ``val_loss`` is the same loss on held-out samples at fixed ti
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
@@ -84,68 +85,110 @@ def dit_flops_per_token(mcfg: ModelConfig, patch_dim: int) -> float:
     return 3 * fwd
 
 
-def train_dit(ctx: Context, cfg: dict) -> None:
-    """One GPU: a diffusion transformer trained with the rectified-flow loss, AdamW."""
-    from .train import _record_setup, _set_val, _train_loop
+class DitReplica:
+    """One GPU's diffusion transformer, its AdamW and its stream of latents: ``train_dit``'s step body
+    behind the interface of ``adversarial_core.Replica`` (``forward_backward``, ``apply``, ``val_loss``,
+    ``tokens_per_micro``, ``model``/``net``), so that the red team's per-step strategies
+    (``adversarial_step.ddp_replica`` with ``arch: dit``) train this model exactly as ``train_dit`` does."""
 
-    tokens, patch, latent_ch = int(cfg["tokens"]), int(cfg["patch"]), int(cfg["latent_ch"])
-    side = latent_side(tokens, patch)
-    mcfg = dataclasses.replace(par.model_config(cfg), seq_len=tokens, causal=False)
-    torch.manual_seed(ctx.seed)
-    with torch.device(ctx.device):
-        model = DiT(mcfg, latent_ch * patch * patch)
-    model.train()
-    _record_setup(ctx, cfg, model, mcfg, dit_flops_per_token(mcfg, latent_ch * patch * patch))
-    source = LatentSource(int(cfg["classes"]), latent_ch, side, int(cfg["modes"]), ctx.device,
-                          seed=ctx.seed * 7919 + 1)
-    gen = torch.Generator(device=ctx.device).manual_seed(ctx.seed * 7919 + 2)
-    opts = par.make_optimizers(ctx, model, cfg)
-    batch, drop = int(cfg["batch"]), float(cfg["class_dropout"])
+    def __init__(self, ctx: Context, cfg: dict):
+        from .train import _record_setup
 
-    def step():
-        x0, labels = source.batch(batch)
-        labels = torch.where(torch.rand(batch, device=ctx.device, generator=gen) < drop,
-                             torch.full_like(labels, CLASSES), labels)
-        with par.autocast(ctx):
-            loss = flow_loss(model, x0, labels, patch, gen)
-        loss.backward()
-        par.optimizer_step(opts)
-        return loss.detach()
+        self.ctx, self.cfg = ctx, cfg
+        self.tokens, self.patch, self.latent_ch = int(cfg["tokens"]), int(cfg["patch"]), int(cfg["latent_ch"])
+        self.side = latent_side(self.tokens, self.patch)
+        self.mcfg = dataclasses.replace(par.model_config(cfg), seq_len=self.tokens, causal=False)
+        torch.manual_seed(ctx.seed)
+        with torch.device(ctx.device):
+            self.model = DiT(self.mcfg, self.latent_ch * self.patch * self.patch)
+        self.model.train()
+        self.net = self.model
+        _record_setup(ctx, cfg, self.model, self.mcfg,
+                      dit_flops_per_token(self.mcfg, self.latent_ch * self.patch * self.patch))
+        self.source = self._source()
+        self.gen = torch.Generator(device=ctx.device).manual_seed(ctx.seed * 7919 + 2)
+        self.opts = par.make_optimizers(ctx, self.model, cfg)
+        self.batch, self.drop = int(cfg["batch"]), float(cfg["class_dropout"])
+        self.tokens_per_micro = self.batch * self.tokens
+        ctx.ledger.extra.update(classes=int(cfg["classes"]), image_px=8 * self.side, class_dropout=self.drop)
 
-    ctx.ledger.extra.update(classes=int(cfg["classes"]), image_px=8 * side, class_dropout=drop)
-    _train_loop(ctx, cfg, step, batch * tokens)
+    def _source(self) -> LatentSource:
+        return LatentSource(int(self.cfg["classes"]), self.latent_ch, self.side, int(self.cfg["modes"]),
+                            self.ctx.device, seed=self.ctx.seed * 7919 + 1)
+
+    def forward_backward(self, micro: int = 1) -> torch.Tensor:
+        """The flow loss of ``micro`` batches through ``net``, their gradients accumulated in ``p.grad``
+        (a DDP ``net`` all-reduces on the last micro-batch only, as ``Replica``'s does)."""
+        total = 0.0
+        for i in range(micro):
+            quiet = i < micro - 1 and hasattr(self.net, "no_sync")
+            x0, labels = self.source.batch(self.batch)
+            labels = torch.where(torch.rand(self.batch, device=self.ctx.device, generator=self.gen) < self.drop,
+                                 torch.full_like(labels, CLASSES), labels)
+            with self.net.no_sync() if quiet else contextlib.nullcontext():
+                with par.autocast(self.ctx):
+                    loss = flow_loss(self.net, x0, labels, self.patch, self.gen) / micro
+                loss.backward()
+            total = total + loss.detach()
+        return total
+
+    def apply(self) -> None:
+        """One AdamW step on the accumulated gradients (unclipped, as ``train_dit`` trains)."""
+        par.optimizer_step(self.opts)
 
     @torch.no_grad()
-    def evaluate():
-        model.eval()
-        held = LatentSource(int(cfg["classes"]), latent_ch, side, int(cfg["modes"]), ctx.device,
-                            seed=ctx.seed * 7919 + 1)          # the same distribution ...
-        held.gen.manual_seed(ctx.seed + 99)                     # ... other samples
-        vgen = torch.Generator(device=ctx.device).manual_seed(ctx.seed + 98)
-        losses = []
-        for i in range(int(cfg.get("val_batches", 4))):
-            x0, labels = held.batch(batch)
-            t = torch.full((batch,), (i + 0.5) / int(cfg.get("val_batches", 4)), device=ctx.device)
-            with par.autocast(ctx):
-                losses.append(float(flow_loss(model, x0, labels, patch, vgen, t)))
-        model.train()
+    def evaluate(self) -> float:
+        """The same loss on held-out samples of the same distribution at fixed times."""
+        self.model.eval()
+        held = self._source()                                   # the same distribution ...
+        held.gen.manual_seed(self.ctx.seed + 99)                # ... other samples
+        vgen = torch.Generator(device=self.ctx.device).manual_seed(self.ctx.seed + 98)
+        n, losses = int(self.cfg.get("val_batches", 4)), []
+        for i in range(n):
+            x0, labels = held.batch(self.batch)
+            t = torch.full((self.batch,), (i + 0.5) / n, device=self.ctx.device)
+            with par.autocast(self.ctx):
+                losses.append(float(flow_loss(self.model, x0, labels, self.patch, vgen, t)))
+        self.model.train()
         return sum(losses) / len(losses)
 
-    _set_val(ctx, evaluate)
+    def val_loss(self) -> None:
+        from .train import _set_val
+        _set_val(self.ctx, self.evaluate)
+
+
+def train_dit(ctx: Context, cfg: dict) -> None:
+    """One GPU: a diffusion transformer trained with the rectified-flow loss, AdamW."""
+    from .train import _train_loop
+
+    rep = DitReplica(ctx, cfg)
+
+    def step():
+        loss = rep.forward_backward()
+        rep.apply()
+        return loss
+
+    _train_loop(ctx, cfg, step, rep.tokens_per_micro)
+    rep.val_loss()
+
+
+# the registered configuration; the red team's DiT settings (workloads/adversarial.py) start from it too
+BASE = {"d_model": 1024, "n_layers": 24, "n_heads": 16, "n_kv_heads": None, "d_ff": None,
+        "tokens": 256, "seq_len": 256, "patch": 2, "latent_ch": 4, "batch": 64, "classes": 100,
+        "modes": 16, "class_dropout": 0.1, "optimizer": "adamw", "lr": 1e-4, "warmup": 20,
+        "val_batches": 4}
+TOY = {"d_model": 64, "n_layers": 2, "n_heads": 4, "tokens": 16, "seq_len": 16, "batch": 16,
+       "classes": 4, "modes": 4, "lr": 3e-3, "warmup": 2, "val_batches": 2}
+B256 = {"d_model": 768, "n_layers": 12, "n_heads": 12, "batch": 128}        # DiT-B/2's shape
 
 
 variants("train.diffusion", "training", "dit", train_dit,
-         base={"d_model": 1024, "n_layers": 24, "n_heads": 16, "n_kv_heads": None, "d_ff": None,
-               "tokens": 256, "seq_len": 256, "patch": 2, "latent_ch": 4, "batch": 64, "classes": 100,
-               "modes": 16, "class_dropout": 0.1, "optimizer": "adamw", "lr": 1e-4, "warmup": 20,
-               "val_batches": 4},
-         toy={"d_model": 64, "n_layers": 2, "n_heads": 4, "tokens": 16, "seq_len": 16, "batch": 16,
-              "classes": 4, "modes": 4, "lr": 3e-3, "warmup": 2, "val_batches": 2},
+         base=BASE, toy=TOY,
          gpus=1, description="a diffusion transformer trained on one GPU with the rectified-flow loss "
                              "(class-conditional latents, AdamW): training that is not a language model",
          grid={
              "l-256": {},                                                          # DiT-L/2's shape, 256 px
              "xl-512": {"d_model": 1152, "n_layers": 28, "n_heads": 16, "tokens": 1024, "seq_len": 1024,
                         "batch": 16},                                              # DiT-XL/2's shape, 512 px
-             "b-256": {"d_model": 768, "n_layers": 12, "n_heads": 12, "batch": 128},  # DiT-B/2's shape
+             "b-256": B256,
          })
