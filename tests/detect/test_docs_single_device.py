@@ -54,3 +54,22 @@ def test_the_leads_comparison_comes_from_its_results_file():
                     "`new` alerted on 1 of 4 gapped services (against `old`'s 3) and found 2 of 2 throttled "
                     "trainers (against `old`'s 1).")
     assert "not in this checkout" in leads_numbers(None)
+
+
+def test_fused_wrong_instances_are_traced_to_their_cause():
+    """The share of `fused`'s errors that are training behind a closed exchange gate is counted from
+    per_run and the gate's shares, never summed by hand."""
+    from trainsentry.detect.docs import wrong_by_cause
+    per_run = {"single-a": {"class": "training", "test_instances": 30, "wrong_frac": 1.0},
+               "ddp-b": {"class": "training", "test_instances": 20, "wrong_frac": 0.5},
+               "tp-c": {"class": "inference", "test_instances": 40, "wrong_frac": 0.25},
+               "gen-d": {"class": "inference", "test_instances": 40, "wrong_frac": 0.0},
+               "ungated-e": {"class": "training", "test_instances": 10, "wrong_frac": 1.0}}
+    gate = {"single-a": {"exchange": 0.0}, "ddp-b": {"exchange": 0.9}, "tp-c": {"exchange": 1.0},
+            "gen-d": {"exchange": 0.0}, "ungated-e": {"exchange": 0.5}}
+    text = wrong_by_cause(per_run, gate)
+    assert text.startswith("`fused`'s wrong test instances over all splits: 60; "
+                           "training the exchange gate leaves closed: 30 (50%); "
+                           "training with the gate open: 20 (33%); inference alerted: 10 (17%)")
+    assert wrong_by_cause({"x": {"class": "training", "test_instances": 3, "wrong_frac": 0.0}}, {}) == \
+        "`fused` judged every test appearance right."

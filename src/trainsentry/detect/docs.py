@@ -532,6 +532,32 @@ def per_dataset_table(dets: dict) -> list[str]:
     return lines
 
 
+def wrong_by_cause(per_run: dict, gate: dict) -> str:
+    """`fused`'s wrong test instances (a run's test appearances times its wrong share, over all splits)
+    by where they come from: training whose windows mostly stay closed to the exchange gate (fewer than
+    half pass it, so `fused`, which speaks only where devices exchange, cannot alert on it), training
+    with the gate open, and false alerts by class."""
+    parts: dict[str, float] = {}
+    for rid, v in per_run.items():
+        n = v["wrong_frac"] * v["test_instances"]
+        if not n:
+            continue
+        if v["class"] == "training":
+            closed = rid in gate and gate[rid]["exchange"] < 0.5
+            key = "training the exchange gate leaves closed" if closed else "training with the gate open"
+        else:
+            key = f"{v['class']} alerted"
+        parts[key] = parts.get(key, 0.0) + n
+    total = sum(parts.values())
+    if not total:
+        return "`fused` judged every test appearance right."
+    order = sorted(parts.items(), key=lambda kv: -kv[1])
+    return (f"`fused`'s wrong test instances over all splits: {total:.0f}; "
+            + "; ".join(f"{k}: {n:.0f} ({n / total:.0%})" for k, n in order)
+            + " (a run's test appearances times its wrong share; the gate is `rules.exchange_gate`, closed "
+              "where fewer than half the run's windows pass it).")
+
+
 def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = None,
            leads: dict | None = None, per_dataset: dict | None = None) -> str:
     """The page. ``single_device``, ``one_gpu`` and ``leads``: the single-device path's results;
@@ -645,6 +671,8 @@ def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = 
                 v = dets[n]["per_run"].get(rid)
                 cells.append("–" if v is None else f"{_f(v['wrong_frac'], True, 0)} ({v['test_instances']})")
             lines.append(f"| {rid} | {cls} | " + " | ".join(cells) + " |")
+        if "fused" in ours:
+            lines += ["", wrong_by_cause(dets["fused"]["per_run"], doc.get("exchange_gate", {}))]
     gate = doc.get("exchange_gate", {})
     if gate:
         cols = (("exchange", "plain (`fused`)"), ("not_decode_comm", "decode veto, communication only (`comm-ml`)"),
