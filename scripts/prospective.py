@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="score runs recorded from this Unix time (default: when the newest model was fitted; "
                          "an earlier time lets in runs the models may have been fitted on)")
     args = ap.parse_args(argv)
-    rule = AlertRule(0.75, 3, 5)
+    rule = AlertRule()
     with tempfile.TemporaryDirectory() as tmp:
         path, meta = model_from_rev(args.model_rev, args.name, Path(tmp))
         det = load_model(path)

@@ -92,7 +92,7 @@ class LiveConfig:
     stride_s: float = 2.0
     buffer_s: float = 30.0          # samples kept per node: a window plus room for segmentation
     training_p: float = 0.5         # state "training" at or above this P(training)
-    alert: AlertRule = field(default_factory=lambda: AlertRule(0.75, 3, 5))
+    alert: AlertRule = field(default_factory=AlertRule)
     job_start_tol_s: float = 10.0   # the nodes of one job started it within this of each other ...
     job_simult_min: float = 0.5     # ... and their traffic is simultaneous (co-activity or correlation)
     loopback_as_link: bool = False

@@ -92,7 +92,7 @@ def run_eval(data: Roots, out: Path, docs: Path | None, n_splits: int = 200, sub
              detectors: list[str] | None = None, rt_trees: int = 400, seed: int = 0, lofo: bool = True,
              cache_dir: Path | None = None, command: str = "trainsentry eval", console=None,
              counter_periods: dict[str, float] | None = None) -> dict:
-    rule = AlertRule(0.75, 3, 5)
+    rule = AlertRule()
     factories = resolve_detectors(detectors, rt_trees)
     names = list(factories)
     t0 = time.time()

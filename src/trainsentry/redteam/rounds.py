@@ -48,7 +48,7 @@ from .coverage import NOT_RUN, campaign_coverage, held_out_unit
 from .evasion import by_family, score_evasion
 from .flopscore import flop_scores
 
-RULE = AlertRule(0.75, 3, 5)          # the rule `trainsentry eval` scores runs with
+RULE = AlertRule()          # the rule `trainsentry eval` scores runs with (its defaults: 0.75 in 3 of 5)
 PRIMARY = "fused"                     # the detector the live path prefers (collector.live.PREFERENCE)
 MAX_BALANCE, MAX_REPEAT = 8, 16      # bound the fitting data (and time) the repeats add
 HARDENING = {1: "as delivered: fitted on the benign runs only",
