@@ -22,13 +22,15 @@ from pathlib import Path
 LEAD = "single-device"
 
 
-def lead_rows(doc: dict) -> dict[str, dict]:
-    """run id → the lead's verdict on it, from one prospective results file."""
+def lead_rows(doc: dict) -> dict[tuple[str, str], dict]:
+    """(data root, run id) → the lead's verdict on it, from one prospective results file. The root is part
+    of the key: two nodes' campaigns can reuse a run id (a cost baseline recorded again under the red
+    team's root has the lab run's id)."""
     out = {}
     for r in doc["per_run"]:
         if f"{LEAD}_p_in_run_median" not in r:
             raise ValueError(f"{doc['command']}: no `{LEAD}` scores (run prospective.py with --also {LEAD})")
-        out[r["run_id"]] = {"class": r["class"], "family": r["family"],
+        out[(doc.get("data", ""), r["run_id"])] = {"class": r["class"], "family": r["family"],
                             "p_median": r[f"{LEAD}_p_in_run_median"],
                             "alerted": bool(r[f"{LEAD}_alerted_capped_rule"]),
                             "config_seen_before": bool(r.get("config_seen_before"))}
@@ -44,18 +46,20 @@ def committed_runs(rev: str, root: str, repo: str | Path = ".") -> set[str]:
     return set(out.stdout.split())
 
 
-def compare(docs: list[dict], runs_at: set[str] | None = None) -> dict:
-    """``runs_at``: when given, only these run ids are kept (the runs committed at a revision, so that a
-    comparison made then is reproduced after the prospective files were re-run with later runs)."""
+def compare(docs: list[dict], runs_at: set[tuple[str, str]] | None = None) -> dict:
+    """``runs_at``: when given, only these (data root, run id) pairs are kept (the runs committed at a
+    revision, so that a comparison made then is reproduced after the prospective files were re-run with
+    later runs)."""
     # one lead per revision; several files of one revision (datasets) are pooled
     revs = list(dict.fromkeys(d["model"]["rev"] for d in docs))
     rows = [{k: v for d in docs if d["model"]["rev"] == rev for k, v in lead_rows(d).items()} for rev in revs]
     judged = set.intersection(*(set(r) for r in rows))
     common = sorted(judged & runs_at if runs_at is not None else judged)
-    runs = [{"run_id": rid, "class": rows[0][rid]["class"], "family": rows[0][rid]["family"],
-             "leads": {rev: {k: r[rid][k] for k in ("p_median", "alerted", "config_seen_before")}
+    common.sort(key=lambda key: (key[1], key[0]))
+    runs = [{"run_id": key[1], "data": key[0], "class": rows[0][key]["class"], "family": rows[0][key]["family"],
+             "leads": {rev: {k: r[key][k] for k in ("p_median", "alerted", "config_seen_before")}
                        for rev, r in zip(revs, rows)}}
-            for rid in common]
+            for key in common]
     counts = {rev: {cls: {"runs": sum(1 for x in runs if x["class"] == cls),
                           "alerted": sum(1 for x in runs if x["class"] == cls and x["leads"][rev]["alerted"])}
                     for cls in sorted({x["class"] for x in runs})} for rev in revs}
@@ -81,13 +85,16 @@ def render(res: dict, command: str) -> str:
         lines.append(f"| `{rev}` | " + " | ".join(f"{v['alerted']} of {v['runs']}" for v in res["counts"][rev].values()) + " |")
     lines += ["", "| run | class | family | " + " | ".join(f"`{r}`" for r in revs) + " |",
               "|---|---|---|" + "---|" * len(revs)]
+    ids = [x["run_id"] for x in res["runs"]]
     for x in res["runs"]:
+        # a run id found under two data roots is named with its root
+        name = f"`{x['run_id']}`" + (f" ({x['data']})" if ids.count(x["run_id"]) > 1 else "")
         cells = []
         for rev in revs:
             v = x["leads"][rev]
             p = "–" if v["p_median"] is None else f"{v['p_median']:.2f}"
             cells.append((f"**{p}**" if v["alerted"] else p) + (" †" if v["config_seen_before"] else ""))
-        lines.append(f"| `{x['run_id']}` | {x['class']} | {x['family']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | {x['class']} | {x['family']} | " + " | ".join(cells) + " |")
     lines += ["", "Sources:", ""] + [f"* `{s}`" for s in res["sources"]]
     return "\n".join(lines) + "\n"
 
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                     "prospective file's data root)")
     args = ap.parse_args(argv)
     docs = [json.loads(Path(p).read_text()) for p in args.prospective]
-    runs_at = (set().union(*(committed_runs(args.runs_at, root) for root in sorted({d["data"] for d in docs})))
+    runs_at = ({(root, rid) for root in sorted({d["data"] for d in docs}) for rid in committed_runs(args.runs_at, root)}
                if args.runs_at else None)
     res = compare(docs, runs_at)
     if not res["runs"]:

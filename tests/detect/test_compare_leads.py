@@ -13,6 +13,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_leads.py"
 
 def _doc(rev: str, runs: list[tuple[str, str, float, bool, bool]], data: str = "data/x") -> dict:
     return {"command": f"python scripts/prospective.py --model-rev {rev} --data {data}", "model": {"rev": rev},
+            "data": data,
             "judged_from": 1.0,
             "per_run": [{"run_id": rid, "class": cls, "family": "f", "config_seen_before": seen,
                          "single-device_p_in_run_median": p, "single-device_alerted_capped_rule": alerted,
@@ -58,7 +59,7 @@ def test_runs_at_keeps_a_comparison_reproducible_after_later_runs():
     docs = [_doc("new", [("a", "inference", 0.1, False, False), ("later", "training", 0.9, True, False)]),
             _doc("old", [("a", "inference", 0.8, True, False), ("later", "training", 0.2, False, False)])]
     assert [r["run_id"] for r in ns["compare"](docs)["runs"]] == ["a", "later"]
-    res = ns["compare"](docs, runs_at={"a", "elsewhere"})
+    res = ns["compare"](docs, runs_at={("data/x", "a"), ("data/x", "elsewhere"), ("data/y", "later")})
     assert [r["run_id"] for r in res["runs"]] == ["a"]
     assert res["counts"]["old"] == {"inference": {"runs": 1, "alerted": 1}}
 
@@ -80,3 +81,19 @@ def test_committed_runs_reads_the_tree_at_a_revision(tmp_path):
     assert ns["committed_runs"]("HEAD", "data/x", tmp_path) == {"run-a", "run-b"}
     with pytest.raises(ValueError, match="ls-tree"):
         ns["committed_runs"]("HEAD", "data/no-such-root", tmp_path)
+
+
+def test_one_run_id_under_two_roots_is_two_runs():
+    """A cost baseline recorded again under the red team's root can carry a lab run's id: both are kept,
+    and the page names each with its root."""
+    ns = runpy.run_path(str(SCRIPT))
+    docs = [_doc("new", [("same", "training", 0.9, True, False)], "data/lab"),
+            _doc("new", [("same", "training", 0.8, True, False)], "data/rt"),
+            _doc("old", [("same", "training", 0.7, False, False)], "data/lab"),
+            _doc("old", [("same", "training", 0.2, False, False)], "data/rt")]
+    res = ns["compare"](docs)
+    assert [(r["data"], r["run_id"]) for r in res["runs"]] == [("data/lab", "same"), ("data/rt", "same")]
+    assert res["counts"]["new"] == {"training": {"runs": 2, "alerted": 2}}
+    page = ns["render"](res, "cmd")
+    assert "| `same` (data/lab) | training | f | **0.90** | 0.70 |" in page
+    assert "| `same` (data/rt) | training | f | **0.80** | 0.20 |" in page
