@@ -934,3 +934,12 @@ def test_the_unseen_family_is_told_when_present(tmp_path):
     assert "fitted on the other 469 runs and judging its 6, fused alerted on 0; fused+single-device-tensor alerted on 3" in said
     assert sorted(i.value for i in ctx.injected) == [0, 3, 6, 469]
     assert all(s.startswith("unseen-diffusion.json#") for i in ctx.injected for s in i.sources)
+    # a second held-out family follows the first, its numbers traced to its own file
+    assert INPUTS["unseen_video"].optional
+    (res / "unseen-video.json").write_text(json.dumps({**doc, "family": "video", "runs_fitted": 483, "runs_judged": 4,
+                                                       "detectors": {"fused": {"alerted": 0, "correct": 4, "runs": []}}}))
+    ctx = Ctx(res, DATA, True, CONFIGS)
+    said = re.sub(r"<[^>]+>", "", _unseen_family(ctx))
+    assert "So was a second one, video generation" in said
+    assert "fitted on the other 483 runs and judging its 4, fused alerted on 0 (docs/unseen-video.md)." in said
+    assert sum(s.startswith("unseen-video.json#") for i in ctx.injected for s in i.sources) == 3

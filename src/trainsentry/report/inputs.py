@@ -103,6 +103,13 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--cache .cache/features",
           "a benign family added after the detectors were designed (image generation with a diffusion "
           "transformer), held out of every fit", optional=True),
+    Input("unseen_video", "unseen-video.json", "results",
+          "python scripts/unseen_family.py --data data/h200 --data data/h200x1 --data data/h200x1-host "
+          "--family video --detector fused --detector fused+single-device --detector fused+single-device-tensor "
+          "--detector fused+single-device-live --out results/unseen-video.json --docs docs/unseen-video.md "
+          "--cache .cache/features",
+          "a second benign family added after the detectors were designed (video generation with a diffusion "
+          "transformer), held out of every fit", optional=True),
     Input("leads", "leads-s26.json", "results", _compare_leads(EARLIER_LEADS, "leads-s26", "5b40f3b"),
           "the committed single-device leads on the runs recorded after all of them (gapped services, "
           "throttled trainers)", optional=True),

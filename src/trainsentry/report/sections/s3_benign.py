@@ -76,22 +76,32 @@ def _targets(ctx) -> str:
                else "") + _with_more_data(ctx) + _unseen_family(ctx) + "</p>")
 
 
+# benign families held out of every fit (optional inputs from scripts/unseen_family.py): input key, what the
+# family is, its page
+UNSEEN = (("unseen_diffusion", "image generation with a diffusion transformer (tens of identical dense forward "
+           "passes per request, compute-bound as training is)", "docs/unseen-diffusion.md"),
+          ("unseen_video", "video generation with the same transformer (full attention over every frame's patches, "
+           "4k to 16k tokens a sequence)", "docs/unseen-video.md"))
+
+
 def _unseen_family(ctx) -> str:
-    """A benign family held out of every fit (optional input ``unseen_diffusion``: scripts/unseen_family.py),
-    each detector's alerts on its runs."""
-    if not ctx.has("unseen_diffusion"):
-        return ""
-    k = "unseen_diffusion"
-    parts = [f"{html.escape(name)} alerted on {ctx.num(k, f'detectors/{name}/alerted', 'int')}"
-             for name in ctx.value(k, "detectors")]
-    if not parts:
-        return ""
-    return (f" A benign family added after the detectors were designed, image generation with a diffusion "
-            f"transformer (tens of identical dense forward passes per request, compute-bound as training is), "
-            f"recorded on one GPU, where fused's exchange gate stays closed and the single-device paths decide, was "
-            f"held out of every fit (the same network's training runs stay in it): fitted on the other "
-            f"{ctx.num(k, 'runs_fitted', 'int')} runs and judging its "
-            f"{ctx.num(k, 'runs_judged', 'int')}, {'; '.join(parts)} (docs/unseen-diffusion.md).")
+    """Benign families held out of every fit (optional inputs ``UNSEEN``: scripts/unseen_family.py), each
+    detector's alerts on their runs; the first present is introduced, the others follow it."""
+    out = []
+    for k, what, page in UNSEEN:
+        if not ctx.has(k):
+            continue
+        parts = [f"{html.escape(name)} alerted on {ctx.num(k, f'detectors/{name}/alerted', 'int')}"
+                 for name in ctx.value(k, "detectors")]
+        if not parts:
+            continue
+        head = (f" A benign family added after the detectors were designed, {what}, recorded on one GPU, where "
+                f"fused's exchange gate stays closed and the single-device paths decide, was held out of every fit "
+                f"(the same network's training runs stay in it)" if not out else
+                f" So was a second one, {what}")
+        out.append(f"{head}: fitted on the other {ctx.num(k, 'runs_fitted', 'int')} runs and judging its "
+                   f"{ctx.num(k, 'runs_judged', 'int')}, {'; '.join(parts)} ({page}).")
+    return "".join(out)
 
 
 def _with_more_data(ctx) -> str:
