@@ -113,7 +113,7 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("leads", "leads-s26.json", "results", _compare_leads(EARLIER_LEADS, "leads-s26", "5b40f3b"),
           "the committed single-device leads on the runs recorded after all of them (gapped services, "
           "throttled trainers)", optional=True),
-    Input("leads_hardened", "leads-hardened.json", "results", _compare_leads(("ea3aed1", *EARLIER_LEADS), "leads-hardened", "d7f7139"),
+    Input("leads_hardened", "leads-hardened.json", "results", _compare_leads(("ea3aed1", *EARLIER_LEADS), "leads-hardened", "c0f1ff1"),
           "the live single-device lead, hardened with the red team's trainers, on the runs recorded after it",
           optional=True),
     Input("pipes", "pipes.json", "results",
