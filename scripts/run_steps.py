@@ -1,6 +1,8 @@
 """Per-run step statistics from the recorded ground truth (manifests' ``ground_truth``), for the runs whose
 id contains a pattern: steps, the median step time, the counted FLOPs of a step over that time, the mean
-loss of the first and the last 5 steps and the held-out loss (training), as the device log quotes them.
+loss of the first and the last 5 steps and the held-out loss (training), as the device log quotes them;
+and from the trace, the busiest GPU's mean NVML utilisation between the workload's start and end (the
+single-device lead's busy floor is 5 %, docs/busy-floor.md).
 
     python scripts/run_steps.py --data data/h200x1-host --match diffusion
 """
@@ -16,7 +18,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from trainsentry.traces.io import iter_runs, read_manifest  # noqa: E402
+from trainsentry.traces.io import iter_runs, read_manifest, read_samples  # noqa: E402
+
+
+def busy_pct(samples, start: float, end: float) -> float | None:
+    """The busiest GPU's mean ``gpu_util_pct`` over samples with start <= t <= end (a pandas frame)."""
+    gpu = samples[(samples["kind"] == "gpu") & (samples["t"] >= start) & (samples["t"] <= end)]
+    if gpu.empty:
+        return None
+    return float(gpu.groupby("device")["gpu_util_pct"].mean().max())
 
 
 def step_stats(manifest: dict) -> dict:
@@ -42,10 +52,12 @@ def main(argv=None) -> None:
     for d in iter_runs(args.data):
         if args.match not in d.name:
             continue
-        s = step_stats(read_manifest(d))
+        m = read_manifest(d)
+        s = step_stats(m)
+        busy = busy_pct(read_samples(d).to_pandas(), m["start"], m["end"])
         print(f"{s['run_id']}  steps {s['steps']}  median step {fmt(s['median_step_s'], '.3f')} s  "
               f"{fmt(s['tflops_at_median_step'], '.0f')} TFLOP/s  loss {fmt(s['loss_first5'], '.3f')} -> "
-              f"{fmt(s['loss_last5'], '.3f')}  val {fmt(s['val_loss'], '.3f')}")
+              f"{fmt(s['loss_last5'], '.3f')}  val {fmt(s['val_loss'], '.3f')}  busiest GPU {fmt(busy, '.1f')} % busy")
 
 
 if __name__ == "__main__":

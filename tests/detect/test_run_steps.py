@@ -21,3 +21,14 @@ def test_step_statistics_of_a_training_and_an_inference_run():
     s = ns["step_stats"](infer)
     assert s["median_step_s"] == 2.0 and s["tflops_at_median_step"] == 1.0
     assert s["loss_first5"] is None and s["val_loss"] is None
+
+
+def test_busy_share_is_the_busiest_gpus_mean_inside_the_run():
+    import pandas as pd
+    ns = runpy.run_path(str(SCRIPT))
+    rows = [{"kind": "gpu", "device": "gpu0", "t": t, "gpu_util_pct": u} for t, u in ((0, 100), (1, 10), (2, 20), (3, 100))]
+    rows += [{"kind": "gpu", "device": "gpu1", "t": t, "gpu_util_pct": 4.0} for t in range(4)]
+    rows += [{"kind": "net", "device": "eth0", "t": 1.5, "gpu_util_pct": None}]
+    frame = pd.DataFrame(rows)
+    assert ns["busy_pct"](frame, 1, 2) == 15.0                  # the samples before and after the run are left out
+    assert ns["busy_pct"](frame, 5, 6) is None
