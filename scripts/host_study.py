@@ -77,14 +77,15 @@ def study(data: list[Path], cache: Path, busy_cores: float, busy_share: float, b
     ``without_host_source``); ``prospective``: scripts/prospective.py results covering some of them."""
     runs = [(d, r) for d in data for r in load_dataset(str(d), cache)]
     ids = [r.run_id for _, r in runs]
-    if len(set(ids)) != len(ids):
-        raise ValueError("a run id appears in more than one dataset: "
-                         + ", ".join(sorted({i for i in ids if ids.count(i) > 1})))
-    # a run judged by several results keeps the first one's verdict (the earliest models, if given in order)
-    judged: dict[str, tuple[bool, str]] = {}
+    # two nodes' campaigns can reuse a run id (a cost baseline recorded again under the red team's root):
+    # such a run is keyed by its dataset and id, every other by its id
+    key = lambda d, r: r.run_id if ids.count(r.run_id) == 1 else f"{d}/{r.run_id}"  # noqa: E731
+    # a run judged by several results keeps the first one's verdict (the earliest models, if given in order);
+    # a result names its dataset, so a reused id is matched to its own run
+    judged: dict[tuple[str | None, str], tuple[bool, str]] = {}
     for p in prospective:
         for r in p.get("per_run", []):
-            judged.setdefault(r["run_id"], (r["either_alerted"], (p.get("model") or {}).get("rev")))
+            judged.setdefault((p.get("data"), r["run_id"]), (r["either_alerted"], (p.get("model") or {}).get("rev")))
     out = {"data": [str(d) for d in data], "busy_cores": busy_cores, "busy_share": busy_share, "by_family": {},
            "runs": {}, "without_host_source": {}}
     for d, r in sorted(runs, key=lambda dr: dr[1].run_id):
@@ -113,9 +114,10 @@ def study(data: list[Path], cache: Path, busy_cores: float, busy_share: float, b
                **busy_span(s["user"], s["system"], busy_cores)}
         if prospective:
             # None: no prospective result judged it
-            row["detectors_alerted"], row["detectors_rev"] = judged.get(r.run_id, (None, None))
+            row["detectors_alerted"], row["detectors_rev"] = judged.get(
+                (str(d), r.run_id), judged.get((None, r.run_id), (None, None)))
             row["stack_alerted"] = bool(row["detectors_alerted"]) or (row["passes_gate"] and row["witnessed"])
-        out["runs"][r.run_id] = row
+        out["runs"][key(d, r)] = row
         fam = out["by_family"].setdefault(f"{r.cls} {r.family}", {"runs": 0, "gate": 0, "witnessed": 0,
                                                                    "gate_and_witness": 0})
         fam["runs"] += 1

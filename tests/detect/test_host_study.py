@@ -78,7 +78,16 @@ def test_several_datasets_and_verdicts_pool_and_runs_without_the_host_source_are
     assert one["detectors_alerted"] is True and res["runs"]["cache"]["detectors_alerted"] is False
     assert res["runs"]["cache"]["detectors_rev"] == "rev-p1" and one["detectors_rev"] == "rev-p2"
     assert res["prospective"] == ["p1", "p2", "p3"] and res["by_family"]["training offload"]["stack"] == 1
-    # one run id in two datasets would be one row counted twice: refused
-    _run(tmp_path / "again", "cache", "inference", "kvswap", 2000.0, 2000.0, 1.0)
-    with pytest.raises(ValueError, match="cache"):
-        main(["--data", str(benign), "--data", str(tmp_path / "again"), "--out", str(out), "--cache", str(tmp_path / "c")])
+    # one run id in two datasets (a baseline recorded again under another root) is two runs, each keyed by
+    # its dataset and id, each with the verdict of the result on its own dataset
+    again = tmp_path / "again"
+    _run(again, "cache", "inference", "kvswap", 2000.0, 2000.0, 0.0)
+    for name, root, alerted in (("q1", benign, False), ("q2", again, True)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"command": name, "model": {"rev": name}, "data": str(root),
+                                                           "per_run": [{"run_id": "cache", "either_alerted": alerted}]}))
+    assert main(["--data", str(benign), "--data", str(again), "--out", str(out), "--cache", str(tmp_path / "c"),
+                 "--prospective", str(tmp_path / "q1.json"), "--prospective", str(tmp_path / "q2.json")]) == 0
+    res = json.loads(out.read_text())
+    assert sorted(res["runs"]) == [f"{again}/cache", f"{benign}/cache"]
+    assert res["runs"][f"{benign}/cache"]["detectors_rev"] == "q1" and res["runs"][f"{again}/cache"]["detectors_rev"] == "q2"
+    assert res["by_family"]["inference kvswap"]["runs"] == 2
