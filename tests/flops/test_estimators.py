@@ -170,3 +170,22 @@ def test_a_model_saved_before_the_busy_time_base_is_refused_with_the_fix(tmp_pat
     old.write_text(json.dumps({**json.loads(path.read_text()), "format": "trainsentry.flops-model/1"}))
     with pytest.raises(ValueError, match=r"flops-model/1.*refit it with `trainsentry flops-eval`"):
         load_model(old)
+
+
+def test_fusion_leaves_out_a_part_that_read_nothing(runs):
+    """A run whose energy above the overhead is not positive puts the three-input model at the floor; the
+    fused estimate is then tensor activity's alone, not a log-space mean dragged to the floor."""
+    from trainsentry.flops.estimators import FLOPS_FLOOR
+    cal, ev = _halves(runs)
+    fused = make("fusion").fit(cal.X, cal.flops)
+    tensor, three = fused.parts
+    X = {k: np.asarray(v, dtype=np.float64).copy() for k, v in ev.X.items()}
+    both = fused.predict(X)
+    assert np.all(three.predict(X) > FLOPS_FLOOR) and 0 < fused.weights[1] < 1
+    X["net_energy_J"][0] = -1.0                           # the first run: no energy above the overhead
+    quiet = fused.predict(X)
+    assert three.predict(X)[0] == FLOPS_FLOOR
+    assert quiet[0] == pytest.approx(tensor.predict(X)[0], rel=1e-12)
+    np.testing.assert_allclose(quiet[1:], both[1:], rtol=1e-12)   # the other runs are untouched
+    X["tensor_cycles_s"][0] = 0.0                         # both parts at the floor: the floor
+    assert fused.predict(X)[0] == FLOPS_FLOOR
