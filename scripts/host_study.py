@@ -82,10 +82,12 @@ def study(data: list[Path], cache: Path, busy_cores: float, busy_share: float, b
     key = lambda d, r: r.run_id if ids.count(r.run_id) == 1 else f"{d}/{r.run_id}"  # noqa: E731
     # a run judged by several results keeps the first one's verdict (the earliest models, if given in order);
     # a result names its dataset, so a reused id is matched to its own run
+    # (paths compared resolved, so ./data/x and data/x are one dataset)
+    where = lambda d: str(Path(d).resolve()) if d is not None else None  # noqa: E731
     judged: dict[tuple[str | None, str], tuple[bool, str]] = {}
     for p in prospective:
         for r in p.get("per_run", []):
-            judged.setdefault((p.get("data"), r["run_id"]), (r["either_alerted"], (p.get("model") or {}).get("rev")))
+            judged.setdefault((where(p.get("data")), r["run_id"]), (r["either_alerted"], (p.get("model") or {}).get("rev")))
     out = {"data": [str(d) for d in data], "busy_cores": busy_cores, "busy_share": busy_share, "by_family": {},
            "runs": {}, "without_host_source": {}}
     for d, r in sorted(runs, key=lambda dr: dr[1].run_id):
@@ -115,7 +117,7 @@ def study(data: list[Path], cache: Path, busy_cores: float, busy_share: float, b
         if prospective:
             # None: no prospective result judged it
             row["detectors_alerted"], row["detectors_rev"] = judged.get(
-                (str(d), r.run_id), judged.get((None, r.run_id), (None, None)))
+                (where(d), r.run_id), judged.get((None, r.run_id), (None, None)))
             row["stack_alerted"] = bool(row["detectors_alerted"]) or (row["passes_gate"] and row["witnessed"])
         out["runs"][key(d, r)] = row
         fam = out["by_family"].setdefault(f"{r.cls} {r.family}", {"runs": 0, "gate": 0, "witnessed": 0,
@@ -131,7 +133,8 @@ def study(data: list[Path], cache: Path, busy_cores: float, busy_share: float, b
         out["prospective"] = [p["command"] for p in prospective]
     out["offload"] = {}
     for name, c in offload_costs(list(data), list(baselines)).items():
-        rows = [out["runs"][rid] for rid in c["runs"] if rid in out["runs"]]
+        # a run keyed by dataset and id (a reused id) is matched by its id
+        rows = [v for k, v in out["runs"].items() if k.rsplit("/", 1)[-1] in c["runs"]]
         if not rows:
             continue
         out["offload"][name] = {**c, "host_threads_used": rows[0]["host_threads_used"],

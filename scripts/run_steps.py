@@ -26,7 +26,7 @@ def busy_pct(samples, start: float, end: float) -> float | None:
     gpu = samples[(samples["kind"] == "gpu") & (samples["t"] >= start) & (samples["t"] <= end)]
     if gpu.empty:
         return None
-    return float(gpu.groupby("device")["gpu_util_pct"].mean().max())
+    return float(gpu.groupby(["node", "device"])["gpu_util_pct"].mean().max())
 
 
 def step_stats(manifest: dict) -> dict:
@@ -54,7 +54,7 @@ def main(argv=None) -> None:
             continue
         m = read_manifest(d)
         s = step_stats(m)
-        busy = busy_pct(read_samples(d).to_pandas(), m["start"], m["end"])
+        busy = busy_pct(read_samples(d).to_pandas(), m["start"], m["end"]) if (d / "samples.parquet").exists() else None
         print(f"{s['run_id']}  steps {s['steps']}  median step {fmt(s['median_step_s'], '.3f')} s  "
               f"{fmt(s['tflops_at_median_step'], '.0f')} TFLOP/s  loss {fmt(s['loss_first5'], '.3f')} -> "
               f"{fmt(s['loss_last5'], '.3f')}  val {fmt(s['val_loss'], '.3f')}  busiest GPU {fmt(busy, '.1f')} % busy")

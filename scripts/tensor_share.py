@@ -90,7 +90,7 @@ def render(res: dict) -> str:
     lines += ["", f"Decoding inference: every inference family but {', '.join(DENSE_FORWARD_FAMILIES)}. Dense forward "
               "work (prefill, context-parallel prefill, embedding, integrated-gradients attribution, retrieval that "
               "embeds its passages, the prefill GPU of disaggregated serving, a diffusion transformer's denoising "
-              "steps) reads like training: matmuls over "
+              "steps, for images or video) reads like training: matmuls over "
               "whole sequences. The share does not separate it; the detectors use it beside the other signals, "
               "not alone.", ""]
     return "\n".join(lines)
@@ -102,7 +102,7 @@ def render(res: dict) -> str:
 # retrieval-augmented generation (it embeds the passages it retrieves), and image generation by a diffusion
 # transformer (every denoising step a forward pass over all the image's patches). The share does not
 # separate these from training.
-DENSE_FORWARD_FAMILIES = ("attribute", "cp", "diffusion", "disagg", "embed", "prefill", "rag")
+DENSE_FORWARD_FAMILIES = ("attribute", "cp", "diffusion", "disagg", "embed", "prefill", "rag", "video")
 
 
 def one_gpu_families(rows: list[dict]) -> set[str]:

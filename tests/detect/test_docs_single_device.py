@@ -64,12 +64,14 @@ def test_fused_wrong_instances_are_traced_to_their_cause():
                "ddp-b": {"class": "training", "test_instances": 20, "wrong_frac": 0.5},
                "tp-c": {"class": "inference", "test_instances": 40, "wrong_frac": 0.25},
                "gen-d": {"class": "inference", "test_instances": 40, "wrong_frac": 0.0},
-               "ungated-e": {"class": "training", "test_instances": 10, "wrong_frac": 1.0}}
+               "ungated-e": {"class": "training", "test_instances": 10, "wrong_frac": 1.0},
+               "unknown-f": {"class": "training", "test_instances": 4, "wrong_frac": 0.5}}
     gate = {"single-a": {"exchange": 0.0}, "ddp-b": {"exchange": 0.9}, "tp-c": {"exchange": 1.0},
             "gen-d": {"exchange": 0.0}, "ungated-e": {"exchange": 0.5}}
     text = wrong_by_cause(per_run, gate)
-    assert text.startswith("`fused`'s wrong test instances over all splits: 60; "
-                           "training the exchange gate leaves closed: 30 (50%); "
-                           "training with the gate open: 20 (33%); inference alerted: 10 (17%)")
+    assert text.startswith("`fused`'s wrong test instances over all splits: 62; "
+                           "training the exchange gate leaves closed: 30 (48%); "
+                           "training with the gate open: 20 (32%); inference alerted: 10 (16%); "
+                           "training, gate not recorded: 2 (3%)")
     assert wrong_by_cause({"x": {"class": "training", "test_instances": 3, "wrong_frac": 0.0}}, {}) == \
         "`fused` judged every test appearance right."

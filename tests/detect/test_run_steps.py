@@ -26,9 +26,11 @@ def test_step_statistics_of_a_training_and_an_inference_run():
 def test_busy_share_is_the_busiest_gpus_mean_inside_the_run():
     import pandas as pd
     ns = runpy.run_path(str(SCRIPT))
-    rows = [{"kind": "gpu", "device": "gpu0", "t": t, "gpu_util_pct": u} for t, u in ((0, 100), (1, 10), (2, 20), (3, 100))]
-    rows += [{"kind": "gpu", "device": "gpu1", "t": t, "gpu_util_pct": 4.0} for t in range(4)]
-    rows += [{"kind": "net", "device": "eth0", "t": 1.5, "gpu_util_pct": None}]
+    rows = [{"node": "a", "kind": "gpu", "device": "gpu0", "t": t, "gpu_util_pct": u} for t, u in ((0, 100), (1, 10), (2, 20), (3, 100))]
+    rows += [{"node": "a", "kind": "gpu", "device": "gpu1", "t": t, "gpu_util_pct": 4.0} for t in range(4)]
+    rows += [{"node": "b", "kind": "gpu", "device": "gpu1", "t": t, "gpu_util_pct": 12.0} for t in range(4)]
+    rows += [{"node": "a", "kind": "net", "device": "eth0", "t": 1.5, "gpu_util_pct": None}]
     frame = pd.DataFrame(rows)
-    assert ns["busy_pct"](frame, 1, 2) == 15.0                  # the samples before and after the run are left out
+    # the samples before and after the run are left out; node b's gpu1 is not node a's
+    assert ns["busy_pct"](frame, 1, 2) == 15.0
     assert ns["busy_pct"](frame, 5, 6) is None

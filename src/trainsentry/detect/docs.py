@@ -535,16 +535,18 @@ def per_dataset_table(dets: dict) -> list[str]:
 def wrong_by_cause(per_run: dict, gate: dict) -> str:
     """`fused`'s wrong test instances (a run's test appearances times its wrong share, over all splits)
     by where they come from: training whose windows mostly stay closed to the exchange gate (fewer than
-    half pass it, so `fused`, which speaks only where devices exchange, cannot alert on it), training
-    with the gate open, and false alerts by class."""
+    half pass it: `fused` speaks only where devices exchange, so it can alert on such a run only through
+    a short stretch that passes), training with the gate open, training whose gate share was not
+    recorded, and false alerts by class."""
     parts: dict[str, float] = {}
     for rid, v in per_run.items():
         n = v["wrong_frac"] * v["test_instances"]
         if not n:
             continue
         if v["class"] == "training":
-            closed = rid in gate and gate[rid]["exchange"] < 0.5
-            key = "training the exchange gate leaves closed" if closed else "training with the gate open"
+            key = ("training, gate not recorded" if rid not in gate else
+                   "training the exchange gate leaves closed" if gate[rid]["exchange"] < 0.5 else
+                   "training with the gate open")
         else:
             key = f"{v['class']} alerted"
         parts[key] = parts.get(key, 0.0) + n

@@ -309,7 +309,11 @@ class Fusion(Estimator):
     compute and memory traffic, which the three-input model separates and power alone cannot.
 
     Where a part's prediction is at the floor (the energy model found no energy above its overhead,
-    as on a GPU busy a few per cent of the time), that part is left out of the run's estimate. Before
+    as on a GPU busy a few per cent of the time; tensor activity found no tensor cycles), that part is
+    left out of the run's estimate. Only a part that read nothing at all is left out: one just above the
+    floor still pulls the estimate toward it (the energy model's resolution is not modelled), and the
+    weights are still fitted on calibration residuals that include any run where a part was at the
+    floor. Before
     this, the red team's host-synchronised trainers (2 GPUs) and the DiT trainer at a 10 % or 30 % duty
     cycle (one GPU) read -99.6 % to -99.8 % fused while tensor activity alone was within 5 %
     (results/redteam.json and results/redteam-x1.json as committed at 8f35948).
@@ -340,13 +344,16 @@ class Fusion(Estimator):
     def _predict(self, X) -> np.ndarray:
         preds = np.stack([p.predict(X) for p in self.parts])
         # A part at the floor read nothing: the three-input model's energy above the overhead was not
-        # positive (a GPU busy a few per cent of the time, or pacing host work), which says the joules were
-        # too few to measure, not that no FLOPs ran. In log space it would drag the estimate to the floor
-        # whatever the other part saw, so it is left out of that run's weights (all at the floor: the floor).
+        # positive (a GPU busy a few per cent of the time, or pacing host work), or no tensor cycles were
+        # counted (FP32-only work). That says the signal was too small to measure, not that no FLOPs ran;
+        # in log space it would drag the estimate to the floor whatever the other part saw, so it is left
+        # out of that run's weights. Every part at the floor: the floor.
         w = np.asarray(self.weights)[:, None] * (preds > FLOPS_FLOOR)
         total = w.sum(axis=0)
-        w = np.where(total > 0, w / np.where(total > 0, total, 1.0), np.asarray(self.weights)[:, None])
-        return np.exp((w * np.log(preds)).sum(axis=0))
+        out = np.full(preds.shape[1], FLOPS_FLOOR)
+        ok = total > 0
+        out[ok] = np.exp((w[:, ok] / total[ok] * np.log(preds[:, ok])).sum(axis=0))
+        return out
 
     def params(self) -> dict:
         return {"weights": self.weights, "parts": [p.to_dict() for p in self.parts]}

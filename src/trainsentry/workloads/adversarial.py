@@ -1,7 +1,8 @@
 """The red team's training strategies, registered as workloads ``adv.<strategy>.<setting>``.
 
 Every one trains the same GPT on the same text as the benign training configs, really (the loss
-falls), class ``training``, family = the strategy; each names the benign DDP config it is compared
+falls; the ``dit-*`` throttle settings train ``train.diffusion``'s diffusion transformer instead), class
+``training``, family = the strategy; each names the benign DDP config it is compared
 with in ``extra["baseline"]`` (same model, batch per rank and learning rate; mostly the 680M
 ``train.ddp.w1536-l24``). The engines live beside this file: adversarial_core (replica, step loop,
 agreement), adversarial_sync (exchanges and byte counting), adversarial_diloco, adversarial_step

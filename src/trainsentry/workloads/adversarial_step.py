@@ -27,7 +27,7 @@ from .infer_parallel import kv_transfer_bytes
 from .train_diffusion import DitReplica
 
 
-def ddp_replica(ctx: Context, cfg: dict, hook: str = "counting") -> Replica:
+def ddp_replica(ctx: Context, cfg: dict, hook: str = "counting") -> Replica | DitReplica:
     """A replica whose ``net`` is DDP over all ranks (a single rank without a process group trains
     alone, so the strategy still runs on one GPU). ``arch: dit`` trains ``train.diffusion``'s
     diffusion transformer (``train_diffusion.DitReplica``) instead of the GPT."""
@@ -41,7 +41,7 @@ def ddp_replica(ctx: Context, cfg: dict, hook: str = "counting") -> Replica:
     return rep
 
 
-def _ddp_step(rep: Replica, ph: Phases, micro: int = 1) -> torch.Tensor:
+def _ddp_step(rep: Replica | DitReplica, ph: Phases, micro: int = 1) -> torch.Tensor:
     loss = ph.timed("compute", rep.forward_backward, micro)
     ph.timed("compute", rep.apply)
     rep.ctx.sync()

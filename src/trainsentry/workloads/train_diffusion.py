@@ -85,11 +85,16 @@ def dit_flops_per_token(mcfg: ModelConfig, patch_dim: int) -> float:
     return 3 * fwd
 
 
+RANK_STREAM = 1_000_003     # seed offset between ranks' sample streams
+
+
 class DitReplica:
     """One GPU's diffusion transformer, its AdamW and its stream of latents: ``train_dit``'s step body
     behind the interface of ``adversarial_core.Replica`` (``forward_backward``, ``apply``, ``val_loss``,
     ``tokens_per_micro``, ``model``/``net``), so that the red team's per-step strategies
-    (``adversarial_step.ddp_replica`` with ``arch: dit``) train this model exactly as ``train_dit`` does."""
+    (``adversarial_step.ddp_replica`` with ``arch: dit``) train this model exactly as ``train_dit`` does.
+    Not a subclass: it has no ``params``, ``grads`` or ``param_bytes``, so only the strategies that step
+    through ``forward_backward`` and ``apply`` (throttle, split, shape) can take it."""
 
     def __init__(self, ctx: Context, cfg: dict):
         from .train import _record_setup
@@ -105,12 +110,17 @@ class DitReplica:
         self.net = self.model
         _record_setup(ctx, cfg, self.model, self.mcfg,
                       dit_flops_per_token(self.mcfg, self.latent_ch * self.patch * self.patch))
+        # the same latent distribution on every rank (the class and shared patterns), each rank its own
+        # samples, labels and noise (as the GPT replica's own batches); rank 0's streams are train_dit's
         self.source = self._source()
-        self.gen = torch.Generator(device=ctx.device).manual_seed(ctx.seed * 7919 + 2)
+        stream = ctx.seed * 7919 + 2 + RANK_STREAM * ctx.rank
+        self.source.gen.manual_seed(stream)
+        self.gen = torch.Generator(device=ctx.device).manual_seed(stream)
         self.opts = par.make_optimizers(ctx, self.model, cfg)
         self.batch, self.drop = int(cfg["batch"]), float(cfg["class_dropout"])
         self.tokens_per_micro = self.batch * self.tokens
-        ctx.ledger.extra.update(classes=int(cfg["classes"]), image_px=8 * self.side, class_dropout=self.drop)
+        ctx.ledger.extra.update(classes=int(cfg["classes"]), image_px=8 * self.side, class_dropout=self.drop,
+                                sample_stream_seed=stream)
 
     def _source(self) -> LatentSource:
         return LatentSource(int(self.cfg["classes"]), self.latent_ch, self.side, int(self.cfg["modes"]),
