@@ -107,10 +107,12 @@ DENSE_FORWARD_FAMILIES = ("attribute", "cp", "diffusion", "disagg", "embed", "pr
 
 def one_gpu_families(rows: list[dict]) -> set[str]:
     """Families every run of which keeps at most one GPU busy (median over its busy windows): single-GPU
-    training on a two-GPU node, every trainer of the one-GPU node."""
+    training on a two-GPU node, every trainer of the one-GPU node. A run with no busy window says nothing
+    either way (a trainer held under the busy floor) and is passed over; a family needs one run that does."""
     fams = {r["family"] for r in rows}
-    return {f for f in fams if all(r.get("gpus_busy") is not None and r["gpus_busy"] <= 1
-                                   for r in rows if r["family"] == f)}
+    return {f for f in fams
+            if any(r.get("gpus_busy") is not None for r in rows if r["family"] == f)
+            and all(r.get("gpus_busy") is None or r["gpus_busy"] <= 1 for r in rows if r["family"] == f)}
 
 
 def separation(rows: list[dict], single_gpu_families: set[str]) -> dict:

@@ -19,9 +19,10 @@ def test_separation_splits_one_gpu_trainers_and_leaves_out_dense_forward_inferen
             _row("one", "training", "single-gpu", 0.1, gpus=1.0),          # a one-GPU family
             _row("dec", "inference", "serve", 0.12), _row("gen", "inference", "generate", 0.2, p05=0.05),
             _row("cp", "inference", "cp", 0.6), _row("ig", "inference", "attribute", 0.7),  # dense forward
-            _row("idle", "other", "idle", None, gpus=None)]
+            _row("idle", "other", "idle", None, gpus=None),
+            _row("under", "training", "single-gpu", None, gpus=None)]      # under the busy floor: no say
     single = ns["one_gpu_families"](rows)
-    assert single == {"single-gpu"}
+    assert single == {"single-gpu"}                                        # idle has no run that says
     s = ns["separation"](rows, single)
     assert s["share"]["training_multi_gpu_min"] == {"run_id": "tp", "share": 0.3}
     assert s["share"]["training_single_gpu_min"] == {"run_id": "one", "share": 0.1}
