@@ -81,7 +81,7 @@ def _targets(ctx) -> str:
 UNSEEN = (("unseen_diffusion", "image generation with a diffusion transformer (tens of identical dense forward "
            "passes per request, compute-bound as training is)", "docs/unseen-diffusion.md"),
           ("unseen_video", "video generation with the same transformer (full attention over every frame's patches, "
-           "4k to 16k tokens a sequence)", "docs/unseen-video.md"))
+           "a sequence several times an image's)", "docs/unseen-video.md"))
 
 
 def _unseen_family(ctx) -> str:
