@@ -66,26 +66,33 @@ def single_device_lines(v: dict) -> list[str]:
     return [e for e in v["evidence"] if e.startswith("single-device check")]
 
 
+def lead_lines(v: dict) -> list[str]:
+    """The check's lines that give a P (not the bound it gives below its busy floor)."""
+    return [e for e in single_device_lines(v) if LIKE_TRAINING in e]
+
+
 def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client, node):
     live = committed_client.get("/v1/live").json()
     assert "single-device" in live["evidence_checks"], live   # the app judging is the one posted to
     replay(committed_client, node, TRAINING, idle_after_s=20.0)
     vs = verdicts(committed_client)
     # once the workload has ended the windows are idle, though the first of them still hold its busy
-    # tail: no lead is counted there (it would add a "like training" window after every burst)
+    # tail: no lead is counted there (it would add a "like training" window after every burst); a tail
+    # under the busy floor gets the bound on its work, and a window with no tail left gets nothing
     idle_after = [v for v in vs if v["state"] == "idle" and v["t_end"] > T0 + 30]
-    assert idle_after and all(v["lead_p"] is None and not single_device_lines(v) for v in idle_after), idle_after
-    busy = [v for v in vs if single_device_lines(v)]
+    assert idle_after and all(v["lead_p"] is None for v in idle_after), idle_after
+    assert all("under the 5 % floor" in line for v in idle_after for line in single_device_lines(v)), idle_after
+    assert not single_device_lines(idle_after[-1]), idle_after[-1]
+    busy = [v for v in vs if lead_lines(v)]
     # the run is 38 s of a 44 s trace: most of its 8 s windows are busy, and the check speaks on them
     assert len(vs) >= 15 and len(busy) >= len(vs) // 2, [(v["state"], v["evidence"]) for v in vs]
-    like = [v for v in busy if ": like training" in single_device_lines(v)[0]]
-    assert len(like) >= 0.8 * len(busy), [single_device_lines(v) for v in busy]
+    like = [v for v in busy if ": like training" in lead_lines(v)[0]]
+    assert len(like) >= 0.8 * len(busy), [lead_lines(v) for v in busy]
     # a lead, never a verdict: the exchange gate is closed on one device
     assert all(v["state"] != "training" for v in vs), [v["state"] for v in vs]
-    assert LIKE_TRAINING in single_device_lines(like[0])[0]
     # each window stores the lead's P beside its line (None where it did not speak) ...
     for v in vs:
-        lines = single_device_lines(v)
+        lines = lead_lines(v)
         assert (v["lead_p"] is None) == (not lines), v
         if lines:
             assert f"P(training) = {v['lead_p']:.2f}" in lines[0]
@@ -121,7 +128,7 @@ def test_single_user_decode_is_not_called_training_by_the_lead(committed_client,
     replay(committed_client, node, DECODE)
     vs = verdicts(committed_client)
     assert len(vs) >= 15
-    lines = [line for v in vs for line in single_device_lines(v)]
+    lines = [line for v in vs for line in lead_lines(v)]
     assert len(lines) >= 5, [v["evidence"] for v in vs]   # it speaks on the busy windows ...
     assert not [line for line in lines if ": like training" in line], lines   # ... and says no
     assert all(v["state"] != "training" for v in vs)
@@ -136,3 +143,22 @@ def test_single_user_decode_is_not_called_training_by_the_lead(committed_client,
     assert proc.lead_threshold == proc.checks["single-device"].threshold == lead["threshold"]
     assert proc._lead_fields({"lead_p": lead["threshold"]}) == {"lead_p": lead["threshold"], "lead_like_training": True}
     assert proc._lead_fields({"lead_p": lead["p_max"]})["lead_like_training"] is False
+
+
+LOW_DUTY = REPO / "data" / "redteam-x1" / "adv.throttle.dit-b-lowutil-5022a8-r0"   # DiT trainer, 2.8 % busy
+
+
+def test_a_trainer_under_the_busy_floor_gets_a_bound_not_silence(committed_client, node):
+    """The red team's DiT-B/2 trainer held to a 10 % duty cycle (2.8 % busy) is never judged: the check
+    gives no P below its floor. Each of its windows' evidence bounds the work instead, in idle windows
+    between its bursts too, and nothing counts it as a lead."""
+    replay(committed_client, node, LOW_DUTY)
+    vs = verdicts(committed_client)
+    assert len(vs) >= 15 and all(v["state"] != "training" and v["lead_p"] is None for v in vs)
+    floor = [v for v in vs if any("under the 5 % floor" in line for line in single_device_lines(v))]
+    assert len(floor) >= len(vs) // 2, [(v["state"], single_device_lines(v)) for v in vs]
+    assert {v["state"] for v in floor} >= {"idle"}, [v["state"] for v in floor]
+    tflop = [float(line.split("at most ")[1].split(" TFLOP")[0]) for v in floor for line in single_device_lines(v)]
+    assert max(tflop) > 10, tflop   # batch-16 DiT steps: tens of TFLOP per 8 s window
+    lead = committed_client.get("/v1/nodes/node-a/verdict").json()["single_device_lead"]
+    assert lead["windows_spoken"] == 0 and lead["like_training"] == 0, lead

@@ -148,3 +148,37 @@ def test_the_live_gated_variant_reads_fused_alone_where_the_live_check_is_silent
     p = live.predict_proba(train)
     assert live.single.judged(train).all() and np.all(p >= live.single.predict_proba(train))
     assert live.name == "fused+single-device-live"
+
+
+LOW_DUTY = DATA / "redteam-x1" / "adv.throttle.dit-b-lowutil-5022a8-r0"   # DiT-B/2 held to 10 % duty: 2.8 % busy
+
+
+def test_below_the_floor_the_line_bounds_the_work_instead_of_a_p(check):
+    """The red team's DiT trainer held under the busy floor: no P in any window, and each window's
+    line bounds its tensor-core work by activity × span × peak; over the run that bound holds against
+    the work its ledger recorded (nothing masked in the DiT's attention)."""
+    from trainsentry.detect.single_device import below_floor, below_floor_flops
+    from trainsentry.flops.features import PEAK_AT_FEATURE_CLOCK, interval_features
+    from trainsentry.traces.io import read_trace
+    df = _in_run(load_run(LOW_DUTY, None))
+    low = below_floor(df)
+    assert low.all() and (df["act.util_pct.mean.max"] <= 5).all()
+    assert check.scores(df) == [None] * len(df) and (check.predict_proba(df) == 0).all()
+    flops = below_floor_flops(df)
+    want = df["act.gpm_tensor_util_pct.mean.max"] / 100 * (df["t_end"] - df["t_start"]) * PEAK_AT_FEATURE_CLOCK
+    assert np.allclose(flops, want) and (flops > 0).all()
+    for line, f in zip(check.lines(df), flops):
+        assert line.startswith("single-device check: the busiest GPU ran kernels ") and "under the 5 % floor" in line
+        assert f"at most {f / 1e12:.1f} TFLOP of tensor-core work" in line
+    table, m = read_trace(LOW_DUTY)
+    bound = interval_features(table, float(m["start"]), float(m["end"])).tensor_active_s * PEAK_AT_FEATURE_CLOCK
+    recorded = float(m["ground_truth"]["flops"])
+    assert recorded <= bound <= 1.2 * recorded, (recorded, bound)
+
+
+def test_no_floor_line_where_the_gpu_is_idle_or_busy(check):
+    """An idle GPU (a stray 1 % sample, GPM's noise) gets no line; a busy one gets the trees' P."""
+    idle = _lines(check, "h200x1", "other.idle.bare-base-r0")
+    assert idle == [None] * len(idle)
+    busy = _lines(check, "h200x1", "train.single.w1024-l16-base-r0")
+    assert all(line is not None and "P(training) = " in line for line in busy)

@@ -472,8 +472,11 @@ class LiveProcessor:
                 lines = {name: next(it, None) for name, it in check_lines.items()}
                 if state == "idle":
                     # the workload has ended (or paused) by the window's end: the busy tail the window still
-                    # holds is no lead, and counting it would add a "like training" window per burst
-                    lines.pop(LEAD_CHECK, None)
+                    # holds is no lead, and counting it would add a "like training" window per burst. A
+                    # window below the check's busy floor gives no P but a bound on its work (a line the
+                    # check writes where it has no P), kept: it is how a node kept under the floor shows
+                    if lead_p is not None:
+                        lines.pop(LEAD_CHECK, None)
                     lead_p = None
                 evidence += [line for line in lines.values() if line is not None]
                 evidence += detector_lines(det.explain(row), table, e - cfg.window_s, e)

@@ -184,7 +184,10 @@ stays where the gapless run has it. {leads} On grouped splits the rules are with
 each other (`docs/duty-cycle.md`). Refitted with more gapped services and no gapped trainer, the lead
 missed gapped trainers that the same rule fitted before them found (the first two leads above); since the twenty-sixth session the live
 lead is also fitted on the red team's runs whose every window is training work (throttled, offloaded,
-split and shaped trainers; `scripts/single_device.py --adversarial-family`).
+split and shaped trainers; `scripts/single_device.py --adversarial-family`). Below its busy floor (the
+busiest GPU running kernels at most 5 % of the window) the lead gives no P; its line bounds the
+window's tensor-core work instead (activity × span × peak), so a trainer throttled under the floor
+leaves a bounded compute trail rather than silence (`docs/below-floor.md`).
 
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,

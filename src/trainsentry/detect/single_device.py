@@ -28,10 +28,21 @@ has every activity feature that nearly all busy fitting windows had: a GPU witho
 (tensor-core and DRAM activity) is not judged: the trees would be left with the shape of power and
 with utilisation, which the fitting data's GPUs never gave without the rest. Where the gate is open, the verdict's own
 detector judges the exchange.
+
+Below the busy floor. A window whose busiest GPU ran kernels but for at most ``BUSY_UTIL_PCT`` of its
+time is not judged: per unit of busy time the few busy samples are noise (docs/busy-floor.md), and
+a trainer throttled that far pays for it (+3604 % and +5604 % GPU-hours for the DiT-B/2 trainers at
+2.8 % and 2.2 % busy, docs/redteam-x1.md). What such a window still says is how much work it can
+have held: its tensor cores' activity times their peak rate is at most what they computed
+(``below_floor_flops``; a tensor-busy second holds at most the dense BF16 peak at the 1980 MHz boost
+clock, ``flops.features.PEAK_AT_FEATURE_CLOCK``). The check gives that bound as its line instead of a
+P (``floor_line``), so a node kept under the floor is not silent, and an inspector can add the
+bounds up (docs/below-floor.md measures them on every recorded run).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,6 +51,7 @@ import pandas as pd
 
 from ..features.activity import (duty_bound, duty_free, duty_free_columns, is_duty_free_column,
                                  is_tensor_share_column)
+from ..flops.features import PEAK_AT_FEATURE_CLOCK
 from .base import numeric_matrix
 from .learned import LEARNED_MAX_FEATURES, LearnedDetector
 
@@ -47,6 +59,13 @@ from .learned import LEARNED_MAX_FEATURES, LearnedDetector
 BUSY_UTIL_PCT = 5.0
 THRESHOLD = 0.75   # the alert rule's per-window threshold, so "reads like training" means what it does there
 REQUIRED_FRACTION = 0.99   # a feature finite in this share of busy fitting windows must be there to judge
+UTIL_COL = "act.util_pct.mean.max"            # the busiest GPU's NVML utilisation (%), window mean
+TENSOR_COL = "act.gpm_tensor_util_pct.mean.max"  # the busiest GPU's GPM tensor-core activity (%), window mean
+# Below the floor, a window holds work to bound where its busiest GPU ran kernels at least this share of
+# it (an idle GPU reads 1 % in a stray NVML sample: one in 80 is 0.0125 %) ...
+KERNELS_MIN_PCT = 0.5
+# ... or its tensor cores were this active (an idle GPU's GPM reads at most 0.005 % on the recordings)
+TENSOR_MIN_PCT = 0.01
 
 
 class BusiestGpuActivity(LearnedDetector):
@@ -85,8 +104,40 @@ class BusiestGpuActivity(LearnedDetector):
 
 
 def _busy(X: pd.DataFrame) -> np.ndarray:
-    util = numeric_matrix(X, ["act.util_pct.mean.max"])[:, 0]
+    util = numeric_matrix(X, [UTIL_COL])[:, 0]
     return np.nan_to_num(util, nan=0.0) > BUSY_UTIL_PCT
+
+
+def below_floor(X: pd.DataFrame) -> np.ndarray:
+    """Windows with GPU work the check leaves unjudged for being under its busy floor: no exchange seen
+    (the gate closed), the busiest GPU busy at most ``BUSY_UTIL_PCT`` of the window, yet kernels ran
+    (NVML utilisation at least ``KERNELS_MIN_PCT``) or the tensor cores worked (GPM, at least
+    ``TENSOR_MIN_PCT``)."""
+    from .rules import exchange_gate
+    util = np.nan_to_num(numeric_matrix(X, [UTIL_COL])[:, 0], nan=0.0)
+    tensor = np.nan_to_num(numeric_matrix(X, [TENSOR_COL])[:, 0], nan=0.0)
+    return (exchange_gate(X)[0] < 0.5) & (util <= BUSY_UTIL_PCT) & ((util >= KERNELS_MIN_PCT) | (tensor >= TENSOR_MIN_PCT))
+
+
+def below_floor_flops(X: pd.DataFrame) -> np.ndarray:
+    """Per window, the most tensor-core work its busiest GPU can have done: that GPU's mean tensor
+    activity times the window's span times the tensor cores' peak at the boost clock (every other GPU of
+    the node did at most as much). NaN where GPM reports no tensor activity. An upper bound on what the
+    tensor cores computed at the dense BF16 rate (FP8 doubles the peak; FlopCounter-style counts also
+    charge the masked half of causal attention, which no tensor core computes: docs/flops.md)."""
+    busiest = numeric_matrix(X, [TENSOR_COL])[:, 0]
+    span = numeric_matrix(X, ["t_end"])[:, 0] - numeric_matrix(X, ["t_start"])[:, 0]
+    return busiest / 100.0 * span * PEAK_AT_FEATURE_CLOCK
+
+
+def floor_line(util_pct: float, tensor_pct: float, flops: float) -> str:
+    """The evidence line of a window below the busy floor (``below_floor``)."""
+    bound = (f"at most {flops / 1e12:.1f} TFLOP of tensor-core work on it in this window (activity × the "
+             f"{PEAK_AT_FEATURE_CLOCK / 1e12:.0f} TFLOP/s dense BF16 peak at 1980 MHz)" if math.isfinite(flops)
+             else "no tensor-core activity reported (no GPM), so no bound on its work")
+    return (f"single-device check: the busiest GPU ran kernels {util_pct:.1f} % of the window, under the "
+            f"{BUSY_UTIL_PCT:.0f} % floor below which it judges nothing; its tensor cores were active "
+            f"{tensor_pct:.2f} %: {bound} (docs/below-floor.md)")
 
 
 class SingleDeviceCheck:
@@ -132,8 +183,19 @@ class SingleDeviceCheck:
 
     def lines(self, X: pd.DataFrame, scores: list[float | None] | None = None) -> list[str | None]:
         """One entry per row of X: an evidence line, or None where the check has nothing to say
-        (from ``scores`` when the caller has them already)."""
-        return [None if p is None else self.line(p) for p in (self.scores(X) if scores is None else scores)]
+        (from ``scores`` when the caller has them already). Where it gives no P because the window is
+        below its busy floor (``below_floor``), the line bounds the work instead (``floor_line``)."""
+        scores = self.scores(X) if scores is None else scores
+        out: list[str | None] = [None if p is None else self.line(p) for p in scores]
+        low = below_floor(X)
+        if low.any():
+            util = numeric_matrix(X, [UTIL_COL])[:, 0]
+            tensor = numeric_matrix(X, [TENSOR_COL])[:, 0]
+            flops = below_floor_flops(X)
+            for i in np.flatnonzero(low):
+                if scores[i] is None:
+                    out[i] = floor_line(float(np.nan_to_num(util[i])), float(np.nan_to_num(tensor[i])), float(flops[i]))
+        return out
 
     def line(self, p: float) -> str:
         head = (f"single-device check (no inter-device exchange seen): the GPUs' activity reads "

@@ -38,6 +38,11 @@ HBM_BANDWIDTH_BPS = 4.8e12
 # SM clock the H200s ran at under load in the probe (and their maximum boost clock): tensor
 # activity is scaled by sm_clock / this so a throttled GPU is not credited with full-rate cycles.
 SM_CLOCK_MAX_MHZ = 1980.0
+# Datasheet dense BF16 peak per GPU: 132 SMs × 4 tensor cores × 1024 FLOP per clock at 1830 MHz; at
+# SM_CLOCK_MAX_MHZ the same tensor cores peak higher, so that is the most one tensor-busy second holds.
+H200_DENSE_BF16_FLOPS = 989.4e12
+DATASHEET_CLOCK_MHZ = 1830.0
+PEAK_AT_FEATURE_CLOCK = H200_DENSE_BF16_FLOPS * SM_CLOCK_MAX_MHZ / DATASHEET_CLOCK_MHZ
 # H200 SXM datasheet maximum board power (TDP), the lent H200s' power limit (they forbid changing
 # it; traces do not record the enforced limit). Only used to say how many runs sit at the limit.
 H200_POWER_LIMIT_W = 700.0

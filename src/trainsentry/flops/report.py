@@ -16,14 +16,10 @@ import numpy as np
 from .dataset import load_runs
 from .estimators import CAPPED_FRACTION, ESTIMATORS, MIN_SLOPE_T, EnergyModel, energy_diagnostics, make
 from .evaluate import best_estimator, reference_pass, run_protocol
-from .features import H200_POWER_LIMIT_W, SM_CLOCK_MAX_MHZ
+from .features import (DATASHEET_CLOCK_MHZ, H200_DENSE_BF16_FLOPS, H200_POWER_LIMIT_W, PEAK_AT_FEATURE_CLOCK,
+                       SM_CLOCK_MAX_MHZ)
 from .live import provenance, save_model
 from .markdown import LABELS, SEED_STUDY_MEDIAN_PCT, TARGET_PCT, markdown
-
-# Datasheet dense BF16 peak per GPU: 132 SMs × 4 tensor cores × 1024 FLOP per clock at 1830 MHz.
-H200_DENSE_BF16_FLOPS = 989.4e12
-DATASHEET_CLOCK_MHZ = 1830.0
-PEAK_AT_FEATURE_CLOCK = H200_DENSE_BF16_FLOPS * SM_CLOCK_MAX_MHZ / DATASHEET_CLOCK_MHZ
 
 
 def regenerate(data: str | Path, n_splits: int = 200, seed: int = 0, results: str | Path = "results/flops.json",
