@@ -1,0 +1,64 @@
+"""scripts/below_floor.py on recorded runs: windows below the single-device check's busy floor, the bound
+on their work, and that bound against the workload ledgers."""
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from trainsentry.detect.dataset import load_dataset
+
+REPO = Path(__file__).resolve().parents[2]
+RUNS = [REPO / "data" / "redteam-x1" / "adv.throttle.dit-b-lowutil-5022a8-r0",   # held under the floor
+        REPO / "data" / "h200x1" / "train.single.w1024-l16-base-r0",              # busy training
+        REPO / "data" / "h200x1" / "infer.generate.m350m_b4_light-base-r0",       # light decode
+        REPO / "data" / "h200x1" / "other.idle.bare-base-r0"]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("below_floor", REPO / "scripts" / "below_floor.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs") / "mixed"
+    for r in RUNS:
+        shutil.copytree(r, root / r.name)
+    bf = _script()
+    runs = load_dataset(str(root), None)
+    assert len(runs) == len(RUNS)
+    return bf, bf.measure(runs)
+
+
+def test_the_throttled_trainer_is_below_the_floor_and_its_bound_holds(measured):
+    bf, res = measured
+    trainers = {t["run"]: t for t in res["trainers"]}
+    low = trainers["adv.throttle.dit-b-lowutil-5022a8-r0"]
+    assert low["below_floor_share"] == 1.0 and low["median_util_pct"] < 5
+    assert low["tensor_work_flop"] <= low["bound_flop"] <= 1.2 * low["tensor_work_flop"], low
+    assert 0 < low["recorded_tflops_per_s"] < 0.05 * bf.PEAK_AT_FEATURE_CLOCK / 1e12
+    assert "train.single.w1024-l16-base-r0" not in trainers       # busy: the check judges it
+    (ledger,) = res["ledgers"]
+    assert ledger["runs"] == 2 and ledger["work_over_bound_above_1"] == 0 and ledger["work_over_bound_max"] <= 1
+
+
+def test_per_class_counts_and_the_rate_cap(measured):
+    bf, res = measured
+    pc = res["per_class"]
+    assert pc["other"]["below_floor_windows"] == 0               # the idle GPU has nothing to bound
+    assert pc["training"]["below_floor_runs"] == 1 and pc["training"]["max_util_pct"] <= bf.BUSY_UTIL_PCT
+    assert res["max_tensor_pct_below_floor"] == max(c["max_tensor_pct"] or 0 for c in pc.values())
+    assert res["max_rate_flops_per_s"] == pytest.approx(res["max_tensor_pct_below_floor"] / 100 * bf.PEAK_AT_FEATURE_CLOCK)
+
+
+def test_render(measured):
+    bf, res = measured
+    res = {**res, "command": "python scripts/below_floor.py ...", "date": "today", "out": "x.json", "data": ["d"],
+           "runs": 4, "floor_pct": bf.BUSY_UTIL_PCT}
+    md = bf.render(res)
+    assert "## Does the bound hold?" in md and "`adv.throttle.dit-b-lowutil-5022a8-r0`" in md
+    assert "| training | 2 |" in md
