@@ -119,6 +119,9 @@ def toy_run(tmp_path_factory) -> Path:
     for w in ("fp32", "fp16"):
         runs.append({"run_id": f"embed_{w}", "workload": "infer.embed.s125m_b256_l512", "seconds": 60,
                      "max_steps": STEPS, "overrides": {"weights": w}})
+    for p in ("fp8", "int4"):
+        runs.append({"run_id": f"matmul_{p}", "workload": "other.matmul.n8192_x2", "seconds": 60,
+                     "max_steps": STEPS, "overrides": {"precision": p}})
     (out / "plan.json").write_text(json.dumps({"toy": True, "runs": runs}))
     (out / "launch.py").write_text(LAUNCHER)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
@@ -231,6 +234,13 @@ def test_every_workload_runs_at_toy_size(toy_run):
         if t["class"] == "inference":
             assert gt["tokens"] > 0 and gt["flops"] > 0, name
     assert truth(toy_run, "other.matmul.n8192_x2")["ground_truth"]["flops"] == 2 * STEPS * 2 * 2 * 64 ** 3
+    # fp8 asked for on a device without an FP8 matmul: the run's dtype instead, and the ledger says so
+    fp8 = truth(toy_run, "matmul_fp8")
+    assert fp8["ok"] and fp8["ground_truth"]["flops"] == 2 * STEPS * 2 * 2 * 64 ** 3, fp8
+    assert fp8["ground_truth"]["extra"]["0"]["precision"] == "fp8"
+    assert fp8["ground_truth"]["extra"]["0"]["precision_run"] == "float32"
+    bad = truth(toy_run, "matmul_int4")
+    assert not bad["ok"] and "precision must be bf16 or fp8" in json.dumps(bad["errors"]), bad
     # an embedding service hands its vectors to the host (batch x d_model float32 per step); the older
     # configurations keep them on the device
     host = truth(toy_run, "infer.embed.g7b_b64_l512_host")

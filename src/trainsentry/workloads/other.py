@@ -1,6 +1,6 @@
 """Other GPU work (class ``other``): neither training nor inference, but look-alikes on some signal.
 
-- matmul burn: dense bf16 GEMMs back to back, full power and tensor activity, no link traffic;
+- matmul burn: dense bf16 (or fp8) GEMMs back to back, full power and tensor activity, no link traffic;
 - NCCL sweep: all-reduce / all-gather / send-recv ring / one-way sends over all ranks, a range of sizes, heavy, regular and symmetric
   NVLink traffic with no model at all (the hard negative for "gradient all-reduce means training");
 - memory copies: device-to-device, host-to-device / device-to-host over PCIe, and peer GPU0 → GPU1
@@ -28,21 +28,51 @@ from .comm import group_label, peer_label
 from .infer_common import agree
 
 
+def _fp8_operands(a: torch.Tensor, b: torch.Tensor):
+    """``a`` row-major and ``b`` column-major in float8 (e4m3) with unit scales, as ``torch._scaled_mm``
+    takes them, or None where this torch or device has no FP8 matmul (CPU, pre-Hopper GPUs)."""
+    if a.device.type != "cuda" or not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
+        return None
+    if torch.cuda.get_device_capability(a.device) < (8, 9):
+        return None
+    one = torch.ones((), device=a.device, dtype=torch.float32)
+    return a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t(), one
+
+
 @torch.inference_mode()
 def run_matmul(ctx: Context, cfg: dict) -> None:
-    """bf16 matmul burn: ``iters`` products of n×n matrices per step."""
+    """Matmul burn: ``iters`` products of n×n matrices per step, in ``precision`` ``bf16`` (the run's
+    dtype, fp32 on CPU) or ``fp8`` (e4m3 operands, bf16 out, ``torch._scaled_mm``: twice the dense BF16
+    tensor-core peak on Hopper, which is what a bound read from tensor activity at the BF16 peak must
+    know about, docs/below-floor.md). Where the device has no FP8 matmul the run falls back to the
+    run's dtype and the ledger says so (``precision_run``)."""
     n, iters = int(cfg["n"]), int(cfg["iters"])
     duty = float(cfg.get("duty", 1.0))
+    precision = str(cfg.get("precision", "bf16"))
+    if precision not in ("bf16", "fp8"):
+        raise ValueError(f"other.matmul: precision must be bf16 or fp8, not {precision!r}")
     a = torch.randn(n, n, device=ctx.device, dtype=ctx.dtype)
     b = torch.randn(n, n, device=ctx.device, dtype=ctx.dtype)
     out = torch.empty(n, n, device=ctx.device, dtype=ctx.dtype)
+    fp8 = _fp8_operands(a, b) if precision == "fp8" else None
 
-    def step():
-        for _ in range(iters):
-            torch.mm(a, b, out=out)
+    if fp8 is not None:
+        a8, b8, one = fp8
 
-    ctx.ledger.flops_per_step = flopcount.measure(step)
-    ctx.ledger.extra.update(method="flop_counter", n=n)
+        def step():
+            for _ in range(iters):
+                torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        # FlopCounterMode does not count _scaled_mm: a product of n×n matrices is 2n³ multiply-adds' FLOPs
+        ctx.ledger.flops_per_step = 2 * n ** 3 * iters
+        method = "analytic"
+    else:
+        def step():
+            for _ in range(iters):
+                torch.mm(a, b, out=out)
+        ctx.ledger.flops_per_step = flopcount.measure(step)
+        method = "flop_counter"
+    ctx.ledger.extra.update(method=method, n=n, precision=precision,
+                            precision_run="fp8" if fp8 is not None else str(ctx.dtype).replace("torch.", ""))
     while ctx.keep_going():
         t0 = time.perf_counter()
         step()
