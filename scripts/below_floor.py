@@ -2,8 +2,8 @@
 
 The check (detect.single_device) judges a window only where its busiest GPU ran kernels more than
 ``BUSY_UTIL_PCT`` (5 %) of the time. Below that it gives no P; since 2026-12-03 its line bounds the
-window's work instead (``below_floor``, ``below_floor_flops``: tensor-core activity times the peak at
-the boost clock). This measures, over every in-run window of the datasets given, with no fitting:
+window's work instead (``below_floor``, ``below_floor_flops``: tensor-core activity times the dense FP8
+peak at the boost clock). This measures, over every in-run window of the datasets given, with no fitting:
 
 * per class, the windows below the floor that still held work (gate closed, kernels or tensor
   activity), the runs they come from, and the highest tensor-core activity any of them showed: what
@@ -11,7 +11,8 @@ the boost clock). This measures, over every in-run window of the datasets given,
 * per training run with such windows, the share of its windows below the floor, and for the runs
   with most of their windows there (the evaders), the bound summed over the run's windows
   (each counted stride / window of the time, since windows overlap) against the FLOPs its workload
-  ledger recorded, and the rate the run trained at against its baseline's where the red team names one.
+  ledger recorded, and the rate the run trained at;
+* the matmul burns recorded in BF16 and FP8: how GPM's tensor activity counts FP8 work.
 
     python scripts/below_floor.py --data data/h200 --data data/h200x1 --data data/h200x1-host \
         --data data/redteam-x1 --data data/redteam-r1 --out results/below-floor.json --docs docs/below-floor.md
@@ -35,7 +36,7 @@ from trainsentry.detect.dataset import load_dataset, stack  # noqa: E402
 from trainsentry.features import DEFAULT_STRIDE_S, DEFAULT_WINDOW_S  # noqa: E402
 from trainsentry.detect.single_device import (BUSY_UTIL_PCT, TENSOR_COL, UTIL_COL, below_floor,  # noqa: E402
                                               below_floor_flops)
-from trainsentry.flops.features import PEAK_AT_FEATURE_CLOCK  # noqa: E402
+from trainsentry.flops.features import FP8_OVER_BF16, PEAK_AT_FEATURE_CLOCK, PEAK_FP8_AT_FEATURE_CLOCK  # noqa: E402
 
 MOSTLY = 0.5            # a training run with more than this share of its windows below the floor is listed in full
 SCALE_FLOP = 1e25       # a training compute of this size, for scale (the order of the largest reported runs)
@@ -59,8 +60,9 @@ def measure(runs) -> dict:
                           "max_util_pct": float(util[lm].max()) if lm.any() else None}
     tensor_low = tensor[low & np.isfinite(tensor)]
     top = float(tensor_low.max()) if tensor_low.size else 0.0
-    rate = top / 100.0 * PEAK_AT_FEATURE_CLOCK
-    ledgers = ledger_check(sorted({r.path.rsplit("/", 1)[0] for r in runs}))
+    rate = top / 100.0 * PEAK_FP8_AT_FEATURE_CLOCK
+    roots = sorted({r.path.rsplit("/", 1)[0] for r in runs})
+    ledgers = ledger_check(roots)
     trainers = []
     for r in runs:
         if r.cls != "training":
@@ -76,7 +78,31 @@ def measure(runs) -> dict:
     trainers.sort(key=lambda t: -t["below_floor_share"])
     return {"per_class": per_class, "max_tensor_pct_below_floor": top, "max_rate_flops_per_s": rate,
             "scale_flop": SCALE_FLOP, "scale_gpu_years_at_max_rate": SCALE_FLOP / rate / YEAR_S if rate > 0 else None,
-            "trainers": trainers, "ledgers": ledgers["datasets"]}
+            "trainers": trainers, "ledgers": ledgers["datasets"], "precision": precision_check(runs)}
+
+
+def precision_check(runs) -> list[dict]:
+    """The matmul burns recorded with a ``precision`` (other.matmul, BF16 or FP8): their recorded FLOPs
+    against their tensor activity at the BF16 peak, and the rate inside their steps. An FP8 matmul that
+    GPM counts as busy as a BF16 one does twice the FLOPs per busy cycle."""
+    from trainsentry.flops.features import interval_features
+    from trainsentry.traces.io import read_trace
+    out = []
+    for r in runs:
+        if r.family != "matmul":
+            continue
+        table, m = read_trace(Path(r.path))
+        cfg, g = m["labels"].get("config") or {}, m.get("ground_truth") or {}
+        if "precision" not in cfg or not g.get("flops"):
+            continue
+        f = interval_features(table, float(m["start"]), float(m["end"]))
+        steps = np.asarray(g.get("step_times_s") or [], dtype=np.float64)
+        out.append({"run": r.run_id, "precision": cfg["precision"],
+                    "precision_run": (g.get("extra") or {}).get("0", {}).get("precision_run"),
+                    "duty": float(cfg.get("duty", 1.0)), "tensor_pct": 100.0 * f.tensor_active_s / f.duration_s,
+                    "step_tflops_per_s": float(g["flops"]) / len(steps) / float(np.median(steps)) / 1e12 if steps.size else None,
+                    "recorded_over_bf16_bound": float(g["flops"]) / (f.tensor_active_s * PEAK_AT_FEATURE_CLOCK)})
+    return sorted(out, key=lambda x: (x["precision"], -x["duty"]))
 
 
 def ledger_check(roots: list[str]) -> dict:
@@ -128,8 +154,9 @@ def render(res: dict) -> str:
            "A trainer throttled under that floor is never judged, and pays for it in GPU-hours "
            "(`docs/redteam-x1.md`). Below the floor the check now bounds the window's work instead of giving a P: "
            "the busiest GPU's mean tensor-core activity (GPM) times the window's span times the tensor cores' "
-           f"dense BF16 peak at the 1980 MHz boost clock ({PEAK_AT_FEATURE_CLOCK / 1e12:.0f} TFLOP/s), the most "
-           "a tensor-busy second can hold (`docs/flops.md`, *Tensor activity against the datasheet peak*). "
+           f"dense FP8 peak at the 1980 MHz boost clock ({PEAK_FP8_AT_FEATURE_CLOCK / 1e12:.0f} TFLOP/s, "
+           f"{FP8_OVER_BF16:g} × the BF16 one of {PEAK_AT_FEATURE_CLOCK / 1e12:.0f}), the most a tensor-busy "
+           "second can hold (*Precision* below; `docs/flops.md`, *Tensor activity against the datasheet peak*). "
            f"Measured on every in-run window of {res['runs']} runs ({', '.join(f'`{d}`' for d in res['data'])}), "
            "8 s windows every 2 s, no fitting.", "",
            "## Windows below the floor that held work", "",
@@ -141,15 +168,30 @@ def render(res: dict) -> str:
                    f"{_pct(c['max_util_pct'])} | {_pct(c['max_tensor_pct'])} |")
     out += ["", f"Over every class, no window below the floor showed more than {top:.2f} % tensor-core activity on its "
             f"busiest GPU: kept under the floor, a GPU computed at most {res['max_rate_flops_per_s'] / 1e12:.0f} TFLOP/s "
-            f"on these runs. At that rate {_sci(res['scale_flop'])} FLOP of training takes "
-            f"{res['scale_gpu_years_at_max_rate']:,.0f} GPU-years, against "
-            f"{res['scale_flop'] / PEAK_AT_FEATURE_CLOCK / YEAR_S:,.0f} at the peak. Utilisation and tensor activity "
+            f"on these runs in FP8 ({res['max_rate_flops_per_s'] / FP8_OVER_BF16 / 1e12:.0f} in BF16). At the FP8 rate "
+            f"{_sci(res['scale_flop'])} FLOP of training takes {res['scale_gpu_years_at_max_rate']:,.0f} GPU-years, "
+            f"against {res['scale_flop'] / PEAK_FP8_AT_FEATURE_CLOCK / YEAR_S:,.0f} at the FP8 peak. Utilisation and tensor activity "
             "are different counters (NVML's share of time a kernel ran; GPM's tensor-pipe activity), so the bound "
             "reads the tensor counter itself rather than assuming the utilisation floor caps it.", "",
+            "## Precision", "",
+            "Matmul burns recorded to see how GPM's tensor activity counts FP8 (`configs/campaigns/h200x1-fp8.yaml`, "
+            "`torch._scaled_mm` with e4m3 operands): their recorded FLOPs (2n³ per product) against their tensor "
+            "activity at the BF16 peak, and the rate inside their steps:", "",
+            "| run | precision | duty cycle | tensor activity | rate in a step (TFLOP/s) | recorded / BF16 bound |",
+            "|---|---|---|---|---|---|"]
+    for q in res["precision"]:
+        rate = "–" if q["step_tflops_per_s"] is None else f"{q['step_tflops_per_s']:,.0f}"
+        out.append(f"| `{q['run']}` | {q['precision']} (ran {q['precision_run']}) | {q['duty']:.0%} | "
+                   f"{q['tensor_pct']:.1f} % | {rate} | {q['recorded_over_bf16_bound']:.2f} |")
+    out += ["", "GPM counts an FP8 product's busy cycles as a BF16 one's while each does twice the FLOPs, so a bound "
+            "at the BF16 peak does not hold for FP8 work, and the live line uses the FP8 peak (half of it bounds "
+            "BF16 work). At full load both burns sit at the power limit, below their peak rates, so their ratios "
+            "are lower there; held to low duty cycles they run at full clock. 2:4-sparse tensor modes, which "
+            "double the rate again, were not recorded and are not covered.", "",
             "## Does the bound hold?", "",
-            "Every training run with a FLOP ledger, the adversarial ones included: its tensor-busy GPU-seconds "
-            "integrated over the run (the FLOP estimator's own integral, `flops.features.interval_features`) times "
-            "the peak, against the FLOPs the ledger recorded (FlopCounter's count, which charges the masked half of "
+            "Every training run with a FLOP ledger, the adversarial ones included (all with BF16 matmuls): its "
+            "tensor-busy GPU-seconds integrated over the run (the FLOP estimator's own integral, "
+            "`flops.features.interval_features`) times the BF16 peak, against the FLOPs the ledger recorded (FlopCounter's count, which charges the masked half of "
             "causal attention as well) and against the work the tensor cores did (that count less the masked half, "
             "`flops.dataset.counted_attention_flops`; nothing is masked in the diffusion transformer's attention):", "",
             "| data | training runs | recorded / bound: median, max | tensor-core work / bound: median, max | runs above 1 | highest |",
@@ -158,13 +200,14 @@ def render(res: dict) -> str:
         out.append(f"| `{d['data']}` | {d['runs']} | {d['recorded_over_bound_median']:.2f}, {d['recorded_over_bound_max']:.2f} | "
                    f"{d['work_over_bound_median']:.2f}, {d['work_over_bound_max']:.2f} | {d['work_over_bound_above_1']} | "
                    f"`{d['work_over_bound_max_run']}` |")
-    out += ["", "Below 1 everywhere in the tensor-core work column is what a bound must give. The recorded count can "
-            "exceed it on long-context runs, by the masked attention no tensor core computes.", "",
+    out += ["", "Below 1 everywhere in the tensor-core work column is what a bound must give; the live line's FP8 "
+            "bound is twice this one. The recorded count can exceed the BF16 bound on long-context runs, by the "
+            "masked attention no tensor core computes.", "",
             "## Training runs with windows below the floor", "",
             f"Every training run with at least one such window; those with more than {MOSTLY:.0%} of their windows "
-            "below the floor, the red team's evaders, also with the bound over the whole run (as above), their "
+            "below the floor, the red team's evaders, also with the BF16 bound over the whole run (as above), their "
             "ledger and the rate they trained at.", "",
-            "| run | windows | below the floor | median utilisation | bound (TFLOP) | recorded (TFLOP) | tensor-core work / bound | recorded rate (TFLOP/s) |",
+            "| run | windows | below the floor | median utilisation | BF16 bound (TFLOP) | recorded (TFLOP) | tensor-core work / bound | recorded rate (TFLOP/s) |",
             "|---|---|---|---|---|---|---|---|"]
     for t in res["trainers"]:
         head = (f"| `{t['run']}` | {t['windows']} | {t['below_floor_share']:.0%} | {t['median_util_pct']:.1f} % | ")

@@ -34,8 +34,8 @@ time is not judged: per unit of busy time the few busy samples are noise (docs/b
 a trainer throttled that far pays for it (+3604 % and +5604 % GPU-hours for the DiT-B/2 trainers at
 2.8 % and 2.2 % busy, docs/redteam-x1.md). What such a window still says is how much work it can
 have held: its tensor cores' activity times their peak rate is at most what they computed
-(``below_floor_flops``; a tensor-busy second holds at most the dense BF16 peak at the 1980 MHz boost
-clock, ``flops.features.PEAK_AT_FEATURE_CLOCK``). The check gives that bound as its line instead of a
+(``below_floor_flops``; a tensor-busy second holds at most the dense FP8 peak at the 1980 MHz boost
+clock, ``flops.features.PEAK_FP8_AT_FEATURE_CLOCK``, twice the BF16 one). The check gives that bound as its line instead of a
 P (``floor_line``), so a node kept under the floor is not silent, and an inspector can add the
 bounds up (docs/below-floor.md measures them on every recorded run).
 """
@@ -51,7 +51,7 @@ import pandas as pd
 
 from ..features.activity import (duty_bound, duty_free, duty_free_columns, is_duty_free_column,
                                  is_tensor_share_column)
-from ..flops.features import PEAK_AT_FEATURE_CLOCK
+from ..flops.features import PEAK_FP8_AT_FEATURE_CLOCK
 from .base import numeric_matrix
 from .learned import LEARNED_MAX_FEATURES, LearnedDetector
 
@@ -121,19 +121,26 @@ def below_floor(X: pd.DataFrame) -> np.ndarray:
 
 def below_floor_flops(X: pd.DataFrame) -> np.ndarray:
     """Per window, the most tensor-core work its busiest GPU can have done: that GPU's mean tensor
-    activity times the window's span times the tensor cores' peak at the boost clock (every other GPU of
-    the node did at most as much). NaN where GPM reports no tensor activity. An upper bound on what the
-    tensor cores computed at the dense BF16 rate (FP8 doubles the peak; FlopCounter-style counts also
-    charge the masked half of causal attention, which no tensor core computes: docs/flops.md)."""
+    activity times the window's span times the tensor cores' dense FP8 peak at the boost clock (every
+    other GPU of the node did at most as much). NaN where GPM reports no tensor activity.
+
+    FP8, not BF16: GPM counts an FP8 matmul's busy cycles as it counts a BF16 one's, and FP8 does twice
+    the FLOPs per cycle (``flops.features.FP8_OVER_BF16``, measured on the H200 in docs/below-floor.md),
+    so a bound at the BF16 peak would hold only for work the monitored party chose to run in BF16.
+    Half of it bounds BF16 work; 2:4-sparse tensor-core modes, which double the rate again, are not
+    measured and not covered. FlopCounter-style counts also charge the masked half of causal
+    attention, which no tensor core computes (docs/flops.md)."""
     busiest = numeric_matrix(X, [TENSOR_COL])[:, 0]
     span = numeric_matrix(X, ["t_end"])[:, 0] - numeric_matrix(X, ["t_start"])[:, 0]
-    return busiest / 100.0 * span * PEAK_AT_FEATURE_CLOCK
+    return busiest / 100.0 * span * PEAK_FP8_AT_FEATURE_CLOCK
 
 
 def floor_line(util_pct: float, tensor_pct: float, flops: float) -> str:
-    """The evidence line of a window below the busy floor (``below_floor``)."""
+    """The evidence line of a window below the busy floor (``below_floor``; ``flops`` from
+    ``below_floor_flops``)."""
     bound = (f"at most {flops / 1e12:.1f} TFLOP of tensor-core work on it in this window (activity × the "
-             f"{PEAK_AT_FEATURE_CLOCK / 1e12:.0f} TFLOP/s dense BF16 peak at 1980 MHz)" if math.isfinite(flops)
+             f"{PEAK_FP8_AT_FEATURE_CLOCK / 1e12:.0f} TFLOP/s dense FP8 peak at 1980 MHz; "
+             f"{flops / 2e12:.1f} if the work was BF16)" if math.isfinite(flops)
              else "no tensor-core activity reported (no GPM), so no bound on its work")
     return (f"single-device check: the busiest GPU ran kernels {util_pct:.1f} % of the window, under the "
             f"{BUSY_UTIL_PCT:.0f} % floor below which it judges nothing; its tensor cores were active "

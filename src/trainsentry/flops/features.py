@@ -43,6 +43,12 @@ SM_CLOCK_MAX_MHZ = 1980.0
 H200_DENSE_BF16_FLOPS = 989.4e12
 DATASHEET_CLOCK_MHZ = 1830.0
 PEAK_AT_FEATURE_CLOCK = H200_DENSE_BF16_FLOPS * SM_CLOCK_MAX_MHZ / DATASHEET_CLOCK_MHZ
+# Hopper's dense FP8 (and INT8) tensor rate is twice its BF16 rate (H200 datasheet: 1979 against 989 TFLOP/s),
+# and GPM's tensor activity counts an FP8 matmul's busy cycles as it counts a BF16 one's: on the H200, an
+# FP8 burn held to a 3 % duty cycle did 1.98 times the FLOPs its activity would hold at the BF16 peak,
+# a BF16 burn 0.96 (data/h200x1 other.matmul.n8192_x2-787bfe-r0 and -b5e1c3-r0, docs/below-floor.md).
+FP8_OVER_BF16 = 2.0
+PEAK_FP8_AT_FEATURE_CLOCK = FP8_OVER_BF16 * PEAK_AT_FEATURE_CLOCK
 # H200 SXM datasheet maximum board power (TDP), the lent H200s' power limit (they forbid changing
 # it; traces do not record the enforced limit). Only used to say how many runs sit at the limit.
 H200_POWER_LIMIT_W = 700.0
