@@ -39,24 +39,51 @@ def _fp8_operands(a: torch.Tensor, b: torch.Tensor):
     return a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t(), one
 
 
+def _sparse24_operand(a: torch.Tensor):
+    """``a`` pruned to the 2:4 pattern (two of every four along a row kept) in the semi-structured sparse
+    layout the tensor cores' sparse mode reads, or None where this torch or device has none (CPU)."""
+    if a.device.type != "cuda":
+        return None
+    try:
+        from torch.sparse import to_sparse_semi_structured
+    except ImportError:
+        return None
+    keep = torch.tensor([0, 0, 1, 1], dtype=a.dtype, device=a.device).tile(a.shape[0], a.shape[1] // 4)
+    return to_sparse_semi_structured(a * keep)
+
+
 @torch.inference_mode()
 def run_matmul(ctx: Context, cfg: dict) -> None:
     """Matmul burn: ``iters`` products of n×n matrices per step, in ``precision`` ``bf16`` (the run's
-    dtype, fp32 on CPU) or ``fp8`` (e4m3 operands, bf16 out, ``torch._scaled_mm``: twice the dense BF16
+    dtype, fp32 on CPU), ``fp8`` (e4m3 operands, bf16 out, ``torch._scaled_mm``: twice the dense BF16
     tensor-core peak on Hopper, which is what a bound read from tensor activity at the BF16 peak must
-    know about, docs/below-floor.md). Where the device has no FP8 matmul the run falls back to the
-    run's dtype and the ledger says so (``precision_run``)."""
+    know about, docs/below-floor.md) or ``bf16_sparse24`` (the first operand pruned to 2:4 and held in
+    the semi-structured layout, ``torch.sparse.to_sparse_semi_structured``: the tensor cores' sparse
+    mode, which skips the pruned half of the multiply-adds; the ledger counts the dense product's 2n³
+    FLOPs, as sparse datasheet rates do, and the executed n³ in ``executed_flops_per_step``). Where the
+    device has neither the run falls back to the run's dtype, dense, and the ledger says so
+    (``precision_run``)."""
     n, iters = int(cfg["n"]), int(cfg["iters"])
     duty = float(cfg.get("duty", 1.0))
     precision = str(cfg.get("precision", "bf16"))
-    if precision not in ("bf16", "fp8"):
-        raise ValueError(f"other.matmul: precision must be bf16 or fp8, not {precision!r}")
+    if precision not in ("bf16", "fp8", "bf16_sparse24"):
+        raise ValueError(f"other.matmul: precision must be bf16, fp8 or bf16_sparse24, not {precision!r}")
+    if precision == "bf16_sparse24" and n % 64:
+        raise ValueError(f"other.matmul: the 2:4 sparse layout needs n divisible by 64, not {n}")
     a = torch.randn(n, n, device=ctx.device, dtype=ctx.dtype)
     b = torch.randn(n, n, device=ctx.device, dtype=ctx.dtype)
     out = torch.empty(n, n, device=ctx.device, dtype=ctx.dtype)
     fp8 = _fp8_operands(a, b) if precision == "fp8" else None
+    sparse = _sparse24_operand(a) if precision == "bf16_sparse24" else None
 
-    if fp8 is not None:
+    if sparse is not None:
+        def step():
+            for _ in range(iters):
+                torch.mm(sparse, b)
+        ctx.ledger.flops_per_step = 2 * n ** 3 * iters   # the dense product's count; half is executed
+        ctx.ledger.extra.update(executed_flops_per_step=n ** 3 * iters)
+        method = "analytic"
+    elif fp8 is not None:
         a8, b8, one = fp8
 
         def step():
@@ -71,8 +98,8 @@ def run_matmul(ctx: Context, cfg: dict) -> None:
                 torch.mm(a, b, out=out)
         ctx.ledger.flops_per_step = flopcount.measure(step)
         method = "flop_counter"
-    ctx.ledger.extra.update(method=method, n=n, precision=precision,
-                            precision_run="fp8" if fp8 is not None else str(ctx.dtype).replace("torch.", ""))
+    ran = "fp8" if fp8 is not None else "bf16_sparse24" if sparse is not None else str(ctx.dtype).replace("torch.", "")
+    ctx.ledger.extra.update(method=method, n=n, precision=precision, precision_run=ran)
     while ctx.keep_going():
         t0 = time.perf_counter()
         step()
