@@ -126,6 +126,36 @@ def test_migration_10_adds_the_lead_to_verdicts_and_keeps_them(tmp_path, monkeyp
     conn.close()
 
 
+def test_migration_17_adds_the_floor_bound_to_verdicts_and_sums_it_once_per_second(tmp_path, monkeypatch):
+    from trainsentry.collector import verdicts
+
+    path = tmp_path / "c.db"
+    with monkeypatch.context() as m:      # a database as version 16 left it, with one verdict
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:16])
+        m.setattr(schema, "SCHEMA_VERSION", 16)
+        old = schema.open_db(path)
+        old.execute("INSERT INTO verdicts (scope, subject, t_start, t_end, state, p_training, detector, artifact, "
+                    "evidence, job, computed_at) VALUES ('node', 'n', 0, 8, 'idle', 0.0, 'fused', NULL, '[]', NULL, 9)")
+        old.close()
+    conn = schema.open_db(path)
+    assert schema.current_version(conn) == schema.SCHEMA_VERSION == 17
+    assert verdicts.latest(conn, "node", "n")["floor_flop"] is None
+    assert verdicts.floor_summary(conn, "node", "n", 0, 10) == {"start": 0, "end": 10, "windows": 0, "seconds": 0.0,
+                                                               "tensor_flop_max": 0.0}
+    # windows of 8 s every 2 s, each bounding its own span: the sum counts each second once, so a steady
+    # 1 TFLOP/s bound over [2, 16] sums to 14 TFLOP, not the windows' 32
+    conn.executemany("INSERT INTO verdicts (scope, subject, t_start, t_end, state, p_training, detector, artifact, "
+                     "evidence, job, computed_at, floor_flop) VALUES ('node', 'n', ?, ?, 'idle', 0.0, 'fused', NULL, "
+                     "'[]', NULL, 9, ?)", [(t - 8, t, f) for t, f in ((10, 8e12), (12, 8e12), (14, None), (16, 8e12))])
+    got = verdicts.floor_summary(conn, "node", "n", 0, 20)
+    assert got["windows"] == 3 and got["seconds"] == 14.0 and got["tensor_flop_max"] == pytest.approx(14e12), got
+    plan = " ".join(str(r) for r in conn.execute(
+        "EXPLAIN QUERY PLAN SELECT t_start, t_end, floor_flop FROM verdicts WHERE scope = 'job' AND subject = 'j' "
+        "AND t_end >= 0 AND t_end <= 1 AND floor_flop IS NOT NULL ORDER BY t_end").fetchall())
+    assert "COVERING INDEX verdicts_floor" in plan, plan
+    conn.close()
+
+
 def test_a_database_from_a_newer_version_is_refused(tmp_path):
     path = tmp_path / "c.db"
     schema.open_db(path).close()

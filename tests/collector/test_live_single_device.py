@@ -160,5 +160,12 @@ def test_a_trainer_under_the_busy_floor_gets_a_bound_not_silence(committed_clien
     assert {v["state"] for v in floor} >= {"idle"}, [v["state"] for v in floor]
     tflop = [float(line.split("at most ")[1].split(" TFLOP")[0]) for v in floor for line in single_device_lines(v)]
     assert max(tflop) > 10, tflop   # batch-16 DiT steps: tens of TFLOP per 8 s window
-    lead = committed_client.get("/v1/nodes/node-a/verdict").json()["single_device_lead"]
+    node_view = committed_client.get("/v1/nodes/node-a/verdict").json()
+    lead = node_view["single_device_lead"]
     assert lead["windows_spoken"] == 0 and lead["like_training"] == 0, lead
+    # the bounds are stored beside the verdicts and summed over the hour, each second once: the
+    # windows overlap four-fold, so the sum lies near a quarter of the lines' total, never above it
+    assert all(v["floor_flop"] is not None for v in floor)
+    below = node_view["below_floor"]
+    assert below["windows"] == len(floor) and 0 < below["seconds"] <= 8 * len(floor), below
+    assert 0.2 * sum(tflop) < below["tensor_flop_max"] / 1e12 < 0.5 * sum(tflop), (below, sum(tflop))

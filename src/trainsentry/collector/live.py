@@ -453,8 +453,8 @@ class LiveProcessor:
             ps[~ood] = self.detector.predict_proba(frame[~ood])
         if ood.any():
             ps[ood] = self.fallback.predict_proba(frame[ood])
-        checked, lead = self._check_lines(frame) if have else ({}, [])
-        check_lines, leads = {name: iter(lines) for name, lines in checked.items()}, iter(lead)
+        checked, lead, floor = self._check_lines(frame) if have else ({}, [], [])
+        check_lines, leads, floors = {name: iter(lines) for name, lines in checked.items()}, iter(lead), iter(floor)
         ps, oods = iter(ps), iter(ood)
         out = []
         for e, row in zip(ends, matched):
@@ -468,6 +468,7 @@ class LiveProcessor:
                                 f"({', '.join(getattr(self.detector, 'groups_seen_', []))}): judged by comm-rules with its "
                                 f"documented default thresholds instead")
             lead_p = next(leads, None) if row is not None else None
+            floor_flop = next(floors, None) if row is not None else None
             if row is not None:  # the checks' lines, then the detector's own, passed through (collector/evidence.py)
                 lines = {name: next(it, None) for name, it in check_lines.items()}
                 if state == "idle":
@@ -494,28 +495,33 @@ class LiveProcessor:
             out.append({"scope": scope, "subject": subject, "t_start": e - cfg.window_s, "t_end": e,
                         "state": state, "p_training": p, "detector": det.name,
                         "artifact": self.artifact if det is self.detector else None, "evidence": evidence,
-                        "job": job_of(e) if job_of else None, "lead_p": lead_p})
+                        "job": job_of(e) if job_of else None, "lead_p": lead_p, "floor_flop": floor_flop})
             self.windows_judged += 1
         return out
 
-    def _check_lines(self, frame: pd.DataFrame) -> tuple[dict[str, list[str | None]], list[float | None]]:
-        """Per evidence check (by name), its entry for each row (a line, or None), and the single-device
-        lead's P(training) per row (None where it did not speak; all None without it): a check that fails
-        (an artifact this sklearn cannot run, odd input) is logged and dropped, never a reason to stop verdicts."""
+    def _check_lines(self, frame: pd.DataFrame) -> tuple[dict[str, list[str | None]], list[float | None],
+                                                         list[float | None]]:
+        """Per evidence check (by name), its entry for each row (a line, or None), the single-device
+        lead's P(training) per row (None where it did not speak; all None without it) and its bound on
+        the work of each row below its busy floor (None elsewhere): a check that fails (an artifact this
+        sklearn cannot run, odd input) is logged and dropped, never a reason to stop verdicts."""
         out: dict[str, list[str | None]] = {}
         lead: list[float | None] = [None] * len(frame)
+        floor: list[float | None] = [None] * len(frame)
         for name, check in list(self.checks.items()):
             try:
                 if name == LEAD_CHECK:
                     scores = check.scores(frame)
                     out[name] = check.lines(frame, scores)
-                    lead = scores
+                    lead, floor = scores, check.floor_bounds(frame, scores)
                 else:
                     out[name] = check.lines(frame)
             except Exception as e:
                 log.error("%s check failed, dropped from the evidence from now on: %s", name, e)
                 del self.checks[name]
-        return out, lead
+                if name == LEAD_CHECK:
+                    lead, floor = [None] * len(frame), [None] * len(frame)
+        return out, lead, floor
 
     def judge_node(self, node: str, st: NodeState, ends: list[float]) -> list[dict]:
         cfg = self.cfg

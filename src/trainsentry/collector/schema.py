@@ -24,8 +24,8 @@ from pathlib import Path
 
 from ..traces.schema import METRICS
 from .auth import DDL as _AUTH_DDL
-from .verdicts import (ABSTAIN_DDL as _ABSTAIN_DDL, DDL as _VERDICTS_DDL, LEAD_DDL as _LEAD_DDL,
-                       LEAD_INDEX_DDL as _LEAD_INDEX_DDL, NODE_STATE_DDL as _NODE_STATE_DDL,
+from .verdicts import (ABSTAIN_DDL as _ABSTAIN_DDL, DDL as _VERDICTS_DDL, FLOOR_DDL as _FLOOR_DDL,
+                       LEAD_DDL as _LEAD_DDL, LEAD_INDEX_DDL as _LEAD_INDEX_DDL, NODE_STATE_DDL as _NODE_STATE_DDL,
                        UNJUDGED_DDL as _UNJUDGED_DDL)
 
 SYNC_LEVELS = ("normal", "full")
@@ -211,6 +211,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (14, _V14),  # devices.last_t: each device's latest sample, so a device that stops reporting is seen
     (15, _V15),  # device_silences: the spans a GPU or IB port went unreported while its node went on
     (16, _V16),  # samples: the host source's CPU time, CPU package energy and host memory in use
+    (17, _FLOOR_DDL),  # verdicts.floor_flop: the bound on a window's work below the busy floor, served summed
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -106,15 +106,23 @@ LEAD_DDL = "ALTER TABLE verdicts ADD COLUMN lead_p REAL;  -- the single-device l
 LEAD_INDEX_DDL = ("CREATE INDEX verdicts_lead ON verdicts(scope, subject, t_end, lead_p) "
                   "WHERE lead_p IS NOT NULL;\n")
 
+# Below the lead's busy floor it gives no P but a bound on the window's tensor-core work (FLOPs,
+# detect/single_device.below_floor_flops), stored to be summed per node and per job; NULL elsewhere and
+# for windows judged before migration 17. A partial covering index, as for the lead.
+FLOOR_DDL = ("ALTER TABLE verdicts ADD COLUMN floor_flop REAL;  -- bound on a window's work below the busy floor\n"
+             "CREATE INDEX verdicts_floor ON verdicts(scope, subject, t_end, t_start, floor_flop) "
+             "WHERE floor_flop IS NOT NULL;\n")
+
 _VERDICT_COLS = ("scope, subject, t_start, t_end, state, p_training, detector, artifact, evidence, job, computed_at, "
-                 "abstain, lead_p")
+                 "abstain, lead_p, floor_flop")
 
 
 def _verdict(row: tuple) -> dict:
-    scope, subject, t_start, t_end, state, p, det, artifact, evidence, job, computed_at, abstain, lead_p = row
+    scope, subject, t_start, t_end, state, p, det, artifact, evidence, job, computed_at, abstain, lead_p, floor = row
     return {"scope": scope, "subject": subject, "t_start": t_start, "t_end": t_end, "state": state,
             "p_training": p, "detector": det, "artifact": artifact, "evidence": json.loads(evidence),
-            "job": job, "computed_at": computed_at, "abstain": bool(abstain), "lead_p": lead_p}
+            "job": job, "computed_at": computed_at, "abstain": bool(abstain), "lead_p": lead_p,
+            "floor_flop": floor}
 
 
 def _alert(row: tuple) -> dict:
@@ -151,10 +159,10 @@ class VerdictWriter:
                               [(new, n, since[0] if since else -math.inf, old) for n in nodes])
                 c.execute("UPDATE alerts SET subject = ? WHERE scope = 'job' AND subject = ?", (new, old))
                 c.execute("DELETE FROM jobs WHERE job = ?", (old,))
-            c.executemany(f"INSERT OR REPLACE INTO verdicts ({_VERDICT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            c.executemany(f"INSERT OR REPLACE INTO verdicts ({_VERDICT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                           [(v["scope"], v["subject"], v["t_start"], v["t_end"], v["state"], v["p_training"],
                             v["detector"], v["artifact"], json.dumps(v["evidence"]), v.get("job"), now,
-                            int(bool(v.get("abstain"))), v.get("lead_p")) for v in verdicts])
+                            int(bool(v.get("abstain"))), v.get("lead_p"), v.get("floor_flop")) for v in verdicts])
             for a in new_alerts:
                 cur = c.execute("INSERT INTO alerts (scope, subject, raised_t, cleared_t, threshold, k, n, p_max, "
                                 "detector, evidence, raised_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -226,6 +234,24 @@ def lead_summary(conn: sqlite3.Connection, scope: str, subject: str, start: floa
             reach = max(reach, t1)
     return {"start": start, "end": end, "threshold": threshold, "windows_spoken": n, "like_training": like,
             "seconds_like_training": covered, "p_max": p_max, "last": last}
+
+
+def floor_summary(conn: sqlite3.Connection, scope: str, subject: str, start: float, end: float) -> dict:
+    """The single-device check's bounds below its busy floor over the windows ending in [start, end]:
+    how many windows had one, the seconds they cover together (their union), and the bound summed over
+    those seconds: each window's bound is its busiest GPU's tensor activity over its whole span, and
+    overlapping windows share their seconds, so each window counts for the share of its span no earlier
+    window in the sum covered (with windows every 2 s of 8 s, a quarter). Read from the partial index
+    ``verdicts_floor`` alone (migration 17)."""
+    windows, covered, total, reach = 0, 0.0, 0.0, float("-inf")
+    for t0, t1, f in conn.execute("SELECT t_start, t_end, floor_flop FROM verdicts WHERE scope = ? AND subject = ? "
+                                  "AND t_end >= ? AND t_end <= ? AND floor_flop IS NOT NULL ORDER BY t_end",
+                                  (scope, subject, start, end)):
+        new = max(0.0, t1 - max(t0, reach))
+        windows, covered, reach = windows + 1, covered + new, max(reach, t1)
+        if t1 > t0:
+            total += f * new / (t1 - t0)
+    return {"start": start, "end": end, "windows": windows, "seconds": covered, "tensor_flop_max": total}
 
 
 def timeline(conn: sqlite3.Connection, scope: str, subject: str, start: float, end: float,
@@ -335,6 +361,7 @@ def add_routes(app, col, proc) -> None:
                         detector=v["detector"], artifact=v["artifact"], window={"start": v["t_start"], "end": v["t_end"]},
                         job=v["job"], updated_at=v["computed_at"], lead_p=v["lead_p"],
                         single_device_lead=_lead(conn, "node", node, v["t_end"] - 3600.0, v["t_end"]),
+                        below_floor=floor_summary(conn, "node", node, v["t_end"] - 3600.0, v["t_end"]),
                         unmonitored=_unmonitored(conn, node, v["t_end"] - 3600.0, now),
                         unjudged=_unjudged(conn, node, v["t_end"] - 3600.0, now))
             return _json(body)
@@ -388,6 +415,7 @@ def add_routes(app, col, proc) -> None:
                       "verdict": v, "verdicts": timeline(conn, "job", name, start, end),
                       "alerts": alerts(conn, "job", name),
                       "single_device_lead": _lead(conn, "job", name, start, end),
+                      "below_floor": floor_summary(conn, "job", name, start, end),
                       "unmonitored": {n: _unmonitored(conn, n, j["start_t"], end) for n in j["nodes"]},
                       "unjudged": {n: _unjudged(conn, n, j["start_t"], end) for n in j["nodes"]}})
 

@@ -188,6 +188,20 @@ class SingleDeviceCheck:
                 out[i] = float(p)
         return out
 
+    def floor_bounds(self, X: pd.DataFrame, scores: list[float | None] | None = None) -> list[float | None]:
+        """One entry per row of X: the bound on the window's tensor-core work (``below_floor_flops``, FLOPs)
+        where it is below the busy floor and the check gave no P, None elsewhere (also where GPM gave no
+        tensor activity to bound it by). The live collector stores it beside the verdict (``floor_flop``)."""
+        scores = self.scores(X) if scores is None else scores
+        out: list[float | None] = [None] * len(X)
+        low = below_floor(X)
+        if low.any():
+            flops = below_floor_flops(X)
+            for i in np.flatnonzero(low):
+                if scores[i] is None and math.isfinite(flops[i]):
+                    out[i] = float(flops[i])
+        return out
+
     def lines(self, X: pd.DataFrame, scores: list[float | None] | None = None) -> list[str | None]:
         """One entry per row of X: an evidence line, or None where the check has nothing to say
         (from ``scores`` when the caller has them already). Where it gives no P because the window is
