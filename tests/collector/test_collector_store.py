@@ -85,18 +85,24 @@ def test_migration_9_adds_the_pipe_columns_and_keeps_the_samples(tmp_path, monke
     fresh.close()
 
 
+def _upgraded_with_one_verdict(path, monkeypatch, version: int, state: str):
+    """A database as migration ``version`` left it, holding one verdict of ``state``, opened (so
+    migrated) by this version of trainsentry."""
+    with monkeypatch.context() as m:
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:version])
+        m.setattr(schema, "SCHEMA_VERSION", version)
+        old = schema.open_db(path)
+        old.execute("INSERT INTO verdicts (scope, subject, t_start, t_end, state, p_training, detector, artifact, "
+                    "evidence, job, computed_at) VALUES ('node', 'n', 0, 8, ?, 0.1, 'fused', NULL, '[]', NULL, 9)",
+                    (state,))
+        old.close()
+    return schema.open_db(path)
+
+
 def test_migration_10_adds_the_lead_to_verdicts_and_keeps_them(tmp_path, monkeypatch):
     from trainsentry.collector import verdicts
 
-    path = tmp_path / "c.db"
-    with monkeypatch.context() as m:      # a database as version 9 left it, with one verdict
-        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:9])
-        m.setattr(schema, "SCHEMA_VERSION", 9)
-        old = schema.open_db(path)
-        old.execute("INSERT INTO verdicts (scope, subject, t_start, t_end, state, p_training, detector, artifact, "
-                    "evidence, job, computed_at) VALUES ('node', 'n', 0, 8, 'inference', 0.1, 'fused', NULL, '[]', NULL, 9)")
-        old.close()
-    conn = schema.open_db(path)
+    conn = _upgraded_with_one_verdict(tmp_path / "c.db", monkeypatch, 9, "inference")
     assert schema.current_version(conn) == schema.SCHEMA_VERSION
     v = verdicts.latest(conn, "node", "n")
     assert v["state"] == "inference" and v["lead_p"] is None
@@ -129,15 +135,7 @@ def test_migration_10_adds_the_lead_to_verdicts_and_keeps_them(tmp_path, monkeyp
 def test_migration_17_adds_the_floor_bound_to_verdicts_and_sums_it_once_per_second(tmp_path, monkeypatch):
     from trainsentry.collector import verdicts
 
-    path = tmp_path / "c.db"
-    with monkeypatch.context() as m:      # a database as version 16 left it, with one verdict
-        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:16])
-        m.setattr(schema, "SCHEMA_VERSION", 16)
-        old = schema.open_db(path)
-        old.execute("INSERT INTO verdicts (scope, subject, t_start, t_end, state, p_training, detector, artifact, "
-                    "evidence, job, computed_at) VALUES ('node', 'n', 0, 8, 'idle', 0.0, 'fused', NULL, '[]', NULL, 9)")
-        old.close()
-    conn = schema.open_db(path)
+    conn = _upgraded_with_one_verdict(tmp_path / "c.db", monkeypatch, 16, "idle")
     assert schema.current_version(conn) == schema.SCHEMA_VERSION == 17
     assert verdicts.latest(conn, "node", "n")["floor_flop"] is None
     assert verdicts.floor_summary(conn, "node", "n", 0, 10) == {"start": 0, "end": 10, "windows": 0, "seconds": 0.0,

@@ -1,12 +1,12 @@
 """scripts/below_floor.py on recorded runs: windows below the single-device check's busy floor, the bound
 on their work, and that bound against the workload ledgers."""
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
 
+from detect.scripts import load_script
 from trainsentry.detect.dataset import load_dataset
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,10 +19,7 @@ RUNS = [REPO / "data" / "redteam-x1" / "adv.throttle.dit-b-lowutil-5022a8-r0",  
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("below_floor", REPO / "scripts" / "below_floor.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("below_floor")
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,13 @@
 """scripts/busy_floor.py on recorded one-GPU runs: the single-device lead scored out of fold on
 configuration-grouped folds, per utilisation band and per candidate floor."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from detect.scripts import load_script
 from trainsentry.detect.dataset import load_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,10 +21,7 @@ RUNS = [H200X1 / r for r in ("train.single.w1024-l16-base-r0", "train.single.w20
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("busy_floor", REPO / "scripts" / "busy_floor.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("busy_floor")
 
 
 @pytest.fixture(scope="module")
