@@ -35,9 +35,10 @@ a trainer throttled that far pays for it (+3604 % and +5604 % GPU-hours for the 
 2.8 % and 2.2 % busy, docs/redteam-x1.md). What such a window still says is how much work it can
 have held: its tensor cores' activity times their peak rate is at most what they computed
 (``below_floor_flops``; a tensor-busy second holds at most the dense FP8 peak at the 1980 MHz boost
-clock, ``flops.features.PEAK_FP8_AT_FEATURE_CLOCK``, twice the BF16 one). The check gives that bound as its line instead of a
-P (``floor_line``), so a node kept under the floor is not silent, and an inspector can add the
-bounds up (docs/below-floor.md measures them on every recorded run).
+clock, ``flops.features.PEAK_FP8_AT_FEATURE_CLOCK``, twice the BF16 one). The check gives that bound
+as its line instead of a P (``floor_line``) and as a number (``floor_bounds``, which the collector
+stores and sums per node and job), so a node kept under the floor is not silent
+(docs/below-floor.md measures the bound on every recorded run).
 """
 
 from __future__ import annotations
