@@ -178,9 +178,11 @@ def render(res: dict) -> str:
             "are different counters (NVML's share of time a kernel ran; GPM's tensor-pipe activity), so the bound "
             "reads the tensor counter itself rather than assuming the utilisation floor caps it.", "",
             "## Precision", "",
-            "Matmul burns recorded to see how GPM's tensor activity counts FP8 (`configs/campaigns/h200x1-fp8.yaml`, "
-            "`torch._scaled_mm` with e4m3 operands): their recorded FLOPs (2n³ per product) against their tensor "
-            "activity at the BF16 peak, and the rate inside their steps:", "",
+            "Matmul burns recorded to see how GPM's tensor activity counts FP8 (`torch._scaled_mm` with e4m3 "
+            "operands) and the tensor cores' 2:4-sparse mode (BF16, `torch.sparse.to_sparse_semi_structured`, "
+            "cuSPARSELt) (`configs/campaigns/h200x1-fp8.yaml`): their recorded FLOPs (2n³ per product: for the "
+            "sparse product, the dense one it stands for) and the FLOPs executed (half of that for the sparse "
+            "product) against their tensor activity at the BF16 peak, and the rate inside their steps:", "",
             "| run | precision | duty cycle | tensor activity | rate in a step (TFLOP/s) | recorded / BF16 bound | executed / BF16 bound |",
             "|---|---|---|---|---|---|---|"]
     for q in res["precision"]:
@@ -190,9 +192,12 @@ def render(res: dict) -> str:
                    f"{q['executed_over_bf16_bound']:.2f} |")
     out += ["", "GPM counts an FP8 product's busy cycles as a BF16 one's while each does twice the FLOPs, so a bound "
             "at the BF16 peak does not hold for FP8 work, and the live line uses the FP8 peak (half of it bounds "
-            "BF16 work). At full load both burns sit at the power limit, below their peak rates, so their ratios "
-            "are lower there; held to low duty cycles they run at full clock. 2:4-sparse tensor modes, which "
-            "double the rate again, were not recorded and are not covered.", "",
+            "BF16 work). The sparse product keeps the tensor cores busy half as long as the dense one for the same "
+            "dense-equivalent count: the FLOPs it executes stay within the bound, the dense FLOPs it stands for "
+            "reach twice it. So the live bound holds for executed FLOPs in every mode recorded here; counted as "
+            "dense, the work of a 2:4-sparse FP8 product (not recorded) could reach twice it. At full load the "
+            "burns sit at the power limit, below their peak rates, so their ratios are lower there; held to low "
+            "duty cycles they run at full clock.", "",
             "## Does the bound hold?", "",
             "Every training run with a FLOP ledger, the adversarial ones included (all with BF16 matmuls): its "
             "tensor-busy GPU-seconds integrated over the run (the FLOP estimator's own integral, "

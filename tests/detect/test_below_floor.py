@@ -15,7 +15,8 @@ RUNS = [REPO / "data" / "redteam-x1" / "adv.throttle.dit-b-lowutil-5022a8-r0",  
         REPO / "data" / "h200x1" / "infer.generate.m350m_b4_light-base-r0",       # light decode
         REPO / "data" / "h200x1" / "other.idle.bare-base-r0",
         REPO / "data" / "h200x1" / "other.matmul.n8192_x2-787bfe-r0",             # FP8 burn, 3 % duty
-        REPO / "data" / "h200x1" / "other.matmul.n8192_x2-b5e1c3-r0"]             # BF16 burn, 3 % duty
+        REPO / "data" / "h200x1" / "other.matmul.n8192_x2-b5e1c3-r0",             # BF16 burn, 3 % duty
+        REPO / "data" / "h200x1" / "other.matmul.n8192_x2-2c7481-r0"]             # 2:4-sparse BF16, 3 % duty
 
 
 def _script():
@@ -48,7 +49,7 @@ def test_the_throttled_trainer_is_below_the_floor_and_its_bound_holds(measured):
 def test_per_class_counts_and_the_rate_cap(measured):
     bf, res = measured
     pc = res["per_class"]
-    assert pc["other"]["below_floor_runs"] == 2                   # the burns; the idle GPU has nothing to bound
+    assert pc["other"]["below_floor_runs"] == 3                   # the burns; the idle GPU has nothing to bound
     assert pc["training"]["below_floor_runs"] == 1 and pc["training"]["max_util_pct"] <= bf.BUSY_UTIL_PCT
     assert res["max_tensor_pct_below_floor"] == max(c["max_tensor_pct"] or 0 for c in pc.values())
     assert res["max_rate_flops_per_s"] == pytest.approx(res["max_tensor_pct_below_floor"] / 100 * bf.PEAK_FP8_AT_FEATURE_CLOCK)
@@ -61,12 +62,17 @@ def test_an_fp8_burn_does_twice_what_its_activity_holds_at_the_bf16_peak(measure
     assert by["fp8"]["precision_run"] == "fp8" and by["fp8"]["duty"] == 0.03
     assert 1.6 <= by["fp8"]["recorded_over_bf16_bound"] <= bf.FP8_OVER_BF16, by["fp8"]
     assert 0.7 <= by["bf16"]["recorded_over_bf16_bound"] <= 1.0, by["bf16"]
+    # the sparse mode: busy half as long for the dense count, so what it executes stays within the bound
+    sparse = by["bf16_sparse24"]
+    assert sparse["precision_run"] == "bf16_sparse24" and sparse["recorded_over_bf16_bound"] >= 1.6, sparse
+    assert sparse["executed_over_bf16_bound"] == pytest.approx(sparse["recorded_over_bf16_bound"] / 2)
+    assert sparse["executed_over_bf16_bound"] <= 1.0, sparse
 
 
 def test_render(measured):
     bf, res = measured
     res = {**res, "command": "python scripts/below_floor.py ...", "date": "today", "out": "x.json", "data": ["d"],
-           "runs": 6, "floor_pct": bf.BUSY_UTIL_PCT}
+           "runs": 7, "floor_pct": bf.BUSY_UTIL_PCT}
     md = bf.render(res)
     assert "## Does the bound hold?" in md and "`adv.throttle.dit-b-lowutil-5022a8-r0`" in md
     assert "## Precision" in md and "| fp8 (ran fp8) | 3% |" in md

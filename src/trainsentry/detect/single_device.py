@@ -128,9 +128,10 @@ def below_floor_flops(X: pd.DataFrame) -> np.ndarray:
     FP8, not BF16: GPM counts an FP8 matmul's busy cycles as it counts a BF16 one's, and FP8 does twice
     the FLOPs per cycle (``flops.features.FP8_OVER_BF16``, measured on the H200 in docs/below-floor.md),
     so a bound at the BF16 peak would hold only for work the monitored party chose to run in BF16.
-    Half of it bounds BF16 work; 2:4-sparse tensor-core modes, which double the rate again, are not
-    measured and not covered. FlopCounter-style counts also charge the masked half of causal
-    attention, which no tensor core computes (docs/flops.md)."""
+    Half of it bounds BF16 work. It bounds executed FLOPs: the tensor cores' 2:4-sparse mode keeps them
+    busy half as long for a product that stands for twice the FLOPs it executes (measured in BF16), so
+    counted as dense, sparse FP8 work could reach twice the bound. FlopCounter-style counts also charge
+    the masked half of causal attention, which no tensor core computes (docs/flops.md)."""
     busiest = numeric_matrix(X, [TENSOR_COL])[:, 0]
     span = numeric_matrix(X, ["t_end"])[:, 0] - numeric_matrix(X, ["t_start"])[:, 0]
     return busiest / 100.0 * span * PEAK_FP8_AT_FEATURE_CLOCK

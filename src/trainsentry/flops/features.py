@@ -46,7 +46,8 @@ PEAK_AT_FEATURE_CLOCK = H200_DENSE_BF16_FLOPS * SM_CLOCK_MAX_MHZ / DATASHEET_CLO
 # Hopper's dense FP8 (and INT8) tensor rate is twice its BF16 rate (H200 datasheet: 1979 against 989 TFLOP/s),
 # and GPM's tensor activity counts an FP8 matmul's busy cycles as it counts a BF16 one's: on the H200, an
 # FP8 burn held to a 3 % duty cycle did 1.98 times the FLOPs its activity would hold at the BF16 peak,
-# a BF16 burn 0.96 (data/h200x1 other.matmul.n8192_x2-787bfe-r0 and -b5e1c3-r0, docs/below-floor.md).
+# a BF16 burn 0.96 (data/h200x1 other.matmul.n8192_x2-787bfe-r0 and -b5e1c3-r0, docs/below-floor.md). A
+# 2:4-sparse BF16 burn executed 0.99 of it (its dense-equivalent count 1.99: -2c7481-r0).
 FP8_OVER_BF16 = 2.0
 PEAK_FP8_AT_FEATURE_CLOCK = FP8_OVER_BF16 * PEAK_AT_FEATURE_CLOCK
 # H200 SXM datasheet maximum board power (TDP), the lent H200s' power limit (they forbid changing
