@@ -116,6 +116,11 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("leads_hardened", "leads-hardened.json", "results", _compare_leads(("ea3aed1", *EARLIER_LEADS), "leads-hardened", "c0f1ff1"),
           "the live single-device lead, hardened with the red team's trainers, on the runs recorded after it",
           optional=True),
+    Input("below_floor", "below-floor.json", "results",
+          "python scripts/below_floor.py --data data/h200 --data data/h200x1 --data data/h200x1-host "
+          "--data data/redteam-x1 --data data/redteam-r1 --out results/below-floor.json --docs docs/below-floor.md",
+          "what the collector says about a GPU kept under the single-device lead's busy floor: a bound on its "
+          "work, checked against the training runs' ledgers and FP8 and sparse matmul burns", optional=True),
     Input("pipes", "pipes.json", "results",
           "python scripts/pipes_study.py --data data/h200x1 --out results/pipes.json --docs docs/pipes.md "
           "--figure results/figures/pipes.png",

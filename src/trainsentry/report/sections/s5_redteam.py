@@ -408,7 +408,37 @@ def _one_gpu_node(ctx) -> str:
                  "not the live verdict. On a one-GPU node the verdict is fused's, whose exchange gate stays closed "
                  "without traffic between devices, so none of these runs raises an alert in the live state, "
                  "whatever the lead says.")
-    return f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}{_leads(ctx)}{_hardened(ctx)}</p></div>{table}"
+    return (f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}{_leads(ctx)}{_hardened(ctx)}</p>"
+            f"{_below_floor(ctx)}</div>{table}")
+
+
+def _below_floor(ctx) -> str:
+    """What the collector says about a GPU kept under the lead's busy floor: a bound on its work
+    (results/below-floor.json, optional; docs/below-floor.md)."""
+    if not ctx.has("below_floor"):
+        return ""
+    doc, k = ctx.load("below_floor"), "below_floor"
+    ledgers = doc.get("ledgers") or []
+    if not ledgers:
+        return ""
+    src, fp8, bf16 = [(k, "ledgers")], ctx.term("FP8"), ctx.term("bf16")
+    burns = [q for q in doc.get("precision") or [] if q["precision"] == "fp8"]
+    fp8_text = (f" It is taken at the {fp8} peak because the GPU's tensor-activity counter counts an {fp8} matmul's "
+                f"busy cycles as a {bf16} one's: an {fp8} burn did up to "
+                f"{ctx.derived(max(q['recorded_over_bf16_bound'] for q in burns), 'x', [(k, 'precision')])} "
+                f"the work its activity holds at the {bf16} peak." if burns else "")
+    return (f"<p>Below its busy floor (the busiest GPU running kernels at most "
+            f"{ctx.num(k, 'floor_pct', 'pctv')} of a window) the lead judges nothing, and a trainer throttled "
+            f"that far is not found by it. The collector bounds such a window's work instead: its tensor-core "
+            f"activity times the peak rate. On the {ctx.num(k, 'runs', 'int')} recorded runs no window below the "
+            f"floor showed more than {ctx.num(k, 'max_tensor_pct_below_floor', 'pctv')} tensor activity, so a GPU "
+            f"kept there computed at most {ctx.derived(doc['max_rate_flops_per_s'] / 1e12, 'int', [(k, 'max_rate_flops_per_s')])} "
+            f"TFLOP/s counted at the {fp8} peak; at that rate {ctx.num(k, 'scale_flop', 'sci')} FLOP of training takes "
+            f"{ctx.num(k, 'scale_gpu_years_at_max_rate', 'int')} GPU-years. Against the ledgers of "
+            f"{ctx.derived(sum(d['runs'] for d in ledgers), 'int', src)} training runs the bound held: the work "
+            f"their tensor cores did was at most {ctx.derived(max(d['work_over_bound_max'] for d in ledgers), 'x', src)} "
+            f"of its {bf16} half.{fp8_text} A node kept under the floor thus shows a bounded amount of compute, "
+            "summed per node and per job by the collector, rather than silence (docs/below-floor.md).</p>")
 
 
 def _hardened(ctx) -> str:
