@@ -183,3 +183,19 @@ def test_no_floor_line_where_the_gpu_is_idle_or_busy(check):
     assert idle == [None] * len(idle)
     busy = _lines(check, "h200x1", "train.single.w1024-l16-base-r0")
     assert all(line is not None and "P(training) = " in line for line in busy)
+
+
+def test_the_floor_bound_sums_a_nodes_gpus_when_it_knows_them(check):
+    """With the node's GPU count the bound is their mean activity times their number: the busiest GPU's
+    alone when the others did nothing, twice it when two did as much; without a count, the busiest's."""
+    from trainsentry.detect.single_device import TENSOR_COL, TENSOR_MEAN_COL, below_floor_flops
+    df = _in_run(load_run(LOW_DUTY, None))
+    one = below_floor_flops(df)
+    half = df.assign(**{TENSOR_MEAN_COL: df[TENSOR_COL] / 2})    # a second GPU idle beside the busy one
+    assert np.allclose(below_floor_flops(half, gpus=2), one)
+    both = df.assign(**{TENSOR_MEAN_COL: df[TENSOR_COL]})        # two GPUs equally busy
+    assert np.allclose(below_floor_flops(both, gpus=2), 2 * one)
+    assert np.allclose(below_floor_flops(both, gpus=None), one) and np.allclose(below_floor_flops(both, gpus=1), one)
+    lines = check.lines(both, gpus=2)
+    assert all("on its 2 GPUs in this window" in line for line in lines), lines[0]
+    assert check.floor_bounds(both, gpus=2) == pytest.approx(list(2 * one))

@@ -260,6 +260,14 @@ class _Track:
         return sum(v for _, v in self.votes)
 
 
+def _gpu_count(table: pa.Table | None) -> int | None:
+    """The GPUs whose samples ``table`` holds (a job's union names them node/device), or None."""
+    if table is None or table.num_rows == 0:
+        return None
+    kinds, devices = table.column("kind").to_pylist(), table.column("device").to_pylist()
+    return len({d for k, d in zip(kinds, devices) if k == "gpu"}) or None
+
+
 class LiveProcessor:
     def __init__(self, db_path: str | Path, synchronous: str = "normal", config: LiveConfig | None = None,
                  reader=None):
@@ -453,7 +461,7 @@ class LiveProcessor:
             ps[~ood] = self.detector.predict_proba(frame[~ood])
         if ood.any():
             ps[ood] = self.fallback.predict_proba(frame[ood])
-        checked, lead, floor = self._check_lines(frame) if have else ({}, [], [])
+        checked, lead, floor = self._check_lines(frame, _gpu_count(table)) if have else ({}, [], [])
         check_lines, leads, floors = {name: iter(lines) for name, lines in checked.items()}, iter(lead), iter(floor)
         ps, oods = iter(ps), iter(ood)
         out = []
@@ -499,12 +507,13 @@ class LiveProcessor:
             self.windows_judged += 1
         return out
 
-    def _check_lines(self, frame: pd.DataFrame) -> tuple[dict[str, list[str | None]], list[float | None],
-                                                         list[float | None]]:
+    def _check_lines(self, frame: pd.DataFrame, gpus: int | None = None) -> tuple[
+            dict[str, list[str | None]], list[float | None], list[float | None]]:
         """Per evidence check (by name), its entry for each row (a line, or None), the single-device
         lead's P(training) per row (None where it did not speak; all None without it) and its bound on
-        the work of each row below its busy floor (None elsewhere): a check that fails (an artifact this
-        sklearn cannot run, odd input) is logged and dropped, never a reason to stop verdicts."""
+        the work of each row below its busy floor over the ``gpus`` GPUs judged (None elsewhere): a check
+        that fails (an artifact this sklearn cannot run, odd input) is logged and dropped, never a reason
+        to stop verdicts."""
         out: dict[str, list[str | None]] = {}
         lead: list[float | None] = [None] * len(frame)
         floor: list[float | None] = [None] * len(frame)
@@ -512,8 +521,8 @@ class LiveProcessor:
             try:
                 if name == LEAD_CHECK:
                     scores = check.scores(frame)
-                    out[name] = check.lines(frame, scores)
-                    lead, floor = scores, check.floor_bounds(frame, scores)
+                    out[name] = check.lines(frame, scores, gpus)
+                    lead, floor = scores, check.floor_bounds(frame, scores, gpus)
                 else:
                     out[name] = check.lines(frame)
             except Exception as e:

@@ -239,7 +239,7 @@ def lead_summary(conn: sqlite3.Connection, scope: str, subject: str, start: floa
 def floor_summary(conn: sqlite3.Connection, scope: str, subject: str, start: float, end: float) -> dict:
     """The single-device check's bounds below its busy floor over the windows ending in [start, end]:
     how many windows had one, the seconds they cover together (their union), and the bound summed over
-    those seconds: each window's bound is its busiest GPU's tensor activity over its whole span, and
+    those seconds: each window's bound is its GPUs' tensor activity over its whole span, and
     overlapping windows share their seconds, so each window counts for the share of its span no earlier
     window in the sum covered (with windows every 2 s of 8 s, a quarter). Read from the partial index
     ``verdicts_floor`` alone (migration 17)."""

@@ -62,6 +62,7 @@ THRESHOLD = 0.75   # the alert rule's per-window threshold, so "reads like train
 REQUIRED_FRACTION = 0.99   # a feature finite in this share of busy fitting windows must be there to judge
 UTIL_COL = "act.util_pct.mean.max"            # the busiest GPU's NVML utilisation (%), window mean
 TENSOR_COL = "act.gpm_tensor_util_pct.mean.max"  # the busiest GPU's GPM tensor-core activity (%), window mean
+TENSOR_MEAN_COL = "act.gpm_tensor_util_pct.mean.mean"  # ... the same averaged over the node's GPUs
 # Below the floor, a window holds work to bound where its busiest GPU ran kernels at least this share of
 # it (an idle GPU reads 1 % in a stray NVML sample: one in 80 is 0.0125 %) ...
 KERNELS_MIN_PCT = 0.5
@@ -120,10 +121,11 @@ def below_floor(X: pd.DataFrame) -> np.ndarray:
     return (exchange_gate(X)[0] < 0.5) & (util <= BUSY_UTIL_PCT) & ((util >= KERNELS_MIN_PCT) | (tensor >= TENSOR_MIN_PCT))
 
 
-def below_floor_flops(X: pd.DataFrame) -> np.ndarray:
-    """Per window, the most tensor-core work its busiest GPU can have done: that GPU's mean tensor
-    activity times the window's span times the tensor cores' dense FP8 peak at the boost clock (every
-    other GPU of the node did at most as much). NaN where GPM reports no tensor activity.
+def below_floor_flops(X: pd.DataFrame, gpus: int | None = None) -> np.ndarray:
+    """Per window, the most tensor-core work its GPUs can have done: each GPU's mean tensor activity
+    times the window's span times the tensor cores' dense FP8 peak at the boost clock, summed over the
+    node's ``gpus`` GPUs (their mean activity times their number); without a count, the busiest GPU's
+    alone (every other GPU did at most as much). NaN where GPM reports no tensor activity.
 
     FP8, not BF16: GPM counts an FP8 matmul's busy cycles as it counts a BF16 one's, and FP8 does twice
     the FLOPs per cycle (``flops.features.FP8_OVER_BF16``, measured on the H200 in docs/below-floor.md),
@@ -132,15 +134,19 @@ def below_floor_flops(X: pd.DataFrame) -> np.ndarray:
     busy half as long for a product that stands for twice the FLOPs it executes (measured in BF16), so
     counted as dense, sparse FP8 work could reach twice the bound. FlopCounter-style counts also charge
     the masked half of causal attention, which no tensor core computes (docs/flops.md)."""
-    busiest = numeric_matrix(X, [TENSOR_COL])[:, 0]
+    pct = numeric_matrix(X, [TENSOR_COL])[:, 0]
+    if gpus is not None and gpus > 1:
+        mean = numeric_matrix(X, [TENSOR_MEAN_COL])[:, 0]
+        pct = np.where(np.isfinite(mean), mean * gpus, pct)
     span = numeric_matrix(X, ["t_end"])[:, 0] - numeric_matrix(X, ["t_start"])[:, 0]
-    return busiest / 100.0 * span * PEAK_FP8_AT_FEATURE_CLOCK
+    return pct / 100.0 * span * PEAK_FP8_AT_FEATURE_CLOCK
 
 
-def floor_line(util_pct: float, tensor_pct: float, flops: float) -> str:
+def floor_line(util_pct: float, tensor_pct: float, flops: float, gpus: int | None = None) -> str:
     """The evidence line of a window below the busy floor (``below_floor``; ``flops`` from
-    ``below_floor_flops``)."""
-    bound = (f"at most {flops / 1e12:.1f} TFLOP of tensor-core work on it in this window (activity × the "
+    ``below_floor_flops`` with the same ``gpus``)."""
+    on = f"its {gpus} GPUs" if gpus is not None and gpus > 1 else "it"
+    bound = (f"at most {flops / 1e12:.1f} TFLOP of tensor-core work on {on} in this window (activity × the "
              f"{PEAK_FP8_AT_FEATURE_CLOCK / 1e12:.0f} TFLOP/s dense FP8 peak at 1980 MHz; "
              f"{flops / 2e12:.1f} if the work was BF16)" if math.isfinite(flops)
              else "no tensor-core activity reported (no GPM), so no bound on its work")
@@ -190,34 +196,39 @@ class SingleDeviceCheck:
                 out[i] = float(p)
         return out
 
-    def floor_bounds(self, X: pd.DataFrame, scores: list[float | None] | None = None) -> list[float | None]:
-        """One entry per row of X: the bound on the window's tensor-core work (``below_floor_flops``, FLOPs)
-        where it is below the busy floor and the check gave no P, None elsewhere (also where GPM gave no
-        tensor activity to bound it by). The live collector stores it beside the verdict (``floor_flop``)."""
+    def floor_bounds(self, X: pd.DataFrame, scores: list[float | None] | None = None,
+                     gpus: int | None = None) -> list[float | None]:
+        """One entry per row of X: the bound on the window's tensor-core work (``below_floor_flops`` over
+        ``gpus`` GPUs, FLOPs) where it is below the busy floor and the check gave no P, None elsewhere
+        (also where GPM gave no tensor activity to bound it by). The live collector stores it beside the
+        verdict (``floor_flop``)."""
         scores = self.scores(X) if scores is None else scores
         out: list[float | None] = [None] * len(X)
         low = below_floor(X)
         if low.any():
-            flops = below_floor_flops(X)
+            flops = below_floor_flops(X, gpus)
             for i in np.flatnonzero(low):
                 if scores[i] is None and math.isfinite(flops[i]):
                     out[i] = float(flops[i])
         return out
 
-    def lines(self, X: pd.DataFrame, scores: list[float | None] | None = None) -> list[str | None]:
+    def lines(self, X: pd.DataFrame, scores: list[float | None] | None = None,
+              gpus: int | None = None) -> list[str | None]:
         """One entry per row of X: an evidence line, or None where the check has nothing to say
         (from ``scores`` when the caller has them already). Where it gives no P because the window is
-        below its busy floor (``below_floor``), the line bounds the work instead (``floor_line``)."""
+        below its busy floor (``below_floor``), the line bounds the work of the node's ``gpus`` GPUs
+        instead (``floor_line``; the busiest GPU's without a count)."""
         scores = self.scores(X) if scores is None else scores
         out: list[str | None] = [None if p is None else self.line(p) for p in scores]
         low = below_floor(X)
         if low.any():
             util = numeric_matrix(X, [UTIL_COL])[:, 0]
             tensor = numeric_matrix(X, [TENSOR_COL])[:, 0]
-            flops = below_floor_flops(X)
+            flops = below_floor_flops(X, gpus)
             for i in np.flatnonzero(low):
                 if scores[i] is None:
-                    out[i] = floor_line(float(np.nan_to_num(util[i])), float(np.nan_to_num(tensor[i])), float(flops[i]))
+                    out[i] = floor_line(float(np.nan_to_num(util[i])), float(np.nan_to_num(tensor[i])),
+                                        float(flops[i]), gpus)
         return out
 
     def line(self, p: float) -> str:
