@@ -169,3 +169,15 @@ def test_a_trainer_under_the_busy_floor_gets_a_bound_not_silence(committed_clien
     below = node_view["below_floor"]
     assert below["windows"] == len(floor) and 0 < below["seconds"] <= 8 * len(floor), below
     assert 0.2 * sum(tflop) < below["tensor_flop_max"] / 1e12 < 0.5 * sum(tflop), (below, sum(tflop))
+
+
+def test_the_gpus_a_window_is_judged_over_are_counted_from_its_samples():
+    """The bound below the floor is summed over the GPUs the buffer (or a job's union) holds samples of."""
+    import pyarrow as pa
+
+    from trainsentry.collector.live import _gpu_count
+    t = pa.table({"kind": ["gpu", "gpu", "gpu", "net"], "device": ["gpu0", "gpu1", "gpu0", "eth0"]})
+    assert _gpu_count(t) == 2
+    union = pa.table({"kind": ["gpu", "gpu"], "device": ["a/gpu0", "b/gpu0"]})   # a job: node/device
+    assert _gpu_count(union) == 2
+    assert _gpu_count(None) is None and _gpu_count(t.slice(3)) is None and _gpu_count(t.slice(0, 0)) is None
