@@ -162,7 +162,12 @@ def render(res: dict) -> str:
            f"{FP8_OVER_BF16:g} × the BF16 one of {PEAK_AT_FEATURE_CLOCK / 1e12:.0f}), the most a tensor-busy "
            "second can hold (*Precision* below; `docs/flops.md`, *Tensor activity against the datasheet peak*). "
            f"Measured on every in-run window of {res['runs']} runs ({', '.join(f'`{d}`' for d in res['data'])}), "
-           "8 s windows every 2 s, no fitting.", "",
+           "8 s windows every 2 s, no fitting; the bound here is the busiest GPU's.", "",
+           "In the live collector the line stands in each such window's evidence, where the lead's P would be, "
+           "also in idle windows between a throttled trainer's bursts; the bound, summed over the node's GPUs, "
+           "is stored beside the verdict (`floor_flop`) and summed per node over the last hour and per job "
+           "(`below_floor` in `/v1/nodes/{node}/verdict` and `/v1/jobs/{job}`, each second counted once; "
+           "`docs/collector.md`).", "",
            "## Windows below the floor that held work", "",
            "Gate closed, busiest GPU busy at most the floor, and kernels ran or the tensor cores worked:", "",
            "| class | runs | in-run windows | below the floor with work: windows (runs) | highest utilisation there | highest tensor activity there |",
