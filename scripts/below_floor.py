@@ -176,8 +176,9 @@ def render(res: dict) -> str:
         out.append(f"| {cls} | {c['runs']} | {c['windows']} | {c['below_floor_windows']} ({c['below_floor_runs']}) | "
                    f"{_pct(c['max_util_pct'])} | {_pct(c['max_tensor_pct'])} |")
     out += ["", f"Over every class, no window below the floor showed more than {top:.2f} % tensor-core activity on its "
-            f"busiest GPU: kept under the floor, a GPU computed at most {res['max_rate_flops_per_s'] / 1e12:.0f} TFLOP/s "
-            f"on these runs in FP8 ({res['max_rate_flops_per_s'] / FP8_OVER_BF16 / 1e12:.0f} in BF16). At the FP8 rate "
+            f"busiest GPU: at that activity a GPU kept under the floor can compute at most "
+            f"{res['max_rate_flops_per_s'] / 1e12:.0f} TFLOP/s in FP8 ({res['max_rate_flops_per_s'] / FP8_OVER_BF16 / 1e12:.0f} "
+            "in BF16). At the FP8 rate "
             f"{_sci(res['scale_flop'])} FLOP of training takes {res['scale_gpu_years_at_max_rate']:,.0f} GPU-years, "
             f"against {res['scale_flop'] / PEAK_FP8_AT_FEATURE_CLOCK / YEAR_S:,.0f} at the FP8 peak. Utilisation and tensor activity "
             "are different counters (NVML's share of time a kernel ran; GPM's tensor-pipe activity), so the bound "
