@@ -9,10 +9,10 @@ peak at the boost clock). This measures, over every in-run window of the dataset
   activity), the runs they come from, and the highest tensor-core activity any of them showed: what
   a GPU kept under the floor computes at most, per second;
 * per training run with such windows, the share of its windows below the floor, and for the runs
-  with most of their windows there (the evaders), the bound summed over the run's windows
-  (each counted stride / window of the time, since windows overlap) against the FLOPs its workload
+  with most of their windows there (the evaders), the bound over the whole run (tensor-busy seconds
+  integrated as the FLOP estimator does, ``ledger_check``) against the FLOPs its workload
   ledger recorded, and the rate the run trained at;
-* the matmul burns recorded in BF16 and FP8: how GPM's tensor activity counts FP8 work.
+* the matmul burns recorded in BF16, FP8 and 2:4-sparse BF16: how GPM's tensor activity counts their work.
 
     python scripts/below_floor.py --data data/h200 --data data/h200x1 --data data/h200x1-host \
         --data data/redteam-x1 --data data/redteam-r1 --out results/below-floor.json --docs docs/below-floor.md
@@ -33,9 +33,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 from trainsentry.detect.base import numeric_matrix  # noqa: E402
 from trainsentry.detect.dataset import load_dataset, stack  # noqa: E402
-from trainsentry.features import DEFAULT_STRIDE_S, DEFAULT_WINDOW_S  # noqa: E402
-from trainsentry.detect.single_device import (BUSY_UTIL_PCT, TENSOR_COL, UTIL_COL, below_floor,  # noqa: E402
-                                              below_floor_flops)
+from trainsentry.detect.single_device import BUSY_UTIL_PCT, TENSOR_COL, UTIL_COL, below_floor  # noqa: E402
 from trainsentry.flops.features import FP8_OVER_BF16, PEAK_AT_FEATURE_CLOCK, PEAK_FP8_AT_FEATURE_CLOCK  # noqa: E402
 
 MOSTLY = 0.5            # a training run with more than this share of its windows below the floor is listed in full
@@ -48,7 +46,6 @@ def measure(runs) -> dict:
     low = below_floor(X)
     util = np.nan_to_num(numeric_matrix(X, [UTIL_COL])[:, 0], nan=0.0)
     tensor = numeric_matrix(X, [TENSOR_COL])[:, 0]
-    bound = below_floor_flops(X)
     classes, ids = np.asarray(classes), np.asarray(ids)
     per_class = {}
     for cls in sorted(set(classes)):

@@ -520,9 +520,7 @@ class LiveProcessor:
         for name, check in list(self.checks.items()):
             try:
                 if name == LEAD_CHECK:
-                    scores = check.scores(frame)
-                    out[name] = check.lines(frame, scores, gpus)
-                    lead, floor = scores, check.floor_bounds(frame, scores, gpus)
+                    lead, out[name], floor = check.read(frame, gpus)
                 else:
                     out[name] = check.lines(frame)
             except Exception as e:

@@ -196,40 +196,35 @@ class SingleDeviceCheck:
                 out[i] = float(p)
         return out
 
-    def floor_bounds(self, X: pd.DataFrame, scores: list[float | None] | None = None,
-                     gpus: int | None = None) -> list[float | None]:
+    def read(self, X: pd.DataFrame, gpus: int | None = None) -> tuple[list[float | None], list[str | None],
+                                                                       list[float | None]]:
+        """Everything the check says of each row of X, the exchange gate read once: its P (``scores``),
+        its evidence line (``lines``) and its bound below the busy floor (``floor_bounds``)."""
+        scores = self.scores(X)
+        lines: list[str | None] = [None if p is None else self.line(p) for p in scores]
+        bounds: list[float | None] = [None] * len(X)
+        rows = np.flatnonzero(below_floor(X) & np.array([p is None for p in scores], dtype=bool))
+        if rows.size:
+            util = np.nan_to_num(numeric_matrix(X, [UTIL_COL])[:, 0])
+            tensor = np.nan_to_num(numeric_matrix(X, [TENSOR_COL])[:, 0])
+            flops = below_floor_flops(X, gpus)
+            for i in rows:
+                lines[i] = floor_line(float(util[i]), float(tensor[i]), float(flops[i]), gpus)
+                bounds[i] = float(flops[i]) if math.isfinite(flops[i]) else None
+        return scores, lines, bounds
+
+    def floor_bounds(self, X: pd.DataFrame, gpus: int | None = None) -> list[float | None]:
         """One entry per row of X: the bound on the window's tensor-core work (``below_floor_flops`` over
         ``gpus`` GPUs, FLOPs) where it is below the busy floor and the check gave no P, None elsewhere
         (also where GPM gave no tensor activity to bound it by). The live collector stores it beside the
         verdict (``floor_flop``)."""
-        scores = self.scores(X) if scores is None else scores
-        out: list[float | None] = [None] * len(X)
-        low = below_floor(X)
-        if low.any():
-            flops = below_floor_flops(X, gpus)
-            for i in np.flatnonzero(low):
-                if scores[i] is None and math.isfinite(flops[i]):
-                    out[i] = float(flops[i])
-        return out
+        return self.read(X, gpus)[2]
 
-    def lines(self, X: pd.DataFrame, scores: list[float | None] | None = None,
-              gpus: int | None = None) -> list[str | None]:
-        """One entry per row of X: an evidence line, or None where the check has nothing to say
-        (from ``scores`` when the caller has them already). Where it gives no P because the window is
-        below its busy floor (``below_floor``), the line bounds the work of the node's ``gpus`` GPUs
-        instead (``floor_line``; the busiest GPU's without a count)."""
-        scores = self.scores(X) if scores is None else scores
-        out: list[str | None] = [None if p is None else self.line(p) for p in scores]
-        low = below_floor(X)
-        if low.any():
-            util = numeric_matrix(X, [UTIL_COL])[:, 0]
-            tensor = numeric_matrix(X, [TENSOR_COL])[:, 0]
-            flops = below_floor_flops(X, gpus)
-            for i in np.flatnonzero(low):
-                if scores[i] is None:
-                    out[i] = floor_line(float(np.nan_to_num(util[i])), float(np.nan_to_num(tensor[i])),
-                                        float(flops[i]), gpus)
-        return out
+    def lines(self, X: pd.DataFrame, gpus: int | None = None) -> list[str | None]:
+        """One entry per row of X: an evidence line, or None where the check has nothing to say. Where it
+        gives no P because the window is below its busy floor (``below_floor``), the line bounds the work
+        of the node's ``gpus`` GPUs instead (``floor_line``; the busiest GPU's without a count)."""
+        return self.read(X, gpus)[1]
 
     def line(self, p: float) -> str:
         head = (f"single-device check (no inter-device exchange seen): the GPUs' activity reads "
