@@ -119,7 +119,7 @@ def toy_run(tmp_path_factory) -> Path:
     for w in ("fp32", "fp16"):
         runs.append({"run_id": f"embed_{w}", "workload": "infer.embed.s125m_b256_l512", "seconds": 60,
                      "max_steps": STEPS, "overrides": {"weights": w}})
-    for p in ("fp8", "bf16_sparse24", "int4"):
+    for p in ("fp8", "bf16_sparse24", "fp8_sparse24", "int4"):
         runs.append({"run_id": f"matmul_{p}", "workload": "other.matmul.n8192_x2", "seconds": 60,
                      "max_steps": STEPS, "overrides": {"precision": p}})
     (out / "plan.json").write_text(json.dumps({"toy": True, "runs": runs}))
@@ -242,8 +242,13 @@ def test_every_workload_runs_at_toy_size(toy_run):
     sparse = truth(toy_run, "matmul_bf16_sparse24")   # no sparse layout on CPU: dense, said in the ledger
     assert sparse["ok"] and sparse["ground_truth"]["extra"]["0"]["precision_run"] == "float32", sparse
     assert sparse["ground_truth"]["flops"] == fp8["ground_truth"]["flops"]
+    sparse8 = truth(toy_run, "matmul_fp8_sparse24")   # neither FP8 nor cuSPARSELt on CPU: dense, said too
+    assert sparse8["ok"] and sparse8["ground_truth"]["extra"]["0"]["precision"] == "fp8_sparse24", sparse8
+    assert sparse8["ground_truth"]["extra"]["0"]["precision_run"] == "float32", sparse8
+    assert sparse8["ground_truth"]["flops"] == fp8["ground_truth"]["flops"]
     bad = truth(toy_run, "matmul_int4")
-    assert not bad["ok"] and "precision must be bf16, fp8 or bf16_sparse24" in json.dumps(bad["errors"]), bad
+    assert not bad["ok"] and "precision must be one of bf16, fp8, bf16_sparse24, fp8_sparse24" in json.dumps(
+        bad["errors"]), bad
     # an embedding service hands its vectors to the host (batch x d_model float32 per step); the older
     # configurations keep them on the device
     host = truth(toy_run, "infer.embed.g7b_b64_l512_host")

@@ -48,8 +48,29 @@ def _sparse24_operand(a: torch.Tensor):
         from torch.sparse import to_sparse_semi_structured
     except ImportError:
         return None
-    keep = torch.tensor([0, 0, 1, 1], dtype=a.dtype, device=a.device).tile(a.shape[0], a.shape[1] // 4)
-    return to_sparse_semi_structured(a * keep)
+    return to_sparse_semi_structured(a * _keep24(a))
+
+
+def _keep24(a: torch.Tensor) -> torch.Tensor:
+    """The 2:4 mask: the last two of every four elements along a row kept."""
+    return torch.tensor([0, 0, 1, 1], dtype=a.dtype, device=a.device).tile(a.shape[0], a.shape[1] // 4)
+
+
+def _fp8_sparse24_operands(a: torch.Tensor, b: torch.Tensor):
+    """``a`` pruned to 2:4 in float8 (e4m3) and compressed for cuSPARSELt (``torch._cslt_compress``), with
+    ``b`` column-major in float8, or None where this torch or device has no FP8 matmul or no cuSPARSELt.
+    The semi-structured tensor class refuses FP8 ``mm``, so the compressed operand is used directly."""
+    dense = _fp8_operands(a * _keep24(a), b)
+    if dense is None or not hasattr(torch, "_cslt_compress"):
+        return None
+    a8, b8, _ = dense
+    try:
+        return torch._cslt_compress(a8), b8
+    except RuntimeError:   # a build without cuSPARSELt
+        return None
+
+
+PRECISIONS = ("bf16", "fp8", "bf16_sparse24", "fp8_sparse24")
 
 
 @torch.inference_mode()
@@ -60,23 +81,34 @@ def run_matmul(ctx: Context, cfg: dict) -> None:
     know about, docs/below-floor.md) or ``bf16_sparse24`` (the first operand pruned to 2:4 and held in
     the semi-structured layout, ``torch.sparse.to_sparse_semi_structured``: the tensor cores' sparse
     mode, which skips the pruned half of the multiply-adds; the ledger counts the dense product's 2n³
-    FLOPs, as sparse datasheet rates do, and the executed n³ in ``executed_flops_per_step``). Where the
-    device has neither the run falls back to the run's dtype, dense, and the ledger says so
-    (``precision_run``)."""
+    FLOPs, as sparse datasheet rates do, and the executed n³ in ``executed_flops_per_step``) or
+    ``fp8_sparse24`` (both: the pruned first operand in e4m3, compressed for cuSPARSELt, bf16 out,
+    ``torch._cslt_sparse_mm``; counted as ``bf16_sparse24`` is). Where the device has none of them the
+    run falls back to the run's dtype, dense, and the ledger says so (``precision_run``)."""
     n, iters = int(cfg["n"]), int(cfg["iters"])
     duty = float(cfg.get("duty", 1.0))
     precision = str(cfg.get("precision", "bf16"))
-    if precision not in ("bf16", "fp8", "bf16_sparse24"):
-        raise ValueError(f"other.matmul: precision must be bf16, fp8 or bf16_sparse24, not {precision!r}")
-    if precision == "bf16_sparse24" and n % 64:
+    if precision not in PRECISIONS:
+        raise ValueError(f"other.matmul: precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if precision.endswith("_sparse24") and n % 64:
         raise ValueError(f"other.matmul: the 2:4 sparse layout needs n divisible by 64, not {n}")
     a = torch.randn(n, n, device=ctx.device, dtype=ctx.dtype)
     b = torch.randn(n, n, device=ctx.device, dtype=ctx.dtype)
     out = torch.empty(n, n, device=ctx.device, dtype=ctx.dtype)
     fp8 = _fp8_operands(a, b) if precision == "fp8" else None
     sparse = _sparse24_operand(a) if precision == "bf16_sparse24" else None
+    sparse8 = _fp8_sparse24_operands(a, b) if precision == "fp8_sparse24" else None
 
-    if sparse is not None:
+    if sparse8 is not None:
+        packed, b8 = sparse8
+
+        def step():
+            for _ in range(iters):
+                torch._cslt_sparse_mm(packed, b8, out_dtype=torch.bfloat16)
+        ctx.ledger.flops_per_step = 2 * n ** 3 * iters   # the dense product's count; half is executed
+        ctx.ledger.extra.update(executed_flops_per_step=n ** 3 * iters)
+        method = "analytic"
+    elif sparse is not None:
         def step():
             for _ in range(iters):
                 torch.mm(sparse, b)
@@ -98,7 +130,8 @@ def run_matmul(ctx: Context, cfg: dict) -> None:
                 torch.mm(a, b, out=out)
         ctx.ledger.flops_per_step = flopcount.measure(step)
         method = "flop_counter"
-    ran = "fp8" if fp8 is not None else "bf16_sparse24" if sparse is not None else str(ctx.dtype).replace("torch.", "")
+    ran = ("fp8_sparse24" if sparse8 is not None else "fp8" if fp8 is not None else
+           "bf16_sparse24" if sparse is not None else str(ctx.dtype).replace("torch.", ""))
     ctx.ledger.extra.update(method=method, n=n, precision=precision, precision_run=ran)
     while ctx.keep_going():
         t0 = time.perf_counter()
