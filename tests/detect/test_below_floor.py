@@ -16,7 +16,8 @@ RUNS = [REPO / "data" / "redteam-x1" / "adv.throttle.dit-b-lowutil-5022a8-r0",  
         REPO / "data" / "h200x1" / "other.idle.bare-base-r0",
         REPO / "data" / "h200x1" / "other.matmul.n8192_x2-787bfe-r0",             # FP8 burn, 3 % duty
         REPO / "data" / "h200x1" / "other.matmul.n8192_x2-b5e1c3-r0",             # BF16 burn, 3 % duty
-        REPO / "data" / "h200x1" / "other.matmul.n8192_x2-2c7481-r0"]             # 2:4-sparse BF16, 3 % duty
+        REPO / "data" / "h200x1" / "other.matmul.n8192_x2-2c7481-r0",             # 2:4-sparse BF16, 3 % duty
+        REPO / "data" / "h200x1" / "other.matmul.n8192_x2-8654f2-r0"]             # 2:4-sparse FP8, 3 % duty
 
 
 def _script():
@@ -49,7 +50,7 @@ def test_the_throttled_trainer_is_below_the_floor_and_its_bound_holds(measured):
 def test_per_class_counts_and_the_rate_cap(measured):
     bf, res = measured
     pc = res["per_class"]
-    assert pc["other"]["below_floor_runs"] == 3                   # the burns; the idle GPU has nothing to bound
+    assert pc["other"]["below_floor_runs"] == 4                   # the burns; the idle GPU has nothing to bound
     assert pc["training"]["below_floor_runs"] == 1 and pc["training"]["max_util_pct"] <= bf.BUSY_UTIL_PCT
     assert res["max_tensor_pct_below_floor"] == max(c["max_tensor_pct"] or 0 for c in pc.values())
     assert res["max_rate_flops_per_s"] == pytest.approx(res["max_tensor_pct_below_floor"] / 100 * bf.PEAK_FP8_AT_FEATURE_CLOCK)
@@ -67,6 +68,12 @@ def test_an_fp8_burn_does_twice_what_its_activity_holds_at_the_bf16_peak(measure
     assert sparse["precision_run"] == "bf16_sparse24" and sparse["recorded_over_bf16_bound"] >= 1.6, sparse
     assert sparse["executed_over_bf16_bound"] == pytest.approx(sparse["recorded_over_bf16_bound"] / 2)
     assert sparse["executed_over_bf16_bound"] <= 1.0, sparse
+    # sparse FP8 (call s31-1): what it executes meets the FP8 bound, to the counter's precision, and the
+    # dense product it stands for reaches twice that
+    sparse8 = by["fp8_sparse24"]
+    assert sparse8["precision_run"] == "fp8_sparse24" and sparse8["duty"] == 0.03, sparse8
+    assert 0.9 <= sparse8["executed_over_bf16_bound"] / bf.FP8_OVER_BF16 <= 1.03, sparse8
+    assert sparse8["recorded_over_bf16_bound"] >= 1.8 * bf.FP8_OVER_BF16, sparse8
 
 
 def test_render(measured):

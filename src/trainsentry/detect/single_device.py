@@ -148,7 +148,8 @@ def floor_line(util_pct: float, tensor_pct: float, flops: float, gpus: int | Non
     on = f"its {gpus} GPUs" if gpus is not None and gpus > 1 else "it"
     bound = (f"at most {flops / 1e12:.1f} TFLOP of tensor-core work on {on} in this window (activity × the "
              f"{PEAK_FP8_AT_FEATURE_CLOCK / 1e12:.0f} TFLOP/s dense FP8 peak at 1980 MHz; "
-             f"{flops / 2e12:.1f} if the work was BF16)" if math.isfinite(flops)
+             f"{flops / 2e12:.1f} if the work was BF16; twice it if 2:4-sparse products are counted as the dense "
+             f"ones they stand for)" if math.isfinite(flops)
              else "no tensor-core activity reported (no GPM), so no bound on its work")
     return (f"single-device check: the busiest GPU ran kernels {util_pct:.1f} % of the window, under the "
             f"{BUSY_UTIL_PCT:.0f} % floor below which it judges nothing; its tensor cores were active "
