@@ -158,11 +158,13 @@ def test_overview_marks_a_silent_node_unmonitored_and_keeps_its_last_verdict(db,
 def test_overview_counts_recorded_unmonitored_time_and_groups_jobs():
     rows = [{"node": f"n{i}", "unmonitored": None, "devices": {}, "last_seen": 1.0} for i in range(4)]
     verdicts = {"n0": {"state": "training", "job": "big"}, "n1": {"state": "training", "job": "big"},
-                "n2": {"state": "inference", "job": "serve"}, "n3": {"state": "bogus"}}
+                "n2": {"state": "inference", "job": "serve"}, "n3": {"state": "bogus", "floor_flop": 3.5e13}}
     jobs = [{"job": "serve", "nodes": ["n2"]}, {"job": "big", "nodes": ["n0", "n1"]}]
     doc = aggregate(rows, verdicts, jobs, 2.0)
     assert [j["job"] for j in doc["jobs"]] == ["big", "serve"]   # multi-node jobs first
     assert doc["counts"] == {"idle": 0, "inference": 1, "training": 2, "other": 0, "unmonitored": 0, "pending": 1}
+    # the single-device check's bound below its busy floor passes through, absent as None
+    assert [n["floor_flop"] for n in doc["nodes"]] == [None, None, None, 3.5e13]
 
 
 def test_overview_is_cached_for_a_second_and_gzipped_for_browsers(db, client, agent):

@@ -141,7 +141,8 @@ def test_single_user_decode_is_not_called_training_by_the_lead(committed_client,
     # "like training" is decided at the loaded artifact's threshold, the one the summaries count with
     proc = committed_client.app.state.live
     assert proc.lead_threshold == proc.checks["single-device"].threshold == lead["threshold"]
-    assert proc._lead_fields({"lead_p": lead["threshold"]}) == {"lead_p": lead["threshold"], "lead_like_training": True}
+    assert proc._lead_fields({"lead_p": lead["threshold"]}) == {"lead_p": lead["threshold"], "lead_like_training": True,
+                                                                 "floor_flop": None}
     assert proc._lead_fields({"lead_p": lead["p_max"]})["lead_like_training"] is False
 
 
@@ -169,6 +170,10 @@ def test_a_trainer_under_the_busy_floor_gets_a_bound_not_silence(committed_clien
     below = node_view["below_floor"]
     assert below["windows"] == len(floor) and 0 < below["seconds"] <= 8 * len(floor), below
     assert 0.2 * sum(tflop) < below["tensor_flop_max"] / 1e12 < 0.5 * sum(tflop), (below, sum(tflop))
+    # the node view and the fleet overview carry the latest window's own bound (None if it had none)
+    assert node_view["floor_flop"] == vs[-1]["floor_flop"], (node_view["floor_flop"], vs[-1])
+    over = {n["node"]: n for n in committed_client.get("/v1/overview").json()["nodes"]}["node-a"]
+    assert over["floor_flop"] == node_view["floor_flop"] and over["lead_p"] is None, over
 
 
 def test_the_gpus_a_window_is_judged_over_are_counted_from_its_samples():

@@ -167,3 +167,90 @@ def test_dashboard_shows_both_nodes_with_their_verdicts_and_plots_their_data(chr
         finally:
             browser.close()
     assert errors == [], errors
+
+
+REPO = TESTS.parent
+LOW_DUTY = REPO / "data" / "redteam-x1" / "adv.throttle.dit-b-lowutil-5022a8-r0"   # DiT trainer, 2.8 % busy
+
+
+@pytest.fixture
+def floor_node(tmp_path):
+    """A collector with the committed artifacts (models/) and one agent replaying the red team's DiT-B/2
+    trainer held to a 10 % duty cycle, recorded on the H200: below the single-device check's busy floor
+    in every window. Yields (url, token, node)."""
+    from trainsentry.collector.auth import enroll_inspector_in
+    from trainsentry.collector.store import Store
+
+    node, db = "h200-floor", tmp_path / "collector.db"
+    store = Store(db)
+    (tmp_path / f"{node}.key").write_text(store.enroll(node) + "\n")
+    store.close()
+    token = enroll_inspector_in(db, "e2e-inspector")
+    env = {**os.environ, "TRAINSENTRY_MODELS": str(REPO / "models"), "PYTHONUNBUFFERED": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "trainsentry.cli", "serve", "--db", str(db), "--port", "0"],
+                              stdout=subprocess.PIPE, text=True, env=env)]
+    try:
+        line = procs[0].stdout.readline()
+        assert "listening on" in line, line
+        url = line.strip().rsplit(" ", 1)[-1]
+        procs.append(subprocess.Popen([sys.executable, "-m", "trainsentry.cli", "replay", str(LOW_DUTY), "--collector",
+                                       url, "--node", node, "--key-file", str(tmp_path / f"{node}.key"),
+                                       "--spool", str(tmp_path / f"{node}.spool.db")],
+                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        yield url, token, node
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def test_a_node_under_the_busy_floor_shows_its_bound_not_silence(chromium, floor_node):
+    """The overview marks the node whose latest window lay under the floor with that window's bound, and
+    the node view sums the bound over the last hour, as the verdict API does (never a lead, never a P)."""
+    from playwright.sync_api import sync_playwright
+
+    url, token, node = floor_node
+    deadline, doc = time.monotonic() + 60.0, {}
+    while time.monotonic() < deadline:
+        doc = _get(f"{url}/v1/nodes/{node}/verdict", token)
+        if (doc.get("below_floor") or {}).get("windows", 0) >= 3 and doc.get("floor_flop"):
+            break
+        time.sleep(1.0)
+    else:
+        raise AssertionError(f"no bound below the floor: {json.dumps(doc)[:2000]}")
+    assert doc["state"] != "training" and doc["single_device_lead"]["windows_spoken"] == 0, doc
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{url}/login#token={token}")
+            page.wait_for_url(f"{url}/dashboard")
+            marker = page.wait_for_selector(f"#nodes tr[data-node='{node}'] span.floor", timeout=20000)
+            assert float(marker.get_attribute("data-floor-flop")) > 1e12 and "under floor" in marker.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "dashboard-overview-floor.png"), full_page=True)
+
+            page.goto(f"{url}/dashboard/nodes/{node}")
+            page.wait_for_selector("body[data-loaded='1']")
+            line = page.wait_for_selector("#below-floor", timeout=10000)
+            text = line.inner_text()
+            assert "below the busy floor" in text and "at most" in text and "FLOP" in text, text
+            assert float(line.get_attribute("data-floor-flop")) >= doc["below_floor"]["tensor_flop_max"] > 0
+            assert "single-device lead" not in page.locator("#alerts").inner_text()
+            page.screenshot(path=str(ARTIFACTS / "dashboard-node-floor.png"), full_page=True)
+            # the job its windows formed: the bound summed over the job's range, on the job view
+            job = _get(f"{url}/v1/nodes/{node}/verdict", token)["job"]
+            assert job, "the replayed trainer formed no job"
+            page.goto(f"{url}/dashboard/jobs/{job}")
+            page.wait_for_selector("body[data-loaded='1']")
+            fact = page.wait_for_selector("#job-facts #below-floor", timeout=10000)
+            assert "at most" in fact.inner_text() and float(fact.get_attribute("data-floor-flop")) > 1e12, fact.inner_text()
+        finally:
+            browser.close()
+    assert errors == [], errors

@@ -290,7 +290,8 @@ class LiveProcessor:
         self.tracks: dict[tuple[str, str], _Track] = {}
         self.jobs = livejobs.JobTracker(self.cfg)
         self.windows_judged = 0
-        # per node, for the dashboard's overview: {state, p_training, job, alerts, since, lead_p};
+        # per node, for the dashboard's overview: {state, p_training, job, alerts, since, lead_p,
+        # lead_like_training, floor_flop};
         # restored from the database so a restarted collector shows the last verdicts at once
         self.summary: dict[str, dict] = {}
         for (node,) in self.conn.execute("SELECT DISTINCT subject FROM verdicts WHERE scope = 'node'").fetchall():
@@ -386,10 +387,12 @@ class LiveProcessor:
                                       **self._lead_fields(v)}
 
     def _lead_fields(self, v: dict) -> dict:
-        """The overview's view of a node's latest single-device lead: its P, and whether that reads like
-        training at the loaded check's threshold (else the check's default), decided here, not in the page."""
+        """The overview's view of a node's latest single-device check: the lead's P, whether that reads
+        like training at the loaded check's threshold (else the check's default), decided here, not in
+        the page, and the bound on the window's work where it lay below the check's busy floor."""
         p = v.get("lead_p")
-        return {"lead_p": p, "lead_like_training": p is not None and p >= self.lead_threshold}
+        return {"lead_p": p, "lead_like_training": p is not None and p >= self.lead_threshold,
+                "floor_flop": v.get("floor_flop")}
 
     # ---- alerts --------------------------------------------------------------------------------
     def _track(self, scope: str, subject: str) -> _Track:

@@ -56,7 +56,9 @@ def aggregate(rows: list[dict], verdicts: dict[str, dict], jobs: list[dict], now
 
     ``verdicts[node]`` (from the live engine) may hold ``state``, ``p_training``, ``job``,
     ``alerts`` (open alert count), ``since``, ``lead_p`` (the single-device lead's P in the latest
-    window, None where it did not speak) and ``lead_like_training`` (that P at the check's threshold). A node that is unmonitored now shows as
+    window, None where it did not speak), ``lead_like_training`` (that P at the check's threshold) and
+    ``floor_flop`` (the check's bound on the latest window's tensor-core work where the window lay below
+    its busy floor, None elsewhere). A node that is unmonitored now shows as
     ``unmonitored`` whatever its last verdict said: the last verdict is kept beside it.
     """
     counts = dict.fromkeys(STATES, 0)
@@ -69,7 +71,8 @@ def aggregate(rows: list[dict], verdicts: dict[str, dict], jobs: list[dict], now
             counts[state] += 1
         nodes.append({**r, "state": state, "last_verdict": last_state, "p_training": v.get("p_training"),
                       "verdict_since": v.get("since"), "job": v.get("job"), "alerts": int(v.get("alerts") or 0),
-                      "lead_p": v.get("lead_p"), "lead_like_training": bool(v.get("lead_like_training"))})
+                      "lead_p": v.get("lead_p"), "lead_like_training": bool(v.get("lead_like_training")),
+                      "floor_flop": v.get("floor_flop")})
     counts["pending"] = sum(1 for n in nodes if n["state"] is None)
     return {"now": now, "n_nodes": len(nodes), "counts": counts, "nodes": nodes,
             "jobs": sorted(jobs, key=lambda j: (-len(j.get("nodes", ())), str(j.get("job"))))}

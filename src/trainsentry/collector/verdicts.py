@@ -359,7 +359,7 @@ def add_routes(app, col, proc) -> None:
                 return _json(body)
             body.update(state=v["state"], p_training=v["p_training"], evidence=v["evidence"],
                         detector=v["detector"], artifact=v["artifact"], window={"start": v["t_start"], "end": v["t_end"]},
-                        job=v["job"], updated_at=v["computed_at"], lead_p=v["lead_p"],
+                        job=v["job"], updated_at=v["computed_at"], lead_p=v["lead_p"], floor_flop=v["floor_flop"],
                         single_device_lead=_lead(conn, "node", node, v["t_end"] - 3600.0, v["t_end"]),
                         below_floor=floor_summary(conn, "node", node, v["t_end"] - 3600.0, v["t_end"]),
                         unmonitored=_unmonitored(conn, node, v["t_end"] - 3600.0, now),

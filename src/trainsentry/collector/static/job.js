@@ -27,6 +27,13 @@
       flops.append(f ? "not estimated: " + f.reason : "not estimated");
     }
     dl.append(TS.el("dt", {}, "training FLOPs so far"), flops);
+    // Windows of the job below the single-device check's busy floor: a bound on their work, not a verdict.
+    const floor = j.below_floor;
+    if (floor && floor.windows > 0) {
+      dl.append(TS.el("dt", {}, "below the busy floor"), TS.el("dd", { id: "below-floor", "data-floor-flop": floor.tensor_flop_max },
+        "at most " + TS.flops(floor.tensor_flop_max) + " of tensor-core work in " + floor.windows + " windows covering " +
+        Math.round(floor.seconds) + " s (activity at the FP8 peak; half if BF16): a bound, not a measurement"));
+    }
     const members = new Set(j.nodes || []);
     const rows = ov.nodes.filter((n) => members.has(n.node)).map((n) => TS.el("tr", { "data-node": n.node },
       TS.el("td", {}, TS.el("a", { href: "/dashboard/nodes/" + encodeURIComponent(n.node) }, n.node)),

@@ -102,6 +102,14 @@
       "single-device lead, in the hour up to the latest window: " + lead.like_training + " of the " +
       lead.windows_spoken + " windows it judged read like training (P up to " + TS.pct(lead.p_max) + ", >= " +
       lead.threshold + " counts; 8 s windows every 2 s, so they overlap); a lead, not a verdict"));
+    // Below the check's busy floor: no P, but a bound on the work its windows can hold, each second once.
+    const floor = v && v.below_floor;
+    if (floor && floor.windows > 0) items.unshift(TS.el("li", { class: "floor", id: "below-floor",
+      "data-floor-flop": floor.tensor_flop_max },
+      "below the busy floor, in the hour up to the latest window: " + floor.windows + " windows covering " +
+      Math.round(floor.seconds) + " s, whose busiest GPU ran kernels at most 5 % of the time, can hold at most " +
+      TS.flops(floor.tensor_flop_max) + " of tensor-core work (their activity at the FP8 peak; half if BF16): a bound, " +
+      "not a measurement, and no verdict"));
     document.getElementById("alerts").replaceChildren(...items);
   }
 

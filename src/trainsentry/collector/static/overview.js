@@ -20,6 +20,12 @@
       td.append(" ", TS.el("span", { class: "lead", title: "single-device lead: the busy GPU's activity reads like " +
         "training in the latest window (a lead, not a verdict)" }, "lead " + TS.pct(n.lead_p)));
     }
+    // Below the single-device check's busy floor it gives no P, only a bound on the window's work.
+    if (n.floor_flop !== null && n.floor_flop !== undefined) {
+      td.append(" ", TS.el("span", { class: "floor", "data-floor-flop": n.floor_flop, title: "the latest window ran " +
+        "kernels under the single-device check's 5 % busy floor, where it judges nothing: at most this much " +
+        "tensor-core work (FP8 peak; half if BF16) — a bound, not a measurement" }, "under floor ≤ " + TS.flops(n.floor_flop)));
+    }
     return td;
   }
 
