@@ -131,8 +131,9 @@ def below_floor_flops(X: pd.DataFrame, gpus: int | None = None) -> np.ndarray:
     the FLOPs per cycle (``flops.features.FP8_OVER_BF16``, measured on the H200 in docs/below-floor.md),
     so a bound at the BF16 peak would hold only for work the monitored party chose to run in BF16.
     Half of it bounds BF16 work. It bounds executed FLOPs: the tensor cores' 2:4-sparse mode keeps them
-    busy half as long for a product that stands for twice the FLOPs it executes (measured in BF16), so
-    counted as dense, sparse FP8 work could reach twice the bound. FlopCounter-style counts also charge
+    busy half as long for a product that stands for twice the FLOPs it executes (measured in BF16 and
+    FP8; held to a 3 % duty cycle, sparse FP8 executed 1.01 of this bound, the bound being tight at full
+    clock), so counted as dense, sparse work reaches twice the bound. FlopCounter-style counts also charge
     the masked half of causal attention, which no tensor core computes (docs/flops.md)."""
     pct = numeric_matrix(X, [TENSOR_COL])[:, 0]
     if gpus is not None and gpus > 1:
