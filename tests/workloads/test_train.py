@@ -164,6 +164,8 @@ def test_a_diffusion_transformer_learns_its_latents_and_its_flops_are_counted(tr
     assert t["ranks"] == [0] and gt(t)["collective_bytes_per_rank"] == {"0": {}}
     assert gt(t)["tokens"] == STEPS * toy_cfg("dit")["batch"] * toy_cfg("dit")["tokens"]
     assert gt(t)["flops"] == pytest.approx(analytic_total(t), rel=0.10)
+    # the DiT's own parameter count, not a GPT's of the same width and depth
+    assert extra(t)["params_total"] == extra(t)["params_local"] > 0
 
 
 def test_pure_bf16_training_holds_bf16_weights_and_still_learns(truths):

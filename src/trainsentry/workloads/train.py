@@ -52,10 +52,14 @@ def _train_loop(ctx: Context, cfg: dict, step, tokens_per_step: int, measure_fn=
         led.step(time.perf_counter() - t0, tokens_per_step, loss_value)
 
 
-def _record_setup(ctx: Context, cfg: dict, model, mcfg, analytic_per_token: float | None = None) -> None:
-    # local: this rank's share (a tensor-parallel DTensor counts its shard, not its global shape)
+def _record_setup(ctx: Context, cfg: dict, model, mcfg, analytic_per_token: float | None = None,
+                  params_total: int | None = None) -> None:
+    """The run's model in the ledger. ``params_total`` is the whole model's count where ``mcfg.params()``
+    (a GPT's: embedding and head) does not describe it; local: this rank's share (a tensor-parallel
+    DTensor counts its shard, not its global shape)."""
     ctx.ledger.extra.update({
-        "model": mcfg.to_dict(), "params_total": mcfg.params(), "params_local": n_params(model),
+        "model": mcfg.to_dict(), "params_total": mcfg.params() if params_total is None else int(params_total),
+        "params_local": n_params(model),
         "params_trainable_local": sum(par.local_numel(p) for p in model.parameters() if p.requires_grad),
         "analytic_flops_per_token": analytic_per_token or mcfg.flops_per_token(mcfg.seq_len),
         "optimizer": cfg.get("optimizer", "adamw"), "batch_per_rank": cfg["batch"],

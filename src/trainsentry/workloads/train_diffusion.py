@@ -108,8 +108,11 @@ class DitReplica:
             self.model = DiT(self.mcfg, self.latent_ch * self.patch * self.patch)
         self.model.train()
         self.net = self.model
+        # the DiT has no token embedding or head, so a GPT's count would miss it: its own (replicated
+        # whole on every rank, so the local count is the total)
         _record_setup(ctx, cfg, self.model, self.mcfg,
-                      dit_flops_per_token(self.mcfg, self.latent_ch * self.patch * self.patch))
+                      dit_flops_per_token(self.mcfg, self.latent_ch * self.patch * self.patch),
+                      params_total=sum(p.numel() for p in self.model.parameters()))
         # the same latent distribution on every rank (the class and shared patterns), each rank its own
         # samples, labels and noise (as the GPT replica's own batches); rank 0's streams are train_dit's
         self.source = self._source()
