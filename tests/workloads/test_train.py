@@ -52,6 +52,10 @@ def truths(tmp_path_factory) -> dict[str, dict]:
     runs.append({"run_id": "dit_long", "workload": "train.diffusion.b-256", "max_steps": LONG_STEPS, "seconds": 120})
     runs.append({"run_id": "lora_bf16", "workload": "train.lora.single-r8-w1536", "max_steps": STEPS, "seconds": 120,
                  "overrides": {"param_dtype": "bf16"}})
+    runs.append({"run_id": "single_fp8", "workload": "train.single.w1024-l16", "max_steps": STEPS, "seconds": 120,
+                 "overrides": {"precision": "fp8"}})
+    runs.append({"run_id": "lora_fp8", "workload": "train.lora.single-r8-w1536", "max_steps": STEPS, "seconds": 120,
+                 "overrides": {"precision": "fp8"}})
     return run_plan(out, runs, 2, [str(HERE / "train_worker.py")], timeout=300)
 
 
@@ -166,6 +170,18 @@ def test_a_diffusion_transformer_learns_its_latents_and_its_flops_are_counted(tr
     assert gt(t)["flops"] == pytest.approx(analytic_total(t), rel=0.10)
     # the DiT's own parameter count, not a GPT's of the same width and depth
     assert extra(t)["params_total"] == extra(t)["params_local"] > 0
+
+
+def test_fp8_asked_for_without_an_fp8_matmul_trains_as_usual_and_says_so(truths):
+    """precision fp8 (workloads/fp8.py; its products are checked in test_fp8.py): on this CPU nothing is
+    converted, the run trains in its dtype, and the ledger records both what was asked and what ran."""
+    t = truths["single_fp8"]
+    assert t["ok"], t["errors"]
+    assert extra(t)["precision"] == "fp8" and extra(t)["precision_run"] == "float32" and extra(t)["fp8_layers"] == 0
+    assert gt(t)["flops"] == gt(truths["single"])["flops"]
+    assert extra(truths["single"])["precision"] == "bf16" and "fp8_layers" not in extra(truths["single"])
+    bad = truths["lora_fp8"]   # adapters over frozen FP8 layers: not a recipe this lab runs
+    assert not bad["ok"] and "precision fp8 trains a whole model" in str(bad["errors"]), bad
 
 
 def test_pure_bf16_training_holds_bf16_weights_and_still_learns(truths):

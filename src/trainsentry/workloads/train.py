@@ -93,6 +93,7 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
     if param_dtype == "bf16":
         model.to(torch.bfloat16)
     ctx.ledger.extra["param_dtype"] = param_dtype
+    measure_fn = _precision(ctx, cfg, model, wrap)
     analytic = lora_from_config(ctx.ledger.extra, model, mcfg, cfg)
     _record_setup(ctx, cfg, model, mcfg, analytic)
     # what the optimizer will update, as the tensors are (not as configured): LoRA adapters follow their base's dtype
@@ -138,12 +139,38 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
         return total
 
     with counter if counter is not None else contextlib.nullcontext():
-        _train_loop(ctx, cfg, step, accum * cfg["batch"] * mcfg.seq_len)
+        _train_loop(ctx, cfg, step, accum * cfg["batch"] * mcfg.seq_len, measure_fn=measure_fn)
     for opt in opts:
         if isinstance(opt, HostAdamW):
             opt.finish()   # an update still running on the host lands before validation
     # DDP's forward without grad needs no traffic: evaluate the bare module. FSDP must gather.
     _set_val(ctx, lambda: _val_loss(ctx, cfg, net if wrap == "fsdp" else model, mcfg, ctx.seed + 99))
+
+
+def _precision(ctx: Context, cfg: dict, model, wrap: str):
+    """``precision``: ``bf16`` (default: the run's dtype under autocast) or ``fp8`` (every eligible linear
+    layer's products in float8, ``workloads.fp8``; full-model training on one GPU or DDP). Returns the
+    FLOP counter to measure a step with: for FP8, one that runs the measured step through ``F.linear``,
+    which it can count. The ledger records what ran (``precision_run``) and how many layers were FP8."""
+    precision = str(cfg.get("precision", "bf16"))
+    if precision not in ("bf16", "fp8"):
+        raise ValueError(f"precision must be 'bf16' or 'fp8', got {precision!r}")
+    ran = str(ctx.dtype).replace("torch.", "") if ctx.is_cuda else "float32"
+    extra = {"precision": precision, "precision_run": ran}
+    if precision != "fp8":
+        ctx.ledger.extra.update(extra)
+        return measure
+    if wrap not in ("single", "ddp") or cfg.get("lora_rank") or cfg.get("offload"):
+        raise ValueError("precision fp8 trains a whole model on one GPU or with DDP (no LoRA, offload or FSDP)")
+    from . import fp8
+    n = fp8.convert(model) if fp8.available(torch.device(ctx.device)) else 0
+    extra.update(precision_run="fp8" if n else ran, fp8_layers=n)
+    ctx.ledger.extra.update(extra)
+
+    def counted(fn):
+        with fp8.counting():
+            return measure(fn)
+    return counted
 
 
 def _set_val(ctx: Context, evaluate) -> None:

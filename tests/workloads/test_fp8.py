@@ -1,0 +1,95 @@
+"""FP8 training (workloads/fp8.py): the three products of a linear layer in float8 with dynamic
+per-tensor scales. torch's ``_scaled_mm`` also runs on the CPU, so the products, their gradients and a
+real training run are checked here; on a GPU the same code runs on the tensor cores."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trainsentry.workloads import fp8
+from trainsentry.workloads.flops import measure
+from trainsentry.workloads.model import GPT, ModelConfig, loss_fn
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().float(), b.detach().float()
+    return float((a - b).norm() / b.norm())
+
+
+def test_the_three_products_match_bf16_to_fp8_precision():
+    torch.manual_seed(0)
+    x = torch.randn(64, 96, requires_grad=True)
+    w = torch.randn(48, 96, requires_grad=True)
+    y = fp8._Fp8Linear.apply(x, w)
+    assert y.dtype == torch.bfloat16 and y.shape == (64, 48)
+    g = torch.randn(64, 48)
+    y.backward(g)
+    xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    F.linear(xr, wr).backward(g)
+    # e4m3 keeps 3 mantissa bits: each element is off by up to ~6 %, a product's sum much less
+    assert _rel(y, F.linear(x.detach(), w.detach())) < 0.08
+    assert x.grad.dtype == x.dtype and w.grad.dtype == w.dtype
+    assert _rel(x.grad, xr.grad) < 0.08 and _rel(w.grad, wr.grad) < 0.08
+    # and it is not the bf16 product: quantisation error is there
+    assert _rel(y, F.linear(x.detach(), w.detach())) > 1e-3
+
+
+def test_scales_follow_the_operand_so_small_and_large_tensors_survive():
+    for s in (1e-4, 1.0, 1e4):
+        a, b = torch.randn(32, 64) * s, torch.randn(64, 32)
+        assert _rel(fp8._mm(a, b), a @ b) < 0.08, s
+
+
+def _tiny(seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(ModelConfig(d_model=64, n_layers=2, n_heads=4, seq_len=32))
+
+
+def test_convert_swaps_every_eligible_layer_and_keeps_the_weights():
+    model = _tiny()
+    before = {n: p for n, p in model.named_parameters()}
+    n = fp8.convert(model)
+    assert n == 2 * 6 + 1   # q, k, v, o, fc1, fc2 per block, and the head (vocab 256)
+    assert {n: p for n, p in model.named_parameters()} == before   # the same Parameter objects
+    assert not fp8.eligible(torch.nn.Linear(64, 10, bias=False)) and not fp8.eligible(torch.nn.Linear(64, 64))
+
+
+def test_the_flop_counter_sees_the_fp8_model_as_the_bf16_one_inside_counting():
+    x = torch.randint(0, 256, (4, 32))
+    ref, model = _tiny(), _tiny()
+    fp8.convert(model)
+    want = measure(lambda: loss_fn(ref(x[:, :-1]), x[:, 1:]).backward())
+    with fp8.counting():
+        got = measure(lambda: loss_fn(model(x[:, :-1]), x[:, 1:]).backward())
+    assert got == want > 0
+
+
+def test_a_model_trained_in_fp8_learns():
+    torch.manual_seed(1)
+    model = _tiny()
+    assert fp8.convert(model) > 0
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    data = torch.randint(0, 16, (8, 33)) * 3 % 256     # a small alphabet: learnable in a few steps
+    losses = []
+    for _ in range(40):
+        loss = loss_fn(model(data[:, :-1]), data[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < losses[0] - 1.5, (losses[0], losses[-1])
+
+
+def test_no_fp8_matmul_on_this_device_means_nothing_is_converted():
+    assert fp8.available(torch.device("cpu")) is False
+
+
+@pytest.mark.parametrize("bad", ["fp4", "int8"])
+def test_precision_is_checked(bad):
+    from trainsentry.workloads.train import _precision
+
+    class Ctx:
+        is_cuda, dtype, device = False, torch.float32, "cpu"
+        ledger = type("L", (), {"extra": {}})()
+    with pytest.raises(ValueError, match="precision must be"):
+        _precision(Ctx(), {"precision": bad}, _tiny(), "single")
