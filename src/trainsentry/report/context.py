@@ -25,7 +25,7 @@ TERMS = frozenset({
     "H200", "H100", "V100", "A100", "GH200", "NV18", "ZeRO-3", "FSDP", "INT8", "FP8", "FP16",
     "HMAC-SHA256", "SHA-256", "PowerSGD", "DiLoCo", "Streaming DiLoCo", "INTELLECT-1", "Covenant-72B",
     "DeMo", "NVML", "DCGM", "gpu0", "gpu1", "1 Hz", "comm-ml", "rt-baseline", "fused", "comm-rules",
-    "FP32", "bf16",
+    "FP32", "bf16", "2:4-sparse",
 })
 
 

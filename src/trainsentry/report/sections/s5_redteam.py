@@ -427,6 +427,16 @@ def _below_floor(ctx) -> str:
                 f"busy cycles as a {bf16} one's: an {fp8} burn did up to "
                 f"{ctx.derived(max(q['recorded_over_bf16_bound'] for q in burns), 'x', [(k, 'precision')])} "
                 f"the work its activity holds at the {bf16} peak." if burns else "")
+    # 2:4-sparse burns: what they executed against the bound of their own precision (an FP8 one's is twice
+    # the BF16 one), and the dense count they stand for
+    from ...flops.features import FP8_OVER_BF16
+    own = [q["executed_over_bf16_bound"] / (FP8_OVER_BF16 if q["precision"].startswith("fp8") else 1.0)
+           for q in doc.get("precision") or [] if q["precision"].endswith("_sparse24")]
+    if own:
+        fp8_text += (f" A {ctx.term('2:4-sparse')} product keeps the tensor cores busy half as long for the dense product it stands "
+                     f"for: what the sparse burns executed came to at most "
+                     f"{ctx.derived(max(own), 'x', [(k, 'precision')])} of the bound of their precision (the bound is "
+                     "tight at full clock, not loose), and counted as the dense product, twice that.")
     return (f"<p>Below its busy floor (the busiest GPU running kernels at most "
             f"{ctx.num(k, 'floor_pct', 'pctv')} of a window) the lead judges nothing, and a trainer throttled "
             f"that far is not found by it. The collector bounds such a window's work instead: its tensor-core "
