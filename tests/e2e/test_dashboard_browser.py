@@ -251,6 +251,9 @@ def test_a_node_under_the_busy_floor_shows_its_bound_not_silence(chromium, floor
             page.wait_for_selector("body[data-loaded='1']")
             fact = page.wait_for_selector("#job-facts #below-floor", timeout=10000)
             assert "at most" in fact.inner_text() and float(fact.get_attribute("data-floor-flop")) > 1e12, fact.inner_text()
+            # beside the saved estimator's FLOPs, the ceiling in any precision (the trace has GPM)
+            ceiling = page.wait_for_selector("#flops-ceiling", timeout=10000)
+            assert float(ceiling.get_attribute("data-flops")) > 1e12 and "any precision" in ceiling.inner_text()
         finally:
             browser.close()
     assert errors == [], errors

@@ -87,7 +87,7 @@ def test_eval_and_estimate_commands_end_to_end(synth_root, tmp_path):
     model = load_model(out / "models" / "flops_power_only.json")
     mid = estimate_so_far(table, m["start"], (m["start"] + m["end"]) / 2, model=model)
     full = estimate_so_far(table, m["start"], m["end"], model=model)
-    assert mid[1] <= mid[0] <= mid[2] and 0 < mid[0] < full[0]
+    assert mid["lo"] <= mid["flops"] <= mid["hi"] and 0 < mid["flops"] < full["flops"]
 
 
 def test_commands_fail_clearly_on_bad_input(tmp_path):

@@ -60,8 +60,8 @@ def estimate_job(conn: sqlite3.Connection, job: dict, now: float | None = None) 
     for node in job["nodes"]:
         try:
             table = node_table(conn, node, job["start_t"] - BASELINE_S, now)
-            flops, lo, hi = estimate_so_far(table, job["start_t"], now, model=model)
-            per_node[node] = {"flops": flops, "lo": lo, "hi": hi}
+            r = estimate_so_far(table, job["start_t"], now, model=model)
+            per_node[node] = {k: r[k] for k in ("flops", "lo", "hi", "tensor_flop_max")}
         except ValueError as e:  # no samples after the start yet, no GPUs, too long
             problems[node] = str(e)
     if not per_node:
@@ -69,7 +69,11 @@ def estimate_job(conn: sqlite3.Connection, job: dict, now: float | None = None) 
                 "per_node": {}}
     return {**base, "available": True, "level": LEVEL, "estimator": model.name,
             "flops": sum(v["flops"] for v in per_node.values()), "lo": sum(v["lo"] for v in per_node.values()),
-            "hi": sum(v["hi"] for v in per_node.values()), "per_node": per_node, "not_estimated": problems}
+            "hi": sum(v["hi"] for v in per_node.values()),
+            # the precision-blind ceiling, summed where every estimated node reports tensor activity
+            "tensor_flop_max": (sum(v["tensor_flop_max"] for v in per_node.values())
+                                if all(v["tensor_flop_max"] is not None for v in per_node.values()) else None),
+            "per_node": per_node, "not_estimated": problems}
 
 
 class JobFlops:

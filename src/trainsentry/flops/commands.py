@@ -46,6 +46,9 @@ def flops_cmd(trace_dir: Path = typer.Argument(..., help="run directory (samples
         return
     console.print(f"{r['run_id']}: {r['flops']:.3e} FLOPs  ({r['level']:.0%} interval {r['lo']:.3e} – {r['hi']:.3e})"
                   f"  estimator {r['estimator']}, {hi_t - lo_t:.1f} s")
+    if r.get("tensor_flop_max") is not None:
+        console.print(f"tensor-core ceiling {r['tensor_flop_max']:.3e} FLOPs (tensor-busy GPU-seconds at the FP8 peak: "
+                      "what the GPUs can have done in any precision; docs/fp8-training.md)")
     if truth:
         console.print(f"ground truth {truth:.3e} FLOPs: error {100 * (r['flops'] - truth) / truth:+.1f} %")
 

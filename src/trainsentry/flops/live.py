@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from .estimators import LEVEL, Estimator, from_dict
-from .features import interval_features, stack
+from .features import PEAK_FP8_AT_FEATURE_CLOCK, interval_features, stack
 
 # /2: the energy models' overhead term is per busy GPU-second (features.busy_gpu_s), not per node-second;
 # a /1 file's overhead power would be applied to the wrong time base, so it is refused, not misread
@@ -49,6 +49,21 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> Estimator:
     return _cache[key]
 
 
+def tensor_ceiling(table: pa.Table, tensor_active_s: float) -> float | None:
+    """The most tensor-core work an interval can hold: its tensor-busy GPU-seconds times the dense FP8
+    peak at the boost clock, whatever precision the work ran in (GPM counts an FP8 product's busy cycles
+    as a BF16 one's, docs/below-floor.md and docs/fp8-training.md); executed FLOPs, so twice it for
+    2:4-sparse products counted as the dense ones they stand for. The estimators, calibrated on BF16
+    training, see about half of an FP8 trainer's work; this does not depend on that calibration. None
+    where the GPUs report no tensor activity (no GPM)."""
+    if "gpm_tensor_util_pct" not in table.column_names:
+        return None
+    col = np.asarray(table.column("gpm_tensor_util_pct").to_numpy(zero_copy_only=False), dtype=np.float64)
+    if not np.isfinite(col).any() or not np.isfinite(tensor_active_s):
+        return None
+    return float(tensor_active_s * PEAK_FP8_AT_FEATURE_CLOCK)
+
+
 def estimate_interval(table: pa.Table, start: float, end: float, model: Estimator,
                       level: float = LEVEL) -> dict:
     f = interval_features(table, start, end)
@@ -56,12 +71,13 @@ def estimate_interval(table: pa.Table, start: float, end: float, model: Estimato
     pred = float(model.predict(X)[0])
     lo, hi = model.predict_interval(X, level)
     return {"flops": pred, "lo": float(lo[0]), "hi": float(hi[0]), "level": level, "estimator": model.name,
-            "features": f.as_dict()}
+            "tensor_flop_max": tensor_ceiling(table, f.tensor_active_s), "features": f.as_dict()}
 
 
 def estimate_so_far(table: pa.Table, start: float, now: float | None = None,
-                    model: Estimator | str | Path | None = None, level: float = LEVEL) -> tuple[float, float, float]:
-    """(FLOPs, low, high) spent by the job from ``start`` up to ``now`` (default: the newest sample).
+                    model: Estimator | str | Path | None = None, level: float = LEVEL) -> dict:
+    """The FLOPs spent by the job from ``start`` up to ``now`` (default: the newest sample):
+    ``estimate_interval``'s answer (``flops``, ``lo``, ``hi``, ``tensor_flop_max``, ...).
 
     ``now`` is clipped to the newest GPU sample so a late call does not count seconds nobody
     measured as idle. Raises ValueError when there is no measured time after ``start`` yet.
@@ -73,8 +89,7 @@ def estimate_so_far(table: pa.Table, start: float, now: float | None = None,
     end = float(np.max(t)) if now is None else min(float(now), float(np.max(t)))
     if not end > start:
         raise ValueError(f"no samples after the job start {start}")
-    r = estimate_interval(table, start, end, est, level)
-    return r["flops"], r["lo"], r["hi"]
+    return estimate_interval(table, start, end, est, level)
 
 
 def provenance(command: str, data: str, n_runs: int, n_configs: int) -> dict:

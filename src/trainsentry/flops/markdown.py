@@ -406,5 +406,9 @@ def _caveats(result: dict) -> list[str]:
             " traces do not record the enforced power limit; the 700 W used above is the datasheet figure.",
             "- Red-team workloads (`adv.*`) are left out of calibration and scoring: they are meant to face the"
             " frozen estimator (`models/flops.json`), as in the seed study.",
+            "- Every calibration run trained in BF16. GPM counts an FP8 product's busy cycles as a BF16 one's while"
+            " it does twice the FLOPs, so the estimators see about half of an FP8 trainer's work"
+            " (`docs/fp8-training.md`); the collector's job FLOPs carry a tensor-core ceiling in any precision beside"
+            " the estimate (`flops.live.tensor_ceiling`).",
             *mlp,
             f"- Runs skipped while loading: {len(result.get('skipped', []))}."]

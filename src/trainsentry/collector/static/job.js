@@ -27,6 +27,12 @@
       flops.append(f ? "not estimated: " + f.reason : "not estimated");
     }
     dl.append(TS.el("dt", {}, "training FLOPs so far"), flops);
+    // The estimator learnt BF16 training; the ceiling holds whatever precision the job's products ran in.
+    if (f && f.available && f.tensor_flop_max !== null && f.tensor_flop_max !== undefined) {
+      dl.append(TS.el("dt", {}, "tensor-core ceiling"), TS.el("dd", { id: "flops-ceiling", "data-flops": f.tensor_flop_max },
+        "at most " + TS.flops(f.tensor_flop_max) + " in any precision (tensor activity at the FP8 peak; the estimate " +
+        "above learnt BF16 training and sees about half of an FP8 trainer's work)"));
+    }
     // Windows of the job below the single-device check's busy floor: a bound on their work, not a verdict.
     const floor = j.below_floor;
     if (floor && floor.windows > 0) {
