@@ -121,6 +121,11 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--data data/redteam-x1 --data data/redteam-r1 --out results/below-floor.json --docs docs/below-floor.md",
           "what the collector says about a GPU kept under the single-device lead's busy floor: a bound on its "
           "work, checked against the training runs' ledgers and FP8 and sparse matmul burns", optional=True),
+    Input("fp8_training", "fp8-training.json", "results",
+          "python scripts/fp8_training.py --data data/h200x1-fp8 --out results/fp8-training.json "
+          "--docs docs/fp8-training.md",
+          "training in FP8 beside the same models in BF16, against the FLOP estimators calibrated on BF16 "
+          "training", optional=True),
     Input("pipes", "pipes.json", "results",
           "python scripts/pipes_study.py --data data/h200x1 --out results/pipes.json --docs docs/pipes.md "
           "--figure results/figures/pipes.png",

@@ -86,6 +86,7 @@ def render(ctx, figs) -> str:
                                       "did not do; the two markers count causal attention in full and as half. "
                                       f"(results/figures/{name})")))
     out.append(_one_gpu(ctx))
+    out.append(_fp8(ctx))
     out.append(_redteam(ctx))
     return "\n".join(x for x in out if x)
 
@@ -135,6 +136,31 @@ def _one_gpu(ctx) -> str:
                 f"({b('three_input', 'median_pct_error', 's1', '%')} signed), the fusion "
                 f"{b('fusion', 'median_abs_pct_error', 'pctv')} ({b('fusion', 'median_pct_error', 's1', '%')}).</p>")
     return out + "</div>"
+
+
+def _fp8(ctx) -> str:
+    """The same models trained in FP8 and in BF16 in one device call, against the estimators calibrated on
+    BF16 training (results/fp8-training.json, scripts/fp8_training.py)."""
+    if not ctx.has("fp8_training"):
+        return ""
+    doc, k = ctx.load("fp8_training"), "fp8_training"
+    pairs = [p for p in doc.get("pairs") or [] if {"tensor", "saved"} <= set(p.get("estimate_ratio") or {})]
+    if not pairs:
+        return ""
+    src = [(k, "pairs")]
+    ratio = lambda n: ctx.spread([p["estimate_ratio"][n] for p in pairs], "x", src)  # noqa: E731
+    fp8, bf16 = ctx.term("FP8"), ctx.term("bf16")
+    return (f"<div class='keep'><h3>FLOPs of training in {fp8}</h3><p>Every calibration run trained in {bf16}. "
+            f"The same models were trained with every linear layer's products in {fp8} (per-tensor scales) and in "
+            f"{bf16}, side by side in one device call (<code>docs/fp8-training.md</code>). Against the {bf16} run, "
+            f"the tensor-activity estimator saw {ratio('tensor')} of the {fp8} run's work: the counter it reads "
+            f"counts an {fp8} product's busy cycles as a {bf16} one's. The saved estimator saw {ratio('saved')}; its "
+            f"energy half made up part of the gap because this recipe spent "
+            f"{ctx.spread([p['fp8_over_bf16_joules_per_tflop'] for p in pairs], 'x', src)} the energy per FLOP "
+            f"of {bf16}, quantising in separate kernels. A recipe that fuses the quantisation into the products "
+            "would lose that compensation, and it was not recorded. Beside each job's estimate the collector "
+            f"therefore shows a tensor-core ceiling, the tensor-busy time at the {fp8} peak, which no choice of "
+            "precision escapes.</p></div>")
 
 
 def _redteam(ctx) -> str:
