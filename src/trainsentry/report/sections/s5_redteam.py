@@ -474,8 +474,8 @@ def _hardened(ctx) -> str:
     # the services since the lead's fit: gapped ones, and since the twenty-eighth session batched decode
     # and image generation too, so the families are named rather than assumed
     kinds = ", ".join(html.escape(f) for f in sorted({r["family"] for r in doc["runs"] if r["class"] == "inference"}))
-    return (f" Hardened with the red team's throttled, offloaded, split and shaped trainers, the live lead "
-            f"(<code>{ctx.num(k, 'revisions/0')}</code>) judged the "
+    return (f" Hardened with the red team's throttled, offloaded, split and shaped trainers, the lead committed "
+            f"at <code>{ctx.num(k, 'revisions/0')}</code> judged the "
             f"{ctx.derived(len(doc['runs']), 'int', [(k, 'runs')])} runs recorded after it: it alerted on "
             f"{count('inference', 'alerted')} of {count('inference', 'runs')} services ({kinds}) and found "
             f"{found(hiding)} of {n(hiding)} throttled trainers"
