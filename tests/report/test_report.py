@@ -899,7 +899,7 @@ def test_the_hardened_lead_is_told_from_its_comparison_when_present(tmp_path):
     (res / "leads-hardened.json").write_text(json.dumps(doc))
     ctx = Ctx(res, DATA, True, CONFIGS)
     said = re.sub(r"<[^>]+>", "", _hardened(ctx))
-    assert "(abc1234) judged the 6 runs recorded after it: it alerted on 0 of 3 services (embed) and found 3 of 3" in said
+    assert "committed at abc1234 judged the 6 runs recorded after it: it alerted on 0 of 3 services (embed) and found 3 of 3" in said
     assert [i.value for i in ctx.injected] == ["abc1234", 6, 0, 3, 3, 3]
     assert all(s.startswith("leads-hardened.json#") for i in ctx.injected for s in i.sources)
     # gapless single-GPU training (the trainers' cost baselines) is counted apart from the trainers that hide
