@@ -93,3 +93,18 @@ def test_precision_is_checked(bad):
         ledger = type("L", (), {"extra": {}})()
     with pytest.raises(ValueError, match="precision must be"):
         _precision(Ctx(), {"precision": bad}, _tiny(), "single")
+
+
+def test_a_served_model_runs_its_products_in_fp8_in_evaluation_too():
+    """serving=True (infer.embed with precision fp8): FP8 under inference mode; a trainer's layers
+    validate in bf16 (F.linear) instead."""
+    x = torch.randint(0, 256, (2, 32))
+    ref, served, trained = _tiny(), _tiny(), _tiny()
+    fp8.convert(served, serving=True)
+    fp8.convert(trained)
+    for m in (ref, served, trained):
+        m.eval()
+    with torch.inference_mode():
+        want, got, val = ref.embed(x), served.embed(x), trained.embed(x)
+    assert torch.equal(val, want)                        # the trainer's evaluation path: the bf16 product
+    assert 0 < _rel(got, want) < 0.1, _rel(got, want)     # the served one: FP8, close to it

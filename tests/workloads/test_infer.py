@@ -119,6 +119,8 @@ def toy_run(tmp_path_factory) -> Path:
     for w in ("fp32", "fp16"):
         runs.append({"run_id": f"embed_{w}", "workload": "infer.embed.s125m_b256_l512", "seconds": 60,
                      "max_steps": STEPS, "overrides": {"weights": w}})
+    runs.append({"run_id": "embed_fp8", "workload": "infer.embed.s125m_b256_l512", "seconds": 60,
+                 "max_steps": STEPS, "overrides": {"precision": "fp8"}})
     for p in ("fp8", "bf16_sparse24", "fp8_sparse24", "int4"):
         runs.append({"run_id": f"matmul_{p}", "workload": "other.matmul.n8192_x2", "seconds": 60,
                      "max_steps": STEPS, "overrides": {"precision": p}})
@@ -242,6 +244,11 @@ def test_every_workload_runs_at_toy_size(toy_run):
     sparse = truth(toy_run, "matmul_bf16_sparse24")   # no sparse layout on CPU: dense, said in the ledger
     assert sparse["ok"] and sparse["ground_truth"]["extra"]["0"]["precision_run"] == "float32", sparse
     assert sparse["ground_truth"]["flops"] == fp8["ground_truth"]["flops"]
+    # an embedding service asked to serve in FP8 on a device without an FP8 matmul: as usual, said so
+    e8 = truth(toy_run, "embed_fp8")
+    assert e8["ok"] and e8["ground_truth"]["extra"]["0"]["precision"] == "fp8", e8
+    assert e8["ground_truth"]["extra"]["0"]["precision_run"] == "float32" and e8["ground_truth"]["extra"]["0"]["fp8_layers"] == 0
+    assert e8["ground_truth"]["flops"] == truth(toy_run, "infer.embed.s125m_b256_l512")["ground_truth"]["flops"]
     sparse8 = truth(toy_run, "matmul_fp8_sparse24")   # neither FP8 nor cuSPARSELt on CPU: dense, said too
     assert sparse8["ok"] and sparse8["ground_truth"]["extra"]["0"]["precision"] == "fp8_sparse24", sparse8
     assert sparse8["ground_truth"]["extra"]["0"]["precision_run"] == "float32", sparse8

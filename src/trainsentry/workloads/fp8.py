@@ -69,13 +69,14 @@ class Fp8Linear(nn.Module):
     """A bias-free linear layer whose products run in FP8; holds the original layer's weight parameter
     (so optimizers, checkpoints and DDP see the same tensor)."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, serving: bool = False):
         super().__init__()
         self.weight = linear.weight
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.serving = serving   # FP8 in evaluation too (a served model); a trainer validates in bf16
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _COUNTING or not torch.is_grad_enabled() and not self.training:
+        if _COUNTING or (not self.serving and not torch.is_grad_enabled() and not self.training):
             return F.linear(x, self.weight)
         return _Fp8Linear.apply(x, self.weight)
 
@@ -85,13 +86,14 @@ def eligible(m: nn.Module) -> bool:
     return isinstance(m, nn.Linear) and m.bias is None and m.in_features % 16 == 0 and m.out_features % 16 == 0
 
 
-def convert(model: nn.Module) -> int:
-    """Replace every eligible linear layer of ``model`` by an ``Fp8Linear`` over the same weight; the count."""
+def convert(model: nn.Module, serving: bool = False) -> int:
+    """Replace every eligible linear layer of ``model`` by an ``Fp8Linear`` over the same weight; the count.
+    ``serving``: the products run in FP8 in evaluation mode too (inference in FP8)."""
     n = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if eligible(child):
-                setattr(parent, name, Fp8Linear(child))
+                setattr(parent, name, Fp8Linear(child, serving))
                 n += 1
     return n
 

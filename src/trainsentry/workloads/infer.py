@@ -116,12 +116,14 @@ def run_embed(ctx: Context, cfg: dict) -> None:
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {sorted(WEIGHTS)}, got {weights!r}")
     model = build_model(ctx, mcfg, WEIGHTS[weights])
+    counting = _fp8_serving(ctx, cfg, model)
     batch, length = int(cfg["batch"]), int(cfg["text_len"])
     pause = IdlePause(ctx, cfg, "const")
     to_host = bool(cfg.get("to_host", False))
     src = prompt_source(ctx, salt=ctx.rank)
     texts = src.prompts(batch, length)
-    ctx.ledger.flops_per_step = flopcount.measure(lambda: model.embed(texts))
+    with counting():
+        ctx.ledger.flops_per_step = flopcount.measure(lambda: model.embed(texts))
     ctx.ledger.extra.update(params=mcfg.params(), method="flop_counter", weights_dtype=str(next(model.parameters()).dtype),
                             bytes_to_host_per_step=batch * mcfg.d_model * 4 if to_host else 0)
     sink = ResultSink(mcfg.d_model, ctx.device, to_host)
@@ -136,6 +138,23 @@ def run_embed(ctx: Context, cfg: dict) -> None:
         pause.wait()
     ctx.ledger.extra["embedding_checksum"] = sink.checksum()
     ctx.ledger.extra["host_checksum"] = sink.host_checksum()   # what reached host memory (0 without to_host)
+
+
+def _fp8_serving(ctx: Context, cfg: dict, model):
+    """``precision: fp8`` serves every eligible linear layer's product in float8 (``workloads.fp8``, the
+    lab's FP8 training recipe in forward only): the benign counterpart of an FP8 trainer. Returns the
+    context the FLOP measurement runs in (the same products through ``F.linear``, which every torch's
+    counter sees). The ledger records what ran (``precision_run``, ``fp8_layers``)."""
+    import contextlib
+
+    from . import fp8
+    precision = str(cfg.get("precision", "bf16"))
+    if precision not in ("bf16", "fp8"):
+        raise ValueError(f"precision must be 'bf16' or 'fp8', got {precision!r}")
+    n = fp8.convert(model, serving=True) if precision == "fp8" and fp8.available(torch.device(ctx.device)) else 0
+    ran = "fp8" if n else str(next(model.parameters()).dtype).replace("torch.", "")
+    ctx.ledger.extra.update(precision=precision, precision_run=ran, fp8_layers=n)
+    return fp8.counting if n else contextlib.nullcontext
 
 
 variants("infer.embed", "inference", "embed", run_embed,
