@@ -73,14 +73,19 @@ def measure(data: Path, calibrate: list[Path], model: Path | None, best: str | N
             continue
         p = physics(d)
         p["pct_error"] = errors.get(p["run_id"], {})
+        cfg = {k: v for k, v in (found[d]["labels"].get("config") or {}).items() if k != "precision"}
+        p["twin_key"] = json.dumps([p["workload"], cfg], sort_keys=True, default=str)
         rows.append(p)
     rows.sort(key=lambda r: (r["workload"], r["precision"]))
     names = list(doc["estimators"]) + (["saved"] if model is not None and "saved" not in doc["estimators"] else [])
+    # pairs: an FP8 run and a BF16 run of the same configuration but for the precision (round 1 recorded
+    # them side by side; later rounds' FP8 runs have no BF16 twin and are scored alone)
     pairs = []
-    for w in sorted({r["workload"] for r in rows}):
-        by = {r["precision"]: r for r in rows if r["workload"] == w}
+    for key in sorted({r["twin_key"] for r in rows}):
+        by = {r["precision"]: r for r in rows if r["twin_key"] == key}
         if {"bf16", "fp8"} <= set(by):
             b, f = by["bf16"], by["fp8"]
+            w = b["workload"]
             # the estimate over the truth, FP8 against BF16: 1 where the estimator is blind to precision
             ratio = {n: (1 + f["pct_error"][n] / 100) / (1 + b["pct_error"][n] / 100)
                      for n in names if n in f["pct_error"] and n in b["pct_error"]}
@@ -104,7 +109,9 @@ def markdown(res: dict) -> str:
            "38 s each): in BF16 (autocast, as every training run the estimators were calibrated on) and with every "
            "linear layer's forward, input-gradient and weight-gradient products in FP8 e4m3 with per-tensor "
            "dynamic scales (`workloads/fp8.py`). The estimators are calibrated on the BF16 training runs of "
-           "`data/h200`, frozen, and applied over each run's true interval; nothing is fitted on these runs.", "",
+           "`data/h200`, frozen, and applied over each run's true interval; nothing is fitted on these runs. "
+           "Later rounds added FP8 trainers of other configurations with no BF16 twin (they test the "
+           "single-device lead, `docs/lab.md`); they are scored alone.", "",
            "| run | precision | steps | loss first → last (val) | rate in a step (TFLOP/s) | tensor activity | "
            "ledger / BF16 bound | ledger / FP8 bound | J per TFLOP |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -129,7 +136,11 @@ def markdown(res: dict) -> str:
     saved = [p["estimate_ratio"].get("saved") for p in res["pairs"] if "saved" in p["estimate_ratio"]]
     rate = [p["fp8_over_bf16_step_rate"] for p in res["pairs"]]
     joules = [p["fp8_over_bf16_joules_per_tflop"] for p in res["pairs"]]
-    out += ["", "## Reading", ""]
+    f8 = [r for r in res["runs"] if r["precision"] == "fp8"]
+    span = lambda n: (f"{min(r['pct_error'][n] for r in f8):+.0f} to {max(r['pct_error'][n] for r in f8):+.0f} %"  # noqa: E731
+                      if f8 and all(n in r["pct_error"] for r in f8) else "–")
+    out += ["", f"Over all {len(f8)} FP8 trainers, twins or not, the tensor-activity estimator's signed error runs "
+            f"{span('tensor')} and the saved estimator's {span('saved')}.", "", "## Reading", ""]
     if tensor:
         out.append(f"* **The tensor-activity estimator sees about half of an FP8 trainer's work** (FP8 / BF16 ratio "
                    f"{min(tensor):.2f}–{max(tensor):.2f}): the counter it reads counts an FP8 product's busy cycles as "
