@@ -187,7 +187,14 @@ lead is also fitted on the red team's runs whose every window is training work (
 split and shaped trainers; `scripts/single_device.py --adversarial-family`). Below its busy floor (the
 busiest GPU running kernels at most 5 % of the window) the lead gives no P; its line bounds the
 window's tensor-core work instead (activity × span × peak), so a trainer throttled under the floor
-leaves a bounded compute trail rather than silence (`docs/below-floor.md`).
+leaves a bounded compute trail rather than silence (`docs/below-floor.md`). Training in FP8 (every linear
+layer's products in e4m3 with per-tensor scales, `workloads/fp8.py`; `data/h200x1-fp8`) escaped the lead
+committed at ea3aed1 in all 10 FP8 runs (run medians P 0.00–0.01) while it found the same models in BF16
+(1.00): this recipe's quantisation kernels make a training GPU look memory-bound. Refitted with the
+FP8 trainers recorded so far, the lead found 2 of 8 later ones (7fa6f23, fitted with 2) and 1 of 3
+(1b64786, fitted with 7), and alerted on none of 3 embedding services served in FP8
+(`docs/prospective-*-h200x1-fp8.md`): FP8 training remains a hole in the single-device lead. The
+recipe costs the trainer 1.9–2.5 times the time of BF16 (`docs/fp8-training.md`).
 
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,
