@@ -14,6 +14,7 @@ Without either, the test skips locally with the reason, and fails under ``CI=tru
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -66,24 +67,20 @@ def _get(url: str, token: str) -> dict:
         return json.loads(r.read())
 
 
-@pytest.fixture
-def fleet(tmp_path):
-    """A collector and two replaying agents; yields (url, token); stops them all afterwards."""
+@contextlib.contextmanager
+def _collector_and_replays(tmp_path: Path, traces: dict[str, Path], models: Path):
+    """A real ``trainsentry serve`` loading the artifacts under ``models`` and one ``trainsentry replay``
+    per node of ``traces``; yields (url, inspector token); stops them all afterwards."""
     from trainsentry.collector.auth import enroll_inspector_in
     from trainsentry.collector.store import Store
 
-    traces = {"h200-train": write_probe_trace(tmp_path / "traces", "ddp", [("idle", 3.0, IDLE_MEM_BYTES),
-                                              ("ddp", WORKLOAD_S, 20 * GIB)], "training", "ddp", "ddp-180"),
-              "h200-infer": write_probe_trace(tmp_path / "traces", "disagg", [("idle", 3.0, IDLE_MEM_BYTES),
-                                              ("send", WORKLOAD_S, 30 * GIB)], "inference", "disagg", "disagg-180")}
     db = tmp_path / "collector.db"
     store = Store(db)
     for node in traces:
         (tmp_path / f"{node}.key").write_text(store.enroll(node) + "\n")
     store.close()
     token = enroll_inspector_in(db, "e2e-inspector")
-    # untrained comm-rules: the verdicts must not depend on whatever models/ holds on this machine
-    env = {**os.environ, "TRAINSENTRY_MODELS": str(tmp_path / "no-models"), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "TRAINSENTRY_MODELS": str(models), "PYTHONUNBUFFERED": "1"}
     procs = [subprocess.Popen([sys.executable, "-m", "trainsentry.cli", "serve", "--db", str(db), "--port", "0"],
                               stdout=subprocess.PIPE, text=True, env=env)]
     try:
@@ -105,6 +102,18 @@ def fleet(tmp_path):
                 p.wait(15)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    """A collector and two replaying agents; yields (url, token)."""
+    traces = {"h200-train": write_probe_trace(tmp_path / "traces", "ddp", [("idle", 3.0, IDLE_MEM_BYTES),
+                                              ("ddp", WORKLOAD_S, 20 * GIB)], "training", "ddp", "ddp-180"),
+              "h200-infer": write_probe_trace(tmp_path / "traces", "disagg", [("idle", 3.0, IDLE_MEM_BYTES),
+                                              ("send", WORKLOAD_S, 30 * GIB)], "inference", "disagg", "disagg-180")}
+    # untrained comm-rules: the verdicts must not depend on whatever models/ holds on this machine
+    with _collector_and_replays(tmp_path, traces, tmp_path / "no-models") as (url, token):
+        yield url, token
 
 
 def _wait_for_verdicts(url: str, token: str, want: dict[str, str], timeout_s: float = 45.0) -> dict:
@@ -178,35 +187,9 @@ def floor_node(tmp_path):
     """A collector with the committed artifacts (models/) and one agent replaying the red team's DiT-B/2
     trainer held to a 10 % duty cycle, recorded on the H200: below the single-device check's busy floor
     in every window. Yields (url, token, node)."""
-    from trainsentry.collector.auth import enroll_inspector_in
-    from trainsentry.collector.store import Store
-
-    node, db = "h200-floor", tmp_path / "collector.db"
-    store = Store(db)
-    (tmp_path / f"{node}.key").write_text(store.enroll(node) + "\n")
-    store.close()
-    token = enroll_inspector_in(db, "e2e-inspector")
-    env = {**os.environ, "TRAINSENTRY_MODELS": str(REPO / "models"), "PYTHONUNBUFFERED": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "trainsentry.cli", "serve", "--db", str(db), "--port", "0"],
-                              stdout=subprocess.PIPE, text=True, env=env)]
-    try:
-        line = procs[0].stdout.readline()
-        assert "listening on" in line, line
-        url = line.strip().rsplit(" ", 1)[-1]
-        procs.append(subprocess.Popen([sys.executable, "-m", "trainsentry.cli", "replay", str(LOW_DUTY), "--collector",
-                                       url, "--node", node, "--key-file", str(tmp_path / f"{node}.key"),
-                                       "--spool", str(tmp_path / f"{node}.spool.db")],
-                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    node = "h200-floor"
+    with _collector_and_replays(tmp_path, {node: LOW_DUTY}, REPO / "models") as (url, token):
         yield url, token, node
-    finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
 
 
 def test_a_node_under_the_busy_floor_shows_its_bound_not_silence(chromium, floor_node):
