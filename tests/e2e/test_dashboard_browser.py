@@ -116,6 +116,22 @@ def fleet(tmp_path):
         yield url, token
 
 
+@contextlib.contextmanager
+def _browser_page(chromium: str):
+    """A headless Chromium page and the list its page errors land in; the browser closes afterwards."""
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            yield page, errors
+        finally:
+            browser.close()
+
+
 def _wait_for_verdicts(url: str, token: str, want: dict[str, str], timeout_s: float = 45.0) -> dict:
     deadline, doc = time.monotonic() + timeout_s, {}
     while time.monotonic() < deadline:
@@ -128,53 +144,44 @@ def _wait_for_verdicts(url: str, token: str, want: dict[str, str], timeout_s: fl
 
 
 def test_dashboard_shows_both_nodes_with_their_verdicts_and_plots_their_data(chromium, fleet):
-    from playwright.sync_api import sync_playwright
-
     url, token = fleet
     want = {"h200-train": "training", "h200-infer": "inference"}
     _wait_for_verdicts(url, token, want)  # the server side first: a browser failure then means the page
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            # without a session the dashboard sends the browser to the login form
-            page.goto(f"{url}/dashboard")
-            assert "/login" in page.url
-            page.goto(f"{url}/login#token={token}")   # what `make demo` prints: the fragment logs in
-            page.wait_for_url(f"{url}/dashboard")
-            page.wait_for_selector("body[data-loaded='1']")
-            for node, state in want.items():
-                row = page.locator(f"#nodes tr[data-node='{node}']")
-                assert row.get_attribute("data-state") == state, (node, row.inner_text())
-                assert state in row.inner_text()
-            page.screenshot(path=str(ARTIFACTS / "dashboard-overview.png"), full_page=True)
+    with _browser_page(chromium) as (page, errors):
+        # without a session the dashboard sends the browser to the login form
+        page.goto(f"{url}/dashboard")
+        assert "/login" in page.url
+        page.goto(f"{url}/login#token={token}")   # what `make demo` prints: the fragment logs in
+        page.wait_for_url(f"{url}/dashboard")
+        page.wait_for_selector("body[data-loaded='1']")
+        for node, state in want.items():
+            row = page.locator(f"#nodes tr[data-node='{node}']")
+            assert row.get_attribute("data-state") == state, (node, row.inner_text())
+            assert state in row.inner_text()
+        page.screenshot(path=str(ARTIFACTS / "dashboard-overview.png"), full_page=True)
 
-            page.goto(f"{url}/dashboard/nodes/h200-train")
-            page.wait_for_selector("body[data-loaded='1']")
-            assert page.locator("#state").get_attribute("data-state") == "training"
-            assert "P(training)" in page.locator("#evidence").inner_text()
-            plots = page.eval_on_selector_all("canvas[data-plot]", "cs => cs.map(c => [c.closest('[data-device]')"
-                                              ".dataset.device, c.dataset.plot, Number(c.dataset.points)])")
-            drawn = {(dev, plot): n for dev, plot, n in plots}
-            assert drawn[("gpu0", "nvlink")] > 10 and drawn[("gpu1", "power")] > 10, drawn
-            assert int(page.locator("#timeline").get_attribute("data-spans")) > 0
-            # the canvas really holds ink, not only a counter: some non-background pixels in the plot
-            inked = page.evaluate("""() => { const c = document.querySelector("[data-device='gpu0'] canvas[data-plot='nvlink']");
-                const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
-                for (let i = 0; i < d.length; i += 4)
-                  if (d[i + 3] > 0 && Math.max(d[i], d[i + 1], d[i + 2]) - Math.min(d[i], d[i + 1], d[i + 2]) > 80) n++;
-                return n; }""")  # the TX/RX lines are the only saturated colour (grid, marks, shading are grey)
-            assert inked > 50, inked
-            page.screenshot(path=str(ARTIFACTS / "dashboard-node.png"), full_page=True)
+        page.goto(f"{url}/dashboard/nodes/h200-train")
+        page.wait_for_selector("body[data-loaded='1']")
+        assert page.locator("#state").get_attribute("data-state") == "training"
+        assert "P(training)" in page.locator("#evidence").inner_text()
+        plots = page.eval_on_selector_all("canvas[data-plot]", "cs => cs.map(c => [c.closest('[data-device]')"
+                                          ".dataset.device, c.dataset.plot, Number(c.dataset.points)])")
+        drawn = {(dev, plot): n for dev, plot, n in plots}
+        assert drawn[("gpu0", "nvlink")] > 10 and drawn[("gpu1", "power")] > 10, drawn
+        assert int(page.locator("#timeline").get_attribute("data-spans")) > 0
+        # the canvas really holds ink, not only a counter: some non-background pixels in the plot
+        inked = page.evaluate("""() => { const c = document.querySelector("[data-device='gpu0'] canvas[data-plot='nvlink']");
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
+            for (let i = 0; i < d.length; i += 4)
+              if (d[i + 3] > 0 && Math.max(d[i], d[i + 1], d[i + 2]) - Math.min(d[i], d[i + 1], d[i + 2]) > 80) n++;
+            return n; }""")  # the TX/RX lines are the only saturated colour (grid, marks, shading are grey)
+        assert inked > 50, inked
+        page.screenshot(path=str(ARTIFACTS / "dashboard-node.png"), full_page=True)
 
-            page.goto(f"{url}/dashboard/nodes/h200-infer")
-            page.wait_for_selector("body[data-loaded='1']")
-            assert page.locator("#state").get_attribute("data-state") == "inference"
-        finally:
-            browser.close()
+        page.goto(f"{url}/dashboard/nodes/h200-infer")
+        page.wait_for_selector("body[data-loaded='1']")
+        assert page.locator("#state").get_attribute("data-state") == "inference"
     assert errors == [], errors
 
 
@@ -195,8 +202,6 @@ def floor_node(tmp_path):
 def test_a_node_under_the_busy_floor_shows_its_bound_not_silence(chromium, floor_node):
     """The overview marks the node whose latest window lay under the floor with that window's bound, and
     the node view sums the bound over the last hour, as the verdict API does (never a lead, never a P)."""
-    from playwright.sync_api import sync_playwright
-
     url, token, node = floor_node
     deadline, doc = time.monotonic() + 60.0, {}
     while time.monotonic() < deadline:
@@ -207,36 +212,29 @@ def test_a_node_under_the_busy_floor_shows_its_bound_not_silence(chromium, floor
     else:
         raise AssertionError(f"no bound below the floor: {json.dumps(doc)[:2000]}")
     assert doc["state"] != "training" and doc["single_device_lead"]["windows_spoken"] == 0, doc
-    errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"{url}/login#token={token}")
-            page.wait_for_url(f"{url}/dashboard")
-            marker = page.wait_for_selector(f"#nodes tr[data-node='{node}'] span.floor", timeout=20000)
-            assert float(marker.get_attribute("data-floor-flop")) > 1e12 and "under floor" in marker.inner_text()
-            page.screenshot(path=str(ARTIFACTS / "dashboard-overview-floor.png"), full_page=True)
+    with _browser_page(chromium) as (page, errors):
+        page.goto(f"{url}/login#token={token}")
+        page.wait_for_url(f"{url}/dashboard")
+        marker = page.wait_for_selector(f"#nodes tr[data-node='{node}'] span.floor", timeout=20000)
+        assert float(marker.get_attribute("data-floor-flop")) > 1e12 and "under floor" in marker.inner_text()
+        page.screenshot(path=str(ARTIFACTS / "dashboard-overview-floor.png"), full_page=True)
 
-            page.goto(f"{url}/dashboard/nodes/{node}")
-            page.wait_for_selector("body[data-loaded='1']")
-            line = page.wait_for_selector("#below-floor", timeout=10000)
-            text = line.inner_text()
-            assert "below the busy floor" in text and "at most" in text and "FLOP" in text, text
-            assert float(line.get_attribute("data-floor-flop")) >= doc["below_floor"]["tensor_flop_max"] > 0
-            assert "single-device lead" not in page.locator("#alerts").inner_text()
-            page.screenshot(path=str(ARTIFACTS / "dashboard-node-floor.png"), full_page=True)
-            # the job its windows formed: the bound summed over the job's range, on the job view
-            job = _get(f"{url}/v1/nodes/{node}/verdict", token)["job"]
-            assert job, "the replayed trainer formed no job"
-            page.goto(f"{url}/dashboard/jobs/{job}")
-            page.wait_for_selector("body[data-loaded='1']")
-            fact = page.wait_for_selector("#job-facts #below-floor", timeout=10000)
-            assert "at most" in fact.inner_text() and float(fact.get_attribute("data-floor-flop")) > 1e12, fact.inner_text()
-            # beside the saved estimator's FLOPs, the ceiling in any precision (the trace has GPM)
-            ceiling = page.wait_for_selector("#flops-ceiling", timeout=10000)
-            assert float(ceiling.get_attribute("data-flops")) > 1e12 and "any precision" in ceiling.inner_text()
-        finally:
-            browser.close()
+        page.goto(f"{url}/dashboard/nodes/{node}")
+        page.wait_for_selector("body[data-loaded='1']")
+        line = page.wait_for_selector("#below-floor", timeout=10000)
+        text = line.inner_text()
+        assert "below the busy floor" in text and "at most" in text and "FLOP" in text, text
+        assert float(line.get_attribute("data-floor-flop")) >= doc["below_floor"]["tensor_flop_max"] > 0
+        assert "single-device lead" not in page.locator("#alerts").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "dashboard-node-floor.png"), full_page=True)
+        # the job its windows formed: the bound summed over the job's range, on the job view
+        job = _get(f"{url}/v1/nodes/{node}/verdict", token)["job"]
+        assert job, "the replayed trainer formed no job"
+        page.goto(f"{url}/dashboard/jobs/{job}")
+        page.wait_for_selector("body[data-loaded='1']")
+        fact = page.wait_for_selector("#job-facts #below-floor", timeout=10000)
+        assert "at most" in fact.inner_text() and float(fact.get_attribute("data-floor-flop")) > 1e12, fact.inner_text()
+        # beside the saved estimator's FLOPs, the ceiling in any precision (the trace has GPM)
+        ceiling = page.wait_for_selector("#flops-ceiling", timeout=10000)
+        assert float(ceiling.get_attribute("data-flops")) > 1e12 and "any precision" in ceiling.inner_text()
     assert errors == [], errors
