@@ -212,6 +212,7 @@ def test_a_node_under_the_busy_floor_shows_its_bound_not_silence(chromium, floor
     else:
         raise AssertionError(f"no bound below the floor: {json.dumps(doc)[:2000]}")
     assert doc["state"] != "training" and doc["single_device_lead"]["windows_spoken"] == 0, doc
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with _browser_page(chromium) as (page, errors):
         page.goto(f"{url}/login#token={token}")
         page.wait_for_url(f"{url}/dashboard")
