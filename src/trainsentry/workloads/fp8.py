@@ -98,6 +98,21 @@ def convert(model: nn.Module, serving: bool = False) -> int:
     return n
 
 
+def setup(ledger_extra: dict, cfg: dict, model: nn.Module, device, dtype_run: str, serving: bool = False):
+    """The run's ``precision`` (``bf16``, the default: the run's dtype; or ``fp8``): converts ``model``
+    where the device has an FP8 product, records ``precision``, ``precision_run`` (``dtype_run`` where
+    nothing was converted) and ``fp8_layers`` in the ledger, and returns the context a FLOP measurement
+    runs in (``counting`` where layers were converted)."""
+    precision = str(cfg.get("precision", "bf16"))
+    if precision not in ("bf16", "fp8"):
+        raise ValueError(f"precision must be 'bf16' or 'fp8', got {precision!r}")
+    n = convert(model, serving) if precision == "fp8" and available(torch.device(device)) else 0
+    ledger_extra.update(precision=precision, precision_run="fp8" if n else dtype_run)
+    if precision == "fp8":
+        ledger_extra["fp8_layers"] = n
+    return counting if n else contextlib.nullcontext
+
+
 @contextlib.contextmanager
 def counting():
     """Inside: FP8 layers run ``F.linear``, which the FLOP counter sees (the measured step)."""

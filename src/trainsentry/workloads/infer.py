@@ -15,6 +15,7 @@ import time
 import torch
 
 from . import flops as flopcount
+from . import fp8
 from .base import Context, variants
 from .infer_common import IdlePause, build_model, generate_rounds, inference_entry, model_config, prompt_source
 from .model import loss_fn
@@ -116,7 +117,10 @@ def run_embed(ctx: Context, cfg: dict) -> None:
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {sorted(WEIGHTS)}, got {weights!r}")
     model = build_model(ctx, mcfg, WEIGHTS[weights])
-    counting = _fp8_serving(ctx, cfg, model)
+    # precision fp8: every eligible product served in float8 (workloads.fp8's recipe, forward only), the
+    # benign counterpart of an FP8 trainer
+    counting = fp8.setup(ctx.ledger.extra, cfg, model, ctx.device,
+                         str(next(model.parameters()).dtype).replace("torch.", ""), serving=True)
     batch, length = int(cfg["batch"]), int(cfg["text_len"])
     pause = IdlePause(ctx, cfg, "const")
     to_host = bool(cfg.get("to_host", False))
@@ -138,23 +142,6 @@ def run_embed(ctx: Context, cfg: dict) -> None:
         pause.wait()
     ctx.ledger.extra["embedding_checksum"] = sink.checksum()
     ctx.ledger.extra["host_checksum"] = sink.host_checksum()   # what reached host memory (0 without to_host)
-
-
-def _fp8_serving(ctx: Context, cfg: dict, model):
-    """``precision: fp8`` serves every eligible linear layer's product in float8 (``workloads.fp8``, the
-    lab's FP8 training recipe in forward only): the benign counterpart of an FP8 trainer. Returns the
-    context the FLOP measurement runs in (the same products through ``F.linear``, which every torch's
-    counter sees). The ledger records what ran (``precision_run``, ``fp8_layers``)."""
-    import contextlib
-
-    from . import fp8
-    precision = str(cfg.get("precision", "bf16"))
-    if precision not in ("bf16", "fp8"):
-        raise ValueError(f"precision must be 'bf16' or 'fp8', got {precision!r}")
-    n = fp8.convert(model, serving=True) if precision == "fp8" and fp8.available(torch.device(ctx.device)) else 0
-    ran = "fp8" if n else str(next(model.parameters()).dtype).replace("torch.", "")
-    ctx.ledger.extra.update(precision=precision, precision_run=ran, fp8_layers=n)
-    return fp8.counting if n else contextlib.nullcontext
 
 
 variants("infer.embed", "inference", "embed", run_embed,

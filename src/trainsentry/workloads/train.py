@@ -152,23 +152,14 @@ def _precision(ctx: Context, cfg: dict, model, wrap: str):
     layer's products in float8, ``workloads.fp8``; full-model training on one GPU or DDP). Returns the
     FLOP counter to measure a step with: for FP8, one that runs the measured step through ``F.linear``,
     which it can count. The ledger records what ran (``precision_run``) and how many layers were FP8."""
-    precision = str(cfg.get("precision", "bf16"))
-    if precision not in ("bf16", "fp8"):
-        raise ValueError(f"precision must be 'bf16' or 'fp8', got {precision!r}")
-    ran = str(ctx.dtype).replace("torch.", "") if ctx.is_cuda else "float32"
-    extra = {"precision": precision, "precision_run": ran}
-    if precision != "fp8":
-        ctx.ledger.extra.update(extra)
-        return measure
-    if wrap not in ("single", "ddp") or cfg.get("lora_rank") or cfg.get("offload"):
-        raise ValueError("precision fp8 trains a whole model on one GPU or with DDP (no LoRA, offload or FSDP)")
     from . import fp8
-    n = fp8.convert(model) if fp8.available(torch.device(ctx.device)) else 0
-    extra.update(precision_run="fp8" if n else ran, fp8_layers=n)
-    ctx.ledger.extra.update(extra)
+    if cfg.get("precision") == "fp8" and (wrap not in ("single", "ddp") or cfg.get("lora_rank") or cfg.get("offload")):
+        raise ValueError("precision fp8 trains a whole model on one GPU or with DDP (no LoRA, offload or FSDP)")
+    ran = str(ctx.dtype).replace("torch.", "") if ctx.is_cuda else "float32"
+    within = fp8.setup(ctx.ledger.extra, cfg, model, ctx.device, ran)
 
     def counted(fn):
-        with fp8.counting():
+        with within():
             return measure(fn)
     return counted
 
