@@ -108,7 +108,7 @@ class DitReplica:
             self.model = DiT(self.mcfg, self.latent_ch * self.patch * self.patch)
         self.model.train()
         self.net = self.model
-        # the DiT has no token embedding or head, so a GPT's count would miss it: its own (replicated
+        # the DiT has no token embedding or head, which a GPT's count would add: its own count (replicated
         # whole on every rank, so the local count is the total)
         _record_setup(ctx, cfg, self.model, self.mcfg,
                       dit_flops_per_token(self.mcfg, self.latent_ch * self.patch * self.patch),
