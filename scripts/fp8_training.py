@@ -28,7 +28,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from trainsentry.flops.features import PEAK_AT_FEATURE_CLOCK, PEAK_FP8_AT_FEATURE_CLOCK, interval_features  # noqa: E402
+from trainsentry.flops.features import (FP8_OVER_BF16, PEAK_AT_FEATURE_CLOCK, PEAK_FP8_AT_FEATURE_CLOCK,  # noqa: E402
+                                        interval_features)
+from trainsentry.flops.live import tensor_ceiling  # noqa: E402
 from trainsentry.flops.markdown import LABELS  # noqa: E402
 from trainsentry.lab.summary import config_key  # noqa: E402
 from trainsentry.redteam.flopscore import flop_scores  # noqa: E402
@@ -43,6 +45,7 @@ def physics(run_dir: Path) -> dict:
     f = interval_features(table, float(m["start"]), float(m["end"]))
     steps = np.asarray(g.get("step_times_s") or [], dtype=np.float64)
     flops = float(g["flops"])
+    ceiling = tensor_ceiling(table, f.tensor_active_s)   # the collector's ceiling: tensor-busy time at the FP8 peak
     losses = [l for _, l in g.get("loss_curve") or []]
     return {"run_id": m["run_id"], "workload": m["labels"]["workload"],
             "precision": extra.get("precision", "bf16"), "precision_run": extra.get("precision_run"),
@@ -50,8 +53,7 @@ def physics(run_dir: Path) -> dict:
             "tokens_per_s": float(g.get("tokens") or 0) / float(steps.sum()) if steps.size else None,
             "step_tflops_per_s": flops / len(steps) / float(np.median(steps)) / 1e12 if steps.size else None,
             "flops": flops, "tensor_pct": 100.0 * f.tensor_active_s / f.duration_s,
-            "over_bf16_bound": flops / (f.tensor_active_s * PEAK_AT_FEATURE_CLOCK),
-            "over_fp8_bound": flops / (f.tensor_active_s * PEAK_FP8_AT_FEATURE_CLOCK),
+            "over_bf16_bound": flops / (ceiling / FP8_OVER_BF16), "over_fp8_bound": flops / ceiling,
             "mean_power_W": f.mean_power_W, "joules_per_tflop": f.mean_power_W * f.duration_s / (flops / 1e12),
             "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
             "val_loss": extra.get("val_loss")}

@@ -14,6 +14,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from . import fp8
 from . import parallel as par
 from .base import WORKLOADS, Context, Ledger, variants
 from .comm import CollectiveCounter
@@ -152,7 +153,6 @@ def _precision(ctx: Context, cfg: dict, model, wrap: str):
     layer's products in float8, ``workloads.fp8``; full-model training on one GPU or DDP). Returns the
     FLOP counter to measure a step with: for FP8, one that runs the measured step through ``F.linear``,
     which it can count. The ledger records what ran (``precision_run``) and how many layers were FP8."""
-    from . import fp8
     if cfg.get("precision") == "fp8" and (wrap not in ("single", "ddp") or cfg.get("lora_rank") or cfg.get("offload")):
         raise ValueError("precision fp8 trains a whole model on one GPU or with DDP (no LoRA, offload or FSDP)")
     ran = str(ctx.dtype).replace("torch.", "") if ctx.is_cuda else "float32"
