@@ -3,9 +3,13 @@ shape) trained 30 steps in BF16 (autocast) and 30 in FP8 (workloads/fp8.py) from
 the same batches; prints each loss at the start and end and each step's time, so a broken product or a
 recipe that does not learn shows before the campaign's runs do.
 
-    PYTHONPATH=src python3 scripts/gpu/fp8_train_check.py
+    PYTHONPATH=src python3 scripts/gpu/fp8_train_check.py [PRECISION ...]
+
+PRECISION: ``bf16``, ``fp8`` (the dynamic recipe) or ``fp8_delayed`` (the delayed recipe, its cast
+compiled first, as ``fp8.setup`` does); by default ``bf16 fp8``, as call s31-2 ran it.
 """
 
+import sys
 import time
 
 import torch
@@ -17,11 +21,14 @@ assert fp8.available(torch.device("cuda")), "no FP8 matmul on this GPU"
 cfg = ModelConfig(d_model=1024, n_layers=16, n_heads=16, seq_len=1024)
 gen = torch.Generator(device="cuda").manual_seed(0)
 data = [torch.randint(0, 64, (32, 1025), device="cuda", generator=gen) * 3 % 256 for _ in range(30)]
-for precision in ("bf16", "fp8"):
+for precision in sys.argv[1:] or ("bf16", "fp8"):
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = GPT(cfg)
-    n = fp8.convert(model) if precision == "fp8" else 0
+    recipe = "delayed" if precision == "fp8_delayed" else "dynamic"
+    n = fp8.convert(model, recipe=recipe) if precision != "bf16" else 0
+    if recipe == "delayed":
+        print(f"{precision}: cast {fp8.compiled_cast('cuda')}")
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     losses, times = [], []
     for x in data:

@@ -9,6 +9,17 @@ activity to FLOPs at BF16 rates sees half of an FP8 trainer's compute. A trainer
 smaller needs nothing more exotic than this recipe (per-tensor dynamic scaling, the simplest of the
 published FP8 training recipes); ``train.single`` runs it with ``precision: fp8``.
 
+``precision: fp8_delayed`` runs the recipe production FP8 libraries run instead (delayed scaling, as
+in Micikevicius et al. 2022, "FP8 formats for deep learning", and NVIDIA's Transformer Engine): each
+operand is cast at a scale taken from the largest absolute values of its previous casts (an amax
+history), so the cast no longer waits for a reduction over the tensor it casts; one function casts,
+transposes and records the tensor's maximum for the next step, compiled into fused GPU kernels by
+``torch.compile`` (eager where there is no GPU, where the ledger's ``fp8_cast`` says which), and the
+backward pass reuses the forward's FP8 operands instead of re-quantising bf16 copies. The dynamic
+recipe's separate reduction, scaling, cast and transpose kernels are what made its trainers look
+memory-bound to the single-device lead (docs/fp8-training.md); this one keeps the tensor cores
+busier for the same products.
+
 Where the device has no FP8 matmul (CPU, pre-Hopper GPUs) nothing is converted and the run trains in
 its usual dtype; the ledger says which ran (``precision_run``). Whether FlopCounterMode counts
 ``_scaled_mm`` depends on the torch version (2.13 does), so the step the FLOP counter measures runs the
@@ -25,7 +36,10 @@ import torch.nn.functional as F
 from torch import nn
 
 E4M3_MAX = 448.0
+PRECISIONS = ("bf16", "fp8", "fp8_delayed")
+AMAX_HISTORY = 16    # casts of each operand whose maxima set its next scale (Transformer Engine keeps up to 1024)
 _COUNTING = False
+_CAST = None         # the compiled cast, once built (``_caster``); False where compiling failed
 
 
 def available(device: torch.device) -> bool:
@@ -65,19 +79,111 @@ class _Fp8Linear(torch.autograd.Function):
         return dx, dw
 
 
+def _cast(t: torch.Tensor, scale: torch.Tensor):
+    """``t`` in e4m3 at ``scale`` (values beyond the format saturate), the same transposed and made
+    contiguous (the layout the other two products take it in), and ``t``'s absolute maximum (the next
+    scale's history): one pass over ``t`` once compiled."""
+    q = (t.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return q, q.t().contiguous(), t.abs().amax().float()
+
+
+def _caster(device: torch.device):
+    """``_cast`` compiled for the GPU (eager on the CPU, or where compiling failed: ``compiled_cast``)."""
+    global _CAST
+    if device.type != "cuda" or _CAST is False:
+        return _cast
+    if _CAST is None:
+        _CAST = torch.compile(_cast, dynamic=True, fullgraph=True)
+    return _CAST
+
+
+def compiled_cast(device, serving: bool = False) -> str:
+    """Build and run the compiled cast once (on small tensors, shapes left dynamic, in the grad mode the
+    products run in: none in training, inference mode in serving) so that the first step does not pay
+    for compiling it; ``"compiled"``, or ``"eager"`` where there is no GPU or compiling failed (the
+    error's first line after a colon)."""
+    global _CAST
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "eager"
+    try:
+        t = torch.ones(48, 32, device=device, dtype=torch.bfloat16)
+        with torch.inference_mode() if serving else torch.no_grad():
+            _caster(device)(t, torch.ones((), device=device))
+        torch.cuda.synchronize(device)
+        return "compiled"
+    except Exception as e:   # noqa: BLE001 - any compiler failure leaves the eager cast, said in the ledger
+        _CAST = False
+        return "eager: " + (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
+class _Amax:
+    """One layer's amax histories (operands: 0 input, 1 weight, 2 output gradient) on its device."""
+
+    def __init__(self):
+        self.hist: torch.Tensor | None = None
+        self.casts = [0, 0, 0]
+
+    def scale(self, row: int, t: torch.Tensor) -> torch.Tensor:
+        """The scale to cast ``t`` (operand ``row``) at: its history's maximum over the format's; the
+        first cast of an operand has no history and reads ``t``'s own maximum (one extra pass, once)."""
+        if self.hist is None:
+            self.hist = torch.zeros(3, AMAX_HISTORY, device=t.device)
+        if self.casts[row] == 0:
+            self.hist[row, 0] = t.detach().abs().amax().float()
+        return (self.hist[row].amax() / E4M3_MAX).clamp(min=1e-12)
+
+    def record(self, row: int, amax: torch.Tensor) -> None:
+        self.hist[row, self.casts[row] % AMAX_HISTORY] = amax
+        self.casts[row] += 1
+
+
+class _Fp8DelayedLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, amax: _Amax) -> torch.Tensor:
+        cast = _caster(x.device)
+        x2, wb = x.reshape(-1, x.shape[-1]).to(torch.bfloat16), w.to(torch.bfloat16)
+        sx, sw = amax.scale(0, x2), amax.scale(1, wb)
+        x8, x8t, ax = cast(x2, sx)
+        w8, w8t, aw = cast(wb, sw)
+        amax.record(0, ax)
+        amax.record(1, aw)
+        ctx.save_for_backward(x8t, w8t, sx, sw)
+        ctx.amax, ctx.x_shape, ctx.x_dtype, ctx.w_dtype = amax, x.shape, x.dtype, w.dtype
+        y = torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)
+        return y.reshape(*x.shape[:-1], w.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x8t, w8t, sx, sw = ctx.saved_tensors
+        g2 = grad.reshape(-1, grad.shape[-1]).to(torch.bfloat16)
+        sg = ctx.amax.scale(2, g2)
+        g8, g8t, ag = _caster(grad.device)(g2, sg)
+        ctx.amax.record(2, ag)
+        dx = torch._scaled_mm(g8, w8t.t(), scale_a=sg, scale_b=sw, out_dtype=torch.bfloat16)   # input gradient
+        dw = torch._scaled_mm(g8t, x8t.t(), scale_a=sg, scale_b=sx, out_dtype=torch.bfloat16)  # weight gradient
+        return dx.reshape(ctx.x_shape).to(ctx.x_dtype), dw.to(ctx.w_dtype), None
+
+
 class Fp8Linear(nn.Module):
     """A bias-free linear layer whose products run in FP8; holds the original layer's weight parameter
     (so optimizers, checkpoints and DDP see the same tensor)."""
 
-    def __init__(self, linear: nn.Linear, serving: bool = False):
+    def __init__(self, linear: nn.Linear, serving: bool = False, recipe: str = "dynamic"):
         super().__init__()
+        if recipe not in ("dynamic", "delayed"):
+            raise ValueError(f"recipe must be 'dynamic' or 'delayed', got {recipe!r}")
         self.weight = linear.weight
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.serving = serving   # FP8 in evaluation too (a served model); a trainer validates in bf16
+        self.recipe = recipe
+        self.amax = _Amax() if recipe == "delayed" else None   # not a buffer: DDP would broadcast it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _COUNTING or (not self.serving and not torch.is_grad_enabled() and not self.training):
             return F.linear(x, self.weight)
+        if self.amax is not None:
+            return _Fp8DelayedLinear.apply(x, self.weight, self.amax)
         return _Fp8Linear.apply(x, self.weight)
 
 
@@ -86,30 +192,35 @@ def eligible(m: nn.Module) -> bool:
     return isinstance(m, nn.Linear) and m.bias is None and m.in_features % 16 == 0 and m.out_features % 16 == 0
 
 
-def convert(model: nn.Module, serving: bool = False) -> int:
+def convert(model: nn.Module, serving: bool = False, recipe: str = "dynamic") -> int:
     """Replace every eligible linear layer of ``model`` by an ``Fp8Linear`` over the same weight; the count.
-    ``serving``: the products run in FP8 in evaluation mode too (inference in FP8)."""
+    ``serving``: the products run in FP8 in evaluation mode too (inference in FP8). ``recipe``:
+    ``dynamic`` (scales from each operand's current maximum) or ``delayed`` (from its history)."""
     n = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if eligible(child):
-                setattr(parent, name, Fp8Linear(child, serving))
+                setattr(parent, name, Fp8Linear(child, serving, recipe))
                 n += 1
     return n
 
 
 def setup(ledger_extra: dict, cfg: dict, model: nn.Module, device, dtype_run: str, serving: bool = False):
-    """The run's ``precision`` (``bf16``, the default: the run's dtype; or ``fp8``): converts ``model``
-    where the device has an FP8 product, records ``precision``, ``precision_run`` (``dtype_run`` where
-    nothing was converted) and ``fp8_layers`` in the ledger, and returns the context a FLOP measurement
-    runs in (``counting`` where layers were converted)."""
+    """The run's ``precision`` (``bf16``, the default: the run's dtype; ``fp8``: the dynamic recipe;
+    ``fp8_delayed``: the delayed one): converts ``model`` where the device has an FP8 product, records
+    ``precision``, ``precision_run`` (``fp8``, or ``dtype_run`` where nothing was converted),
+    ``fp8_layers``, ``fp8_recipe`` and, for the delayed recipe, ``fp8_cast`` (compiled or eager) in the
+    ledger, and returns the context a FLOP measurement runs in (``counting`` where layers were converted)."""
     precision = str(cfg.get("precision", "bf16"))
-    if precision not in ("bf16", "fp8"):
-        raise ValueError(f"precision must be 'bf16' or 'fp8', got {precision!r}")
-    n = convert(model, serving) if precision == "fp8" and available(torch.device(device)) else 0
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    recipe = "delayed" if precision == "fp8_delayed" else "dynamic"
+    n = convert(model, serving, recipe) if precision != "bf16" and available(torch.device(device)) else 0
     ledger_extra.update(precision=precision, precision_run="fp8" if n else dtype_run)
-    if precision == "fp8":
-        ledger_extra["fp8_layers"] = n
+    if precision != "bf16":
+        ledger_extra.update(fp8_layers=n, fp8_recipe=recipe)
+    if n and recipe == "delayed":
+        ledger_extra["fp8_cast"] = compiled_cast(device, serving)
     return counting if n else contextlib.nullcontext
 
 

@@ -117,8 +117,8 @@ def run_embed(ctx: Context, cfg: dict) -> None:
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {sorted(WEIGHTS)}, got {weights!r}")
     model = build_model(ctx, mcfg, WEIGHTS[weights])
-    # precision fp8: every eligible product served in float8 (workloads.fp8's recipe, forward only), the
-    # benign counterpart of an FP8 trainer
+    # precision fp8 (or fp8_delayed): every eligible product served in float8 (workloads.fp8's recipes,
+    # forward only), the benign counterpart of an FP8 trainer
     counting = fp8.setup(ctx.ledger.extra, cfg, model, ctx.device,
                          str(next(model.parameters()).dtype).replace("torch.", ""), serving=True)
     batch, length = int(cfg["batch"]), int(cfg["text_len"])

@@ -149,12 +149,15 @@ def _data_parallel(ctx: Context, cfg: dict, wrap: str) -> None:
 
 
 def _precision(ctx: Context, cfg: dict, model, wrap: str):
-    """``precision``: ``bf16`` (default: the run's dtype under autocast) or ``fp8`` (every eligible linear
-    layer's products in float8, ``workloads.fp8``; full-model training on one GPU or DDP). Returns the
+    """``precision``: ``bf16`` (default: the run's dtype under autocast), ``fp8`` or ``fp8_delayed`` (every
+    eligible linear layer's products in float8 with dynamic or delayed scaling, ``workloads.fp8``;
+    full-model training on one GPU or DDP). Returns the
     FLOP counter to measure a step with: for FP8, one that runs the measured step through ``F.linear``,
     which it can count. The ledger records what ran (``precision_run``) and how many layers were FP8."""
-    if cfg.get("precision") == "fp8" and (wrap not in ("single", "ddp") or cfg.get("lora_rank") or cfg.get("offload")):
-        raise ValueError("precision fp8 trains a whole model on one GPU or with DDP (no LoRA, offload or FSDP)")
+    if (str(cfg.get("precision", "bf16")).startswith("fp8")
+            and (wrap not in ("single", "ddp") or cfg.get("lora_rank") or cfg.get("offload"))):
+        raise ValueError("precision fp8 and fp8_delayed train a whole model on one GPU or with DDP "
+                         "(no LoRA, offload or FSDP)")
     ran = str(ctx.dtype).replace("torch.", "") if ctx.is_cuda else "float32"
     within = fp8.setup(ctx.ledger.extra, cfg, model, ctx.device, ran)
 
