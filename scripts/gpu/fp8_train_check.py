@@ -5,8 +5,9 @@ recipe that does not learn shows before the campaign's runs do.
 
     PYTHONPATH=src python3 scripts/gpu/fp8_train_check.py [PRECISION ...]
 
-PRECISION: ``bf16``, ``fp8`` (the dynamic recipe) or ``fp8_delayed`` (the delayed recipe, its cast
-compiled first, as ``fp8.setup`` does); by default ``bf16 fp8``, as call s31-2 ran it.
+PRECISION: ``bf16``, ``fp8`` (the dynamic recipe) or ``fp8_delayed`` (the delayed recipe, its one-pass
+cast built and checked first, as ``fp8.setup`` does, and timed against the eager one); by default
+``bf16 fp8``, as call s31-2 ran it.
 """
 
 import sys
@@ -28,7 +29,16 @@ for precision in sys.argv[1:] or ("bf16", "fp8"):
     recipe = "delayed" if precision == "fp8_delayed" else "dynamic"
     n = fp8.convert(model, recipe=recipe) if precision != "bf16" else 0
     if recipe == "delayed":
-        print(f"{precision}: cast {fp8.compiled_cast('cuda')}")
+        print(f"{precision}: cast {fp8.cast_kernel('cuda')}")
+        big, sc = torch.randn(32768, 4096, device="cuda", dtype=torch.bfloat16), torch.tensor(0.01, device="cuda")
+        for name, fn in (("one-pass", fp8._triton_cast), ("eager", fp8._cast)):
+            fn(big, sc)
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(20):
+                fn(big, sc)
+            torch.cuda.synchronize()
+            print(f"{precision}: {name} cast of 32768x4096 bf16: {1e3 * (time.perf_counter() - t) / 20:.3f} ms")
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     losses, times = [], []
     for x in data:

@@ -2,6 +2,11 @@
 per-tensor scales. torch's ``_scaled_mm`` also runs on the CPU, so the products, their gradients and a
 real training run are checked here; on a GPU the same code runs on the tensor cores."""
 
+import importlib.util
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -155,6 +160,32 @@ def test_setup_records_the_recipe_and_the_cast():
     # no FP8 product on the CPU: nothing converted, and the ledger says so
     assert extra == {"precision": "fp8_delayed", "precision_run": "float32", "fp8_layers": 0, "fp8_recipe": "delayed"}
     assert ctx is not fp8.counting
-    assert fp8.compiled_cast("cpu") == "eager"
+    assert fp8.cast_kernel("cpu") == "eager: no GPU"
     with pytest.raises(ValueError, match="recipe must be"):
         fp8.Fp8Linear(torch.nn.Linear(16, 16, bias=False), recipe="mxfp8")
+
+
+def test_the_one_pass_cast_lays_out_what_the_reference_does():
+    """The Triton kernel under Triton's CPU interpreter, where Triton is installed (CUDA builds of torch
+    bring it; CI's CPU build does not): the transposed copy is the copy transposed, partial tiles are
+    masked and the maximum is exact. The interpreter emulates the e4m3 rounding only roughly, so the
+    values are checked bit for bit on the GPU, by ``cast_kernel`` before a run uses the kernel. In a
+    process of its own: Triton reads ``TRITON_INTERPRET`` when it is first imported."""
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("no Triton (torch's CPU build does not bring it)")
+    code = """
+import torch
+from trainsentry.workloads import fp8
+torch.manual_seed(0)
+t = (torch.randn(100, 80) * 3).to(torch.bfloat16)
+q, qt, amax = fp8._triton_cast(t, torch.tensor(0.01))
+ref, _, ref_amax = fp8._cast(t, torch.tensor(0.01))
+assert q.shape == (100, 80) and qt.shape == (80, 100) and q.dtype == qt.dtype == torch.float8_e4m3fn
+assert torch.equal(qt.view(torch.uint8), q.t().contiguous().view(torch.uint8))
+assert float(amax) == float(ref_amax)
+err = float((q.float() - ref.float()).norm() / ref.float().norm())
+assert err < 0.2, err
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

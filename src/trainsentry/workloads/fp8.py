@@ -12,10 +12,13 @@ published FP8 training recipes); ``train.single`` runs it with ``precision: fp8`
 ``precision: fp8_delayed`` runs the recipe production FP8 libraries run instead (delayed scaling, as
 in Micikevicius et al. 2022, "FP8 formats for deep learning", and NVIDIA's Transformer Engine): each
 operand is cast at a scale taken from the largest absolute values of its previous casts (an amax
-history), so the cast no longer waits for a reduction over the tensor it casts; one function casts,
-transposes and records the tensor's maximum for the next step, compiled into fused GPU kernels by
-``torch.compile`` (eager where there is no GPU, where the ledger's ``fp8_cast`` says which), and the
-backward pass reuses the forward's FP8 operands instead of re-quantising bf16 copies. The dynamic
+history), so the cast no longer waits for a reduction over the tensor it casts; one Triton kernel
+casts, transposes and records the tensor's maximum for the next step, reading it once (eager torch,
+several kernels, where there is no GPU or the kernel fails its check: the ledger's ``fp8_cast`` says
+which), and the backward pass reuses the forward's FP8 operands instead of re-quantising bf16 copies.
+A first version compiled the same function with ``torch.compile`` (shapes left dynamic) and ran the
+0.2 B model's step 9× slower than the dynamic recipe (2676 against 290 ms, call s32-1,
+results/device/README.md); its runs are kept apart in data/h200x1-fp8-compiled. The dynamic
 recipe's separate reduction, scaling, cast and transpose kernels are what made its trainers look
 memory-bound to the single-device lead (docs/fp8-training.md); this one keeps the tensor cores
 busier for the same products.
@@ -39,7 +42,7 @@ E4M3_MAX = 448.0
 PRECISIONS = ("bf16", "fp8", "fp8_delayed")
 AMAX_HISTORY = 16    # casts of each operand whose maxima set its next scale (Transformer Engine keeps up to 1024)
 _COUNTING = False
-_CAST = None         # the compiled cast, once built (``_caster``); False where compiling failed
+_CAST = None         # "triton" once ``cast_kernel`` has checked the one-pass cast on this GPU
 
 
 def available(device: torch.device) -> bool:
@@ -80,41 +83,55 @@ class _Fp8Linear(torch.autograd.Function):
 
 
 def _cast(t: torch.Tensor, scale: torch.Tensor):
-    """``t`` in e4m3 at ``scale`` (values beyond the format saturate), the same transposed and made
+    """``t`` (2-D) in e4m3 at ``scale`` (values beyond the format saturate), the same transposed and made
     contiguous (the layout the other two products take it in), and ``t``'s absolute maximum (the next
-    scale's history): one pass over ``t`` once compiled."""
-    q = (t.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    scale's history). The reference for ``_triton_cast``, which does the same in one pass; both
+    multiply by the same float32 reciprocal, so on a GPU the two agree bit for bit."""
+    q = (t.float() * scale.reciprocal()).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     return q, q.t().contiguous(), t.abs().amax().float()
 
 
+def _triton_cast(t: torch.Tensor, scale: torch.Tensor):
+    """``_cast`` in one kernel (``fp8_cast``, as Transformer Engine's cast-transpose does): each tile of
+    ``t`` is read once and written twice in e4m3, and its maximum is folded in by an atomic max."""
+    import triton
+
+    from .fp8_cast import cast_transpose_amax
+    t = t.contiguous()
+    m, n = t.shape
+    q = torch.empty((m, n), dtype=torch.float8_e4m3fn, device=t.device)
+    qt = torch.empty((n, m), dtype=torch.float8_e4m3fn, device=t.device)
+    amax = torch.zeros((), dtype=torch.float32, device=t.device)
+    grid = (triton.cdiv(m, 64), triton.cdiv(n, 64))
+    cast_transpose_amax[grid](t, q, qt, amax, scale.reciprocal(), m, n, BM=64, BN=64)
+    return q, qt, amax
+
+
 def _caster(device: torch.device):
-    """``_cast`` compiled for the GPU (eager on the CPU, or where compiling failed: ``compiled_cast``)."""
-    global _CAST
-    if device.type != "cuda" or _CAST is False:
-        return _cast
-    if _CAST is None:
-        _CAST = torch.compile(_cast, dynamic=True, fullgraph=True)
-    return _CAST
+    """The cast the delayed recipe runs: ``_triton_cast`` on a GPU where ``cast_kernel`` found it
+    agreeing with ``_cast``, else ``_cast`` (eager, several kernels)."""
+    return _triton_cast if device.type == "cuda" and _CAST == "triton" else _cast
 
 
-def compiled_cast(device, serving: bool = False) -> str:
-    """Build and run the compiled cast once (on small tensors, shapes left dynamic, in the grad mode the
-    products run in: none in training, inference mode in serving) so that the first step does not pay
-    for compiling it; ``"compiled"``, or ``"eager"`` where there is no GPU or compiling failed (the
-    error's first line after a colon)."""
+def cast_kernel(device) -> str:
+    """Build the one-pass cast for ``device`` and check it against the eager reference on an odd-shaped
+    tensor (bit for bit); ``"triton"`` if it is used from now on, else ``"eager"`` and, after a colon,
+    why (no GPU, no Triton, a build error, a disagreement)."""
     global _CAST
     device = torch.device(device)
     if device.type != "cuda":
-        return "eager"
+        return "eager: no GPU"
     try:
-        t = torch.ones(48, 32, device=device, dtype=torch.bfloat16)
-        with torch.inference_mode() if serving else torch.no_grad():
-            _caster(device)(t, torch.ones((), device=device))
-        torch.cuda.synchronize(device)
-        return "compiled"
-    except Exception as e:   # noqa: BLE001 - any compiler failure leaves the eager cast, said in the ledger
-        _CAST = False
-        return "eager: " + (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        t = torch.randn(300, 200, device=device, dtype=torch.bfloat16) * 7
+        scale = torch.tensor(0.02, device=device)
+        got, want = _triton_cast(t, scale), _cast(t, scale)
+        same = all(torch.equal(a.view(torch.uint8) if a.dtype != torch.float32 else a,
+                               b.view(torch.uint8) if b.dtype != torch.float32 else b) for a, b in zip(got, want))
+        _CAST = "triton" if same else None
+        return "triton" if same else "eager: the Triton cast differs from torch's"
+    except Exception as e:   # noqa: BLE001 - any build failure leaves the eager cast, said in the ledger
+        _CAST = None
+        return "eager: " + ((str(e).strip().splitlines() or [type(e).__name__])[0][:200])
 
 
 class _Amax:
@@ -209,7 +226,7 @@ def setup(ledger_extra: dict, cfg: dict, model: nn.Module, device, dtype_run: st
     """The run's ``precision`` (``bf16``, the default: the run's dtype; ``fp8``: the dynamic recipe;
     ``fp8_delayed``: the delayed one): converts ``model`` where the device has an FP8 product, records
     ``precision``, ``precision_run`` (``fp8``, or ``dtype_run`` where nothing was converted),
-    ``fp8_layers``, ``fp8_recipe`` and, for the delayed recipe, ``fp8_cast`` (compiled or eager) in the
+    ``fp8_layers``, ``fp8_recipe`` and, for the delayed recipe, ``fp8_cast`` (triton or eager) in the
     ledger, and returns the context a FLOP measurement runs in (``counting`` where layers were converted)."""
     precision = str(cfg.get("precision", "bf16"))
     if precision not in PRECISIONS:
@@ -220,7 +237,7 @@ def setup(ledger_extra: dict, cfg: dict, model: nn.Module, device, dtype_run: st
     if precision != "bf16":
         ledger_extra.update(fp8_layers=n, fp8_recipe=recipe)
     if n and recipe == "delayed":
-        ledger_extra["fp8_cast"] = compiled_cast(device, serving)
+        ledger_extra["fp8_cast"] = cast_kernel(device)
     return counting if n else contextlib.nullcontext
 
 
