@@ -1,5 +1,6 @@
 """Training in FP8 against the FLOP estimators: each FP8 run beside the same configuration in BF16,
-recorded in the same device call.
+in both FP8 recipes the lab runs (``precision: fp8``, dynamic scaling with the quantisation in separate
+kernels; ``fp8_delayed``, delayed scaling with a one-pass cast, as production libraries run it).
 
     python scripts/fp8_training.py --data data/h200x1-fp8 --out results/fp8-training.json \
         --docs docs/fp8-training.md
@@ -49,6 +50,7 @@ def physics(run_dir: Path) -> dict:
     losses = [l for _, l in g.get("loss_curve") or []]
     return {"run_id": m["run_id"], "workload": m["labels"]["workload"],
             "precision": extra.get("precision", "bf16"), "precision_run": extra.get("precision_run"),
+            "fp8_cast": extra.get("fp8_cast"),
             "fp8_layers": extra.get("fp8_layers", 0), "steps": int(g.get("steps") or 0),
             "tokens_per_s": float(g.get("tokens") or 0) / float(steps.sum()) if steps.size else None,
             "step_tflops_per_s": flops / len(steps) / float(np.median(steps)) / 1e12 if steps.size else None,
@@ -59,8 +61,16 @@ def physics(run_dir: Path) -> dict:
             "val_loss": extra.get("val_loss")}
 
 
+def calls(data: Path) -> dict[str, int]:
+    """Each run's device call: the line of the dataset's campaign log (one per call) that wrote it."""
+    log = data / "campaign_log.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return {rid: i for i, line in enumerate(lines) for rid in json.loads(line).get("written") or []}
+
+
 def measure(data: Path, calibrate: list[Path], model: Path | None, best: str | None, seed: int = 0) -> dict:
     dirs = sorted(p.parent for p in data.glob("*/manifest.json"))
+    call = calls(data)
     found = {d: json.loads((d / "manifest.json").read_text()) for d in dirs}
     runs = [{"dir": str(d), "name": m["labels"].get("config", {}).get("precision", "bf16"),
              "setting": config_key(m), "role": "strategy"}
@@ -80,20 +90,25 @@ def measure(data: Path, calibrate: list[Path], model: Path | None, best: str | N
         rows.append(p)
     rows.sort(key=lambda r: (r["workload"], r["precision"]))
     names = list(doc["estimators"]) + (["saved"] if model is not None and "saved" not in doc["estimators"] else [])
-    # pairs: an FP8 run and a BF16 run of the same configuration but for the precision (round 1 recorded
-    # them side by side; later rounds' FP8 runs have no BF16 twin and are scored alone)
+    # pairs: an FP8 run and a BF16 run of the same configuration but for the precision, in either recipe
+    # (rounds 1 and 4 recorded them side by side in one call; round 4's delayed runs of round 1's
+    # configurations pair with round 1's BF16 runs, a call apart; other FP8 runs have no twin and are
+    # scored alone)
     pairs = []
     for key in sorted({r["twin_key"] for r in rows}):
         by = {r["precision"]: r for r in rows if r["twin_key"] == key}
-        if {"bf16", "fp8"} <= set(by):
-            b, f = by["bf16"], by["fp8"]
-            w = b["workload"]
-            # the estimate over the truth, FP8 against BF16: 1 where the estimator is blind to precision
-            ratio = {n: (1 + f["pct_error"][n] / 100) / (1 + b["pct_error"][n] / 100)
-                     for n in names if n in f["pct_error"] and n in b["pct_error"]}
-            pairs.append({"workload": w, "fp8_over_bf16_step_rate": f["step_tflops_per_s"] / b["step_tflops_per_s"],
-                          "fp8_over_bf16_joules_per_tflop": f["joules_per_tflop"] / b["joules_per_tflop"],
-                          "estimate_ratio": ratio})
+        for precision in ("fp8", "fp8_delayed"):
+            if {"bf16", precision} <= set(by):
+                b, f = by["bf16"], by[precision]
+                # the estimate over the truth, FP8 against BF16: 1 where the estimator is blind to precision
+                ratio = {n: (1 + f["pct_error"][n] / 100) / (1 + b["pct_error"][n] / 100)
+                         for n in names if n in f["pct_error"] and n in b["pct_error"]}
+                pairs.append({"workload": b["workload"], "fp8_run": f["run_id"], "bf16_run": b["run_id"],
+                              "recipe": "delayed" if precision == "fp8_delayed" else "dynamic",
+                              "same_call": call.get(f["run_id"]) == call.get(b["run_id"]) is not None,
+                              "fp8_over_bf16_step_rate": f["step_tflops_per_s"] / b["step_tflops_per_s"],
+                              "fp8_over_bf16_joules_per_tflop": f["joules_per_tflop"] / b["joules_per_tflop"],
+                              "estimate_ratio": ratio})
     return {"runs": rows, "pairs": pairs, "estimators": names, "headline": doc.get("headline"),
             "calibrated_on": doc.get("calibrated_on"), "bf16_peak_flops": PEAK_AT_FEATURE_CLOCK,
             "fp8_peak_flops": PEAK_FP8_AT_FEATURE_CLOCK}
@@ -103,61 +118,82 @@ def _label(n: str) -> str:
     return "saved model (models/flops.json)" if n == "saved" else LABELS.get(n, n)
 
 
+RECIPES = {"fp8": "dynamic", "fp8_delayed": "delayed"}
+
+
+def _span(values: list[float], fmt: str = "{:.2f}", sep: str = "–") -> str:
+    return fmt.format(min(values)) + ("" if min(values) == max(values) else sep + fmt.format(max(values)))
+
+
 def markdown(res: dict) -> str:
     out = [f"# Training in FP8 against the FLOP estimators", "",
            f"*Generated by `{res['command']}` on {res['date']} from `{res['data']}` (results: `{res['out']}`); "
            "do not edit by hand.*", "",
-           "Each model trained twice in one device call on one H200 (`configs/campaigns/h200x1-fp8-train.yaml`, "
-           "38 s each): in BF16 (autocast, as every training run the estimators were calibrated on) and with every "
-           "linear layer's forward, input-gradient and weight-gradient products in FP8 e4m3 with per-tensor "
-           "dynamic scales (`workloads/fp8.py`). The estimators are calibrated on the BF16 training runs of "
+           "Models trained on one H200 (`configs/campaigns/h200x1-fp8-train.yaml`, 38 s each) in BF16 (autocast, as "
+           "every training run the estimators were calibrated on) and with every linear layer's forward, "
+           "input-gradient and weight-gradient products in FP8 e4m3 (`workloads/fp8.py`), in two recipes: "
+           "**dynamic** (`precision: fp8`, rounds 1–4: per-tensor scales from each operand's current maximum, the "
+           "quantisation in separate kernels) and **delayed** (`precision: fp8_delayed`, round 4: scales from "
+           "each operand's recent maxima and one Triton kernel that casts, transposes and records the maximum, as "
+           "production FP8 libraries run it). The estimators are calibrated on the BF16 training runs of "
            "`data/h200`, frozen, and applied over each run's true interval; nothing is fitted on these runs. "
-           "Later rounds added FP8 trainers of other configurations with no BF16 twin (they test the "
-           "single-device lead, `docs/lab.md`); they are scored alone.", "",
+           "Rounds 1 and 4 recorded BF16 twins; FP8 trainers of other configurations test the single-device "
+           "lead (`docs/lab.md`) and are scored alone.", "",
            "| run | precision | steps | loss first → last (val) | rate in a step (TFLOP/s) | tensor activity | "
            "ledger / BF16 bound | ledger / FP8 bound | J per TFLOP |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in res["runs"]:
         val = "–" if r["val_loss"] is None else f"{r['val_loss']:.2f}"
-        out.append(f"| `{r['run_id']}` | {r['precision']} (ran {r['precision_run']}, {r['fp8_layers']} FP8 layers) | "
+        cast = f", cast {r['fp8_cast']}" if r.get("fp8_cast") else ""
+        out.append(f"| `{r['run_id']}` | {r['precision']} (ran {r['precision_run']}, {r['fp8_layers']} FP8 layers{cast}) | "
                    f"{r['steps']} | {r['loss_first']:.2f} → {r['loss_last']:.2f} ({val}) | "
                    f"{r['step_tflops_per_s']:.0f} | {r['tensor_pct']:.1f} % | {r['over_bf16_bound']:.2f} | "
                    f"{r['over_fp8_bound']:.2f} | {r['joules_per_tflop']:.2f} |")
     out += ["", "Signed error of each estimator (100 · (estimate − ledger) / ledger), and for each pair the FP8 "
             "run's estimate-to-ledger ratio over the BF16 run's (1.00: the estimator does not notice the "
             "precision; 0.50: it sees half of the FP8 run's work):", ""]
-    names = res["estimators"]
+    names, pairs = res["estimators"], res["pairs"]
+    head = [f"FP8 / BF16, `{p['workload']}` ({p['recipe']}, {'one call' if p['same_call'] else 'a call apart'})"
+            for p in pairs]
     out.append("| estimator | " + " | ".join(f"`{r['run_id']}` ({r['precision']})" for r in res["runs"]) + " | "
-               + " | ".join(f"FP8 / BF16, `{p['workload']}`" for p in res["pairs"]) + " |")
-    out.append("|---" * (1 + len(res["runs"]) + len(res["pairs"])) + "|")
+               + " | ".join(head) + " |")
+    out.append("|---" * (1 + len(res["runs"]) + len(pairs)) + "|")
     for n in names:
         cells = [f"{r['pct_error'][n]:+.1f} %" if n in r["pct_error"] else "–" for r in res["runs"]]
-        cells += [f"{p['estimate_ratio'][n]:.2f}" if n in p["estimate_ratio"] else "–" for p in res["pairs"]]
+        cells += [f"{p['estimate_ratio'][n]:.2f}" if n in p["estimate_ratio"] else "–" for p in pairs]
         out.append(f"| {_label(n)} | " + " | ".join(cells) + " |")
-    tensor = [p["estimate_ratio"].get("tensor") for p in res["pairs"] if "tensor" in p["estimate_ratio"]]
-    saved = [p["estimate_ratio"].get("saved") for p in res["pairs"] if "saved" in p["estimate_ratio"]]
-    rate = [p["fp8_over_bf16_step_rate"] for p in res["pairs"]]
-    joules = [p["fp8_over_bf16_joules_per_tflop"] for p in res["pairs"]]
-    f8 = [r for r in res["runs"] if r["precision"] == "fp8"]
-    span = lambda n: (f"{min(r['pct_error'][n] for r in f8):+.0f} to {max(r['pct_error'][n] for r in f8):+.0f} %"  # noqa: E731
-                      if f8 and all(n in r["pct_error"] for r in f8) else "–")
-    out += ["", f"Over all {len(f8)} FP8 trainers, twins or not, the tensor-activity estimator's signed error runs "
-            f"{span('tensor')} and the saved estimator's {span('saved')}.", "", "## Reading", ""]
-    if tensor:
-        out.append(f"* **The tensor-activity estimator sees about half of an FP8 trainer's work** (FP8 / BF16 ratio "
-                   f"{min(tensor):.2f}–{max(tensor):.2f}): the counter it reads counts an FP8 product's busy cycles as "
-                   "a BF16 one's, as the matmul burns showed. The FP8 runs' ledgers sit near the FP8 bound, not the BF16 one.")
-    out.append(f"* **This FP8 recipe is slower than BF16 here** (rate in a step {min(rate):.2f}–{max(rate):.2f} of "
-               f"the BF16 run's) **and spends {min(joules):.1f}–{max(joules):.1f} times the energy per FLOP**: each "
-               "product quantises its operands in separate memory-bound kernels (absolute maximum, scale, cast, "
-               "transposed copies), which cost time and power without tensor-core work. The energy-based estimators "
-               "therefore overestimate these runs, and the fused estimator's energy half pulls its estimate back up.")
+    out.append("")
+    for precision, recipe in RECIPES.items():
+        f8 = [r for r in res["runs"] if r["precision"] == precision]
+        if f8:
+            span = lambda n: (_span([r["pct_error"][n] for r in f8], "{:+.0f}", " to ") + " %"  # noqa: E731
+                              if all(n in r["pct_error"] for r in f8) else "–")
+            out.append(f"Over all {len(f8)} trainers of the {recipe} recipe, twins or not, the tensor-activity "
+                       f"estimator's signed error runs {span('tensor')} and the saved estimator's {span('saved')}.")
+    out += ["", "## Reading", ""]
+    by = {recipe: [p for p in pairs if p["recipe"] == recipe] for recipe in RECIPES.values()}
+    ratio = lambda ps, n: _span([p["estimate_ratio"][n] for p in ps if n in p["estimate_ratio"]])  # noqa: E731
+    if any(by.values()):
+        out.append("* **The tensor-activity estimator sees about half of an FP8 trainer's work in either recipe** "
+                   "(FP8 / BF16 ratio " + "; ".join(f"{r} {ratio(ps, 'tensor')}" for r, ps in by.items() if ps)
+                   + "): the counter it reads counts an FP8 product's busy cycles as a BF16 one's, as the matmul "
+                   "burns showed. The FP8 runs' ledgers sit near the FP8 bound, not the BF16 one.")
+    for recipe, ps in by.items():
+        if not ps:
+            continue
+        rate = _span([p["fp8_over_bf16_step_rate"] for p in ps])
+        joules = _span([p["fp8_over_bf16_joules_per_tflop"] for p in ps], "{:.1f}")
+        how = ("each product quantises its operands in separate memory-bound kernels (absolute maximum, scale, "
+               "cast, transposed copies), which cost time and power without tensor-core work"
+               if recipe == "dynamic" else
+               "the cast is one pass over each operand and the backward pass reuses the forward's FP8 copies")
+        out.append(f"* **The {recipe} recipe runs at {rate} of the BF16 run's rate in a step and spends {joules} "
+                   f"times its energy per FLOP** ({len(ps)} pair{'s' if len(ps) > 1 else ''}): {how}.")
+    saved = {r: ratio(ps, "saved") for r, ps in by.items() if ps and any("saved" in p["estimate_ratio"] for p in ps)}
     if saved:
-        out.append(f"* **The saved estimator undercounts them by a factor of {min(saved):.2f}–{max(saved):.2f}** "
-                   "relative to the same model in BF16. A recipe that fuses the quantisation into the products "
-                   "(as production FP8 training libraries do) would spend less energy per FLOP, so the energy "
-                   "half would stop compensating and the ratio would move toward the tensor estimator's; this "
-                   "recipe does not measure that case.")
+        out.append("* **The saved estimator's FP8 / BF16 ratio:** " + "; ".join(f"{r} recipe {v}" for r, v in saved.items())
+                   + ". Its energy half made up part of the tensor half's gap where a recipe spends more energy "
+                   "per FLOP than BF16; a recipe that spends no more leaves it only the tensor half's view.")
     out += ["* **What would make the count robust:** the precision a job's products run in is not visible to "
             "these counters, so an inspector should take the tensor-activity count at the FP8 rate as the upper "
             "bound (as the below-floor bound does, docs/below-floor.md) and the BF16 count as the estimate "
