@@ -56,6 +56,26 @@ def test_the_leads_comparison_comes_from_its_results_file():
     assert "not in this checkout" in leads_numbers(None)
 
 
+def test_the_fp8_rounds_come_from_the_prospective_checks_in_fit_order():
+    from trainsentry.detect.docs import fp8_numbers
+
+    def run(cls, precision, alerted):
+        cfg = "train.single.w|batch=8" + (f"|precision={precision}" if precision else "")
+        return {"class": cls, "config": cfg, "single-device_alerted_capped_rule": alerted}
+    later = {"judged_from": 2.0, "runs_before": 6, "model": {"rev": "bbb"},
+             "per_run": [run("training", "fp8_delayed", True), run("training", "fp8_delayed", False),
+                         run("inference", "fp8_delayed", True)]}
+    first = {"judged_from": 1.0, "runs_before": 0, "model": {"rev": "aaa"},
+             "per_run": [run("training", "fp8", False), run("training", None, True), run("inference", "fp8", False)]}
+    text = fp8_numbers([later, first])
+    assert text.startswith("the lead committed at `aaa` (none of the dataset's runs in its fit) found 0 of 1 "
+                           "dynamic-recipe trainers, 1 of 1 BF16 trainers and alerted on 0 of 1 embedding "
+                           "services served in the dynamic recipe; `bbb` (6 of the dataset's runs in its fit) "
+                           "found 1 of 2 delayed-recipe trainers and alerted on 1 of 1 embedding services "
+                           "served in the delayed recipe"), text
+    assert "not in this checkout" in fp8_numbers(None)
+
+
 def test_fused_wrong_instances_are_traced_to_their_cause():
     """The share of `fused`'s errors that are training behind a closed exchange gate is counted from
     per_run and the gate's shares, never summed by hand."""
