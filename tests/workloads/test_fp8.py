@@ -154,6 +154,33 @@ def test_the_history_is_a_ring_of_the_last_casts():
     assert float(amax.hist[0].min()) == 4.0 and float(amax.hist[0].max()) == fp8.AMAX_HISTORY + 3
 
 
+@pytest.mark.parametrize("recipe", ["dynamic", "delayed"])
+@pytest.mark.parametrize("store", [False, True])
+def test_a_model_served_in_fp8_generates_with_its_kv_cache(recipe, store):
+    """infer.generate with precision fp8 / fp8_delayed: prefill and one-token decode steps (a product of
+    a few rows) run in FP8 and stay close to the bf16 model's logits (a bf16 model and cache, as a GPU
+    serves them: the FP8 products return bf16), with the weights cast at every product or quantised
+    once and stored (``fp8_weights: stored``)."""
+    from trainsentry.workloads.model import KVCache
+    ref, served = _tiny().to(torch.bfloat16), _tiny().to(torch.bfloat16)
+    fp8.convert(served, serving=True, recipe=recipe, store_weights=store)
+    prompts = torch.randint(0, 256, (2, 8))
+    out = []
+    for m in (ref, served):
+        m.eval()
+        cache = KVCache(m.cfg, len(m.layers), 2, 12, "cpu", torch.bfloat16)
+        with torch.inference_mode():
+            logits = [m(prompts, cache)[:, -1]]
+            for _ in range(3):
+                logits.append(m(logits[-1].argmax(-1, keepdim=True), cache)[:, -1])
+        out.append(torch.stack(logits))
+    assert 0 < _rel(out[1], out[0]) < 0.1, _rel(out[1], out[0])
+    layers = [m for m in served.modules() if isinstance(m, fp8.Fp8Linear)]
+    assert all((m._w8 is not None) == store for m in layers)
+    if store:
+        assert all(m._w8[0].dtype == torch.float8_e4m3fn and m._w8[0].shape == m.weight.shape for m in layers)
+
+
 def test_setup_records_the_recipe_and_the_cast():
     extra: dict = {}
     ctx = fp8.setup(extra, {"precision": "fp8_delayed"}, _tiny(), "cpu", "float32")
@@ -163,6 +190,11 @@ def test_setup_records_the_recipe_and_the_cast():
     assert fp8.cast_kernel("cpu") == "eager: no GPU"
     with pytest.raises(ValueError, match="recipe must be"):
         fp8.Fp8Linear(torch.nn.Linear(16, 16, bias=False), recipe="mxfp8")
+    served: dict = {}
+    fp8.setup(served, {"precision": "fp8", "fp8_weights": "stored"}, _tiny(), "cpu", "bfloat16", serving=True)
+    assert served["fp8_weights"] == "stored" and "fp8_cast" not in served
+    with pytest.raises(ValueError, match="fp8_weights must be"):   # a trainer's weights change every step
+        fp8.setup({}, {"precision": "fp8_delayed", "fp8_weights": "stored"}, _tiny(), "cpu", "float32")
 
 
 def test_the_one_pass_cast_lays_out_what_the_reference_does():

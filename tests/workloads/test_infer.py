@@ -121,6 +121,8 @@ def toy_run(tmp_path_factory) -> Path:
                      "max_steps": STEPS, "overrides": {"weights": w}})
     runs.append({"run_id": "embed_fp8", "workload": "infer.embed.s125m_b256_l512", "seconds": 60,
                  "max_steps": STEPS, "overrides": {"precision": "fp8"}})
+    runs.append({"run_id": "generate_fp8_delayed", "workload": "infer.generate.l1b_b256", "seconds": 60,
+                 "max_steps": STEPS, "overrides": {"precision": "fp8_delayed"}})
     for p in ("fp8", "bf16_sparse24", "fp8_sparse24", "int4"):
         runs.append({"run_id": f"matmul_{p}", "workload": "other.matmul.n8192_x2", "seconds": 60,
                      "max_steps": STEPS, "overrides": {"precision": p}})
@@ -249,6 +251,10 @@ def test_every_workload_runs_at_toy_size(toy_run):
     assert e8["ok"] and e8["ground_truth"]["extra"]["0"]["precision"] == "fp8", e8
     assert e8["ground_truth"]["extra"]["0"]["precision_run"] == "float32" and e8["ground_truth"]["extra"]["0"]["fp8_layers"] == 0
     assert e8["ground_truth"]["flops"] == truth(toy_run, "infer.embed.s125m_b256_l512")["ground_truth"]["flops"]
+    g8 = truth(toy_run, "generate_fp8_delayed")   # a generation server in the delayed recipe: the same
+    assert g8["ok"] and g8["ground_truth"]["extra"]["0"]["precision"] == "fp8_delayed", g8
+    assert g8["ground_truth"]["extra"]["0"]["fp8_recipe"] == "delayed" and g8["ground_truth"]["extra"]["0"]["fp8_layers"] == 0
+    assert g8["ground_truth"]["flops"] > 0
     sparse8 = truth(toy_run, "matmul_fp8_sparse24")   # neither FP8 nor cuSPARSELt on CPU: dense, said too
     assert sparse8["ok"] and sparse8["ground_truth"]["extra"]["0"]["precision"] == "fp8_sparse24", sparse8
     assert sparse8["ground_truth"]["extra"]["0"]["precision_run"] == "float32", sparse8

@@ -182,11 +182,26 @@ class _Fp8DelayedLinear(torch.autograd.Function):
         return dx.reshape(ctx.x_shape).to(ctx.x_dtype), dw.to(ctx.w_dtype), None
 
 
+def _served(x: torch.Tensor, w8: torch.Tensor, sw: torch.Tensor, amax: _Amax | None) -> torch.Tensor:
+    """A served layer's forward product over a weight quantised once (``w8`` at scale ``sw``): the input
+    cast per the layer's recipe (its own maximum, or ``amax``'s history and the one-pass cast)."""
+    x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+    if amax is None:
+        x8, sx = _quantize(x2)
+    else:
+        sx = amax.scale(0, x2)
+        x8, _, ax = _caster(x.device)(x2, sx)
+        amax.record(0, ax)
+    y = torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)
+    return y.reshape(*x.shape[:-1], w8.shape[0])
+
+
 class Fp8Linear(nn.Module):
     """A bias-free linear layer whose products run in FP8; holds the original layer's weight parameter
     (so optimizers, checkpoints and DDP see the same tensor)."""
 
-    def __init__(self, linear: nn.Linear, serving: bool = False, recipe: str = "dynamic"):
+    def __init__(self, linear: nn.Linear, serving: bool = False, recipe: str = "dynamic",
+                 store_weights: bool = False):
         super().__init__()
         if recipe not in ("dynamic", "delayed"):
             raise ValueError(f"recipe must be 'dynamic' or 'delayed', got {recipe!r}")
@@ -195,10 +210,18 @@ class Fp8Linear(nn.Module):
         self.serving = serving   # FP8 in evaluation too (a served model); a trainer validates in bf16
         self.recipe = recipe
         self.amax = _Amax() if recipe == "delayed" else None   # not a buffer: DDP would broadcast it
+        # a served model's weight quantised once, at its first product without gradients, and kept (as FP8
+        # inference servers store their weights); otherwise cast at every product
+        self.store_weights = store_weights
+        self._w8: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _COUNTING or (not self.serving and not torch.is_grad_enabled() and not self.training):
             return F.linear(x, self.weight)
+        if self.store_weights and not torch.is_grad_enabled():
+            if self._w8 is None:
+                self._w8 = _quantize(self.weight.detach().to(torch.bfloat16))
+            return _served(x, *self._w8, self.amax)
         if self.amax is not None:
             return _Fp8DelayedLinear.apply(x, self.weight, self.amax)
         return _Fp8Linear.apply(x, self.weight)
@@ -209,15 +232,16 @@ def eligible(m: nn.Module) -> bool:
     return isinstance(m, nn.Linear) and m.bias is None and m.in_features % 16 == 0 and m.out_features % 16 == 0
 
 
-def convert(model: nn.Module, serving: bool = False, recipe: str = "dynamic") -> int:
+def convert(model: nn.Module, serving: bool = False, recipe: str = "dynamic", store_weights: bool = False) -> int:
     """Replace every eligible linear layer of ``model`` by an ``Fp8Linear`` over the same weight; the count.
     ``serving``: the products run in FP8 in evaluation mode too (inference in FP8). ``recipe``:
-    ``dynamic`` (scales from each operand's current maximum) or ``delayed`` (from its history)."""
+    ``dynamic`` (scales from each operand's current maximum) or ``delayed`` (from its history).
+    ``store_weights``: a served layer quantises its weight once and keeps it."""
     n = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if eligible(child):
-                setattr(parent, name, Fp8Linear(child, serving, recipe))
+                setattr(parent, name, Fp8Linear(child, serving, recipe, store_weights))
                 n += 1
     return n
 
@@ -226,16 +250,24 @@ def setup(ledger_extra: dict, cfg: dict, model: nn.Module, device, dtype_run: st
     """The run's ``precision`` (``bf16``, the default: the run's dtype; ``fp8``: the dynamic recipe;
     ``fp8_delayed``: the delayed one): converts ``model`` where the device has an FP8 product, records
     ``precision``, ``precision_run`` (``fp8``, or ``dtype_run`` where nothing was converted),
-    ``fp8_layers``, ``fp8_recipe`` and, for the delayed recipe, ``fp8_cast`` (triton or eager) in the
-    ledger, and returns the context a FLOP measurement runs in (``counting`` where layers were converted)."""
+    ``fp8_layers``, ``fp8_recipe``, for a served model ``fp8_weights`` (``cast`` at every product, the
+    default, or ``stored``: quantised once, ``cfg["fp8_weights"]``) and, for the delayed recipe,
+    ``fp8_cast`` (triton or eager) in the ledger, and returns the context a FLOP measurement runs in
+    (``counting`` where layers were converted)."""
     precision = str(cfg.get("precision", "bf16"))
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     recipe = "delayed" if precision == "fp8_delayed" else "dynamic"
-    n = convert(model, serving, recipe) if precision != "bf16" and available(torch.device(device)) else 0
+    weights = str(cfg.get("fp8_weights", "cast"))
+    if weights not in ("cast", "stored") or (weights == "stored" and not serving):
+        raise ValueError(f"fp8_weights must be 'cast' or, for a served model, 'stored'; got {weights!r}")
+    n = (convert(model, serving, recipe, weights == "stored")
+         if precision != "bf16" and available(torch.device(device)) else 0)
     ledger_extra.update(precision=precision, precision_run="fp8" if n else dtype_run)
     if precision != "bf16":
         ledger_extra.update(fp8_layers=n, fp8_recipe=recipe)
+        if serving:
+            ledger_extra["fp8_weights"] = weights
     if n and recipe == "delayed":
         ledger_extra["fp8_cast"] = cast_kernel(device)
     return counting if n else contextlib.nullcontext

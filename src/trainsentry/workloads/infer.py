@@ -25,11 +25,15 @@ TOY = {"model": "toy", "seq_len": 64, "batch": 2, "prompt_len": 8, "gen_len": 4,
 
 @inference_entry
 def run_generate(ctx: Context, cfg: dict) -> None:
-    """Batched generation with a KV cache (prefill, then one token per sequence per step)."""
+    """Batched generation with a KV cache (prefill, then one token per sequence per step). ``precision:
+    fp8`` or ``fp8_delayed`` serves every eligible linear layer's product in float8 (``workloads.fp8``,
+    forward only), as FP8 inference servers do."""
     mcfg = model_config(cfg)
     model = build_model(ctx, mcfg)
     ctx.ledger.extra["params"] = mcfg.params()
-    generate_rounds(ctx, model, mcfg, cfg)
+    counting = fp8.setup(ctx.ledger.extra, cfg, model, ctx.device,
+                         str(next(model.parameters()).dtype).replace("torch.", ""), serving=True)
+    generate_rounds(ctx, model, mcfg, cfg, counting=counting)
 
 
 variants("infer.generate", "inference", "generate", run_generate,

@@ -16,6 +16,7 @@ Conventions every inference workload follows (documented in docs/workloads-infer
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from dataclasses import dataclass
@@ -168,19 +169,22 @@ def sample(logits: torch.Tensor) -> torch.Tensor:
 
 
 def generate_rounds(ctx: Context, model: GPT, mcfg: ModelConfig, cfg: dict, *, count_tokens: bool = True,
-                    lockstep: bool = False, kv_heads: int | None = None, prompt_salt: int | None = None) -> None:
+                    lockstep: bool = False, kv_heads: int | None = None, prompt_salt: int | None = None,
+                    counting: Callable = contextlib.nullcontext) -> None:
     """Batched generation with a KV cache until the deadline: prefill ``batch`` prompts of
     ``prompt_len`` tokens, then ``gen_len`` decode steps; optional idle pause between rounds
     (``IdlePause``, exponential gaps unless ``pause_dist`` says otherwise).
 
     ``lockstep`` (tensor parallel): every rank of a group sees the same prompts (``prompt_salt``: one
     stream per group), rank 0 decides at each round whether every rank goes on, and rounds run to
-    their end so the ranks' collectives always pair up."""
+    their end so the ranks' collectives always pair up. ``counting``: the context the FLOP fit's forward
+    passes run in (``fp8.setup``'s, where the model serves in FP8)."""
     batch, plen, glen = int(cfg["batch"]), int(cfg["prompt_len"]), int(cfg["gen_len"])
     if plen + glen > mcfg.seq_len:
         raise ValueError(f"prompt_len + gen_len = {plen + glen} exceeds seq_len {mcfg.seq_len}")
     pause = IdlePause(ctx, cfg, "exp")
-    fit = fit_model(model, mcfg, ctx, kv_heads=kv_heads)
+    with counting():
+        fit = fit_model(model, mcfg, ctx, kv_heads=kv_heads)
     ctx.ledger.extra.update(fit.as_dict())
     ctx.ledger.clear_collectives()   # the fit's own forward passes are not part of the run
     src = prompt_source(ctx, salt=prompt_salt if prompt_salt is not None else 0 if lockstep else ctx.rank)
