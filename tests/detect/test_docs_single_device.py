@@ -69,9 +69,9 @@ def test_the_fp8_rounds_come_from_the_prospective_checks_in_fit_order():
              "per_run": [run("training", "fp8", False), run("training", None, True), run("inference", "fp8", False)]}
     text = fp8_numbers([later, first])
     assert text.startswith("the lead committed at `aaa` (none of the dataset's runs in its fit) found 0 of 1 "
-                           "dynamic-recipe trainers, 1 of 1 BF16 trainers and alerted on 0 of 1 embedding "
+                           "dynamic-recipe trainers, 1 of 1 BF16 trainers and alerted on 0 of 1 inference "
                            "services served in the dynamic recipe; `bbb` (6 of the dataset's runs in its fit) "
-                           "found 1 of 2 delayed-recipe trainers and alerted on 1 of 1 embedding services "
+                           "found 1 of 2 delayed-recipe trainers and alerted on 1 of 1 inference services "
                            "served in the delayed recipe"), text
     assert "not in this checkout" in fp8_numbers(None)
 

@@ -198,8 +198,10 @@ single pass, `precision: fp8_delayed`), whose step takes about the BF16 step's t
 recorded after: {fp8} Refitting found few of the dynamic recipe's later trainers (3 of 11 over two
 refits); the lead fitted with its three rounds found the next one, and the delayed recipe's trainers it
 had never seen, but called an embedding service served in the delayed recipe training; refitted with
-that service, it found every delayed-recipe trainer of the next round without a false alert on its
-four delayed-recipe services. Five prospective rounds of 3–15 runs on one GPU: a lead, not a rate.
+that service, it found every delayed-recipe trainer of the next round and alerted on none of the
+eight FP8 services after it (embedding, generation and 16k-token prefill, the last two with their
+weights stored in FP8, as FP8 inference servers keep them). Six prospective rounds of 3–15 runs on
+one GPU: a lead, not a rate.
 
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,
@@ -499,7 +501,7 @@ def fp8_numbers(rounds: list[dict] | None) -> str:
                  ((tally("training", "dynamic"), "dynamic-recipe trainers"),
                   (tally("training", "delayed"), "delayed-recipe trainers"),
                   (tally("training", "bf16"), "BF16 trainers")) if n]
-        served = [f"{a} of {n} embedding services served in the {recipe} recipe" for recipe in ("dynamic", "delayed")
+        served = [f"{a} of {n} inference services served in the {recipe} recipe" for recipe in ("dynamic", "delayed")
                   for a, n in [tally("inference", recipe)] if n]
         before = d.get("runs_before") or 0
         fit = f"{before} of the dataset's runs in its fit" if before else "none of the dataset's runs in its fit"
