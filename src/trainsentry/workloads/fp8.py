@@ -184,7 +184,8 @@ class _Fp8DelayedLinear(torch.autograd.Function):
 
 def _served(x: torch.Tensor, w8: torch.Tensor, sw: torch.Tensor, amax: _Amax | None) -> torch.Tensor:
     """A served layer's forward product over a weight quantised once (``w8`` at scale ``sw``): the input
-    cast per the layer's recipe (its own maximum, or ``amax``'s history and the one-pass cast)."""
+    cast per the layer's recipe (its own maximum, or ``amax``'s history and the one-pass cast, whose
+    transposed copy a forward-only product leaves unused)."""
     x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
     if amax is None:
         x8, sx = _quantize(x2)
