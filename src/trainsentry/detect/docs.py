@@ -479,7 +479,7 @@ def companions() -> dict:
     return found
 
 
-def _precision(config: str) -> str:
+def config_precision(config: str) -> str:
     """The FP8 recipe (or ``bf16``) of a configuration key (``workload|key=value|...``)."""
     p = dict(kv.split("=", 1) for kv in config.split("|")[1:] if "=" in kv).get("precision", "bf16")
     return {"fp8": "dynamic", "fp8_delayed": "delayed"}.get(p, p)
@@ -495,7 +495,7 @@ def fp8_numbers(rounds: list[dict] | None) -> str:
         runs = d["per_run"]
 
         def tally(cls: str, recipe: str) -> tuple[int, int]:
-            sel = [r for r in runs if r["class"] == cls and _precision(r["config"]) == recipe]
+            sel = [r for r in runs if r["class"] == cls and config_precision(r["config"]) == recipe]
             return sum(bool(r.get("single-device_alerted_capped_rule")) for r in sel), len(sel)
         found = [f"{a} of {n} {label}" for (a, n), label in
                  ((tally("training", "dynamic"), "dynamic-recipe trainers"),

@@ -116,6 +116,14 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("leads_hardened", "leads-hardened.json", "results", _compare_leads(("ea3aed1", *EARLIER_LEADS), "leads-hardened", "c0f1ff1"),
           "the live single-device lead, hardened with the red team's trainers, on the runs recorded after it",
           optional=True),
+    Input("fp8_first", "prospective-ea3aed1-h200x1-fp8.json", "results",
+          "python scripts/prospective.py --model-rev ea3aed1 --also single-device --data data/h200x1-fp8 "
+          "--out results/prospective-ea3aed1-h200x1-fp8.json --docs docs/prospective-ea3aed1-h200x1-fp8.md",
+          "the single-device lead fitted before any FP8 run, on the FP8 runs", optional=True),
+    Input("fp8_latest", "prospective-fb7d4da-h200x1-fp8.json", "results",
+          "python scripts/prospective.py --model-rev fb7d4da --also single-device --data data/h200x1-fp8 "
+          "--out results/prospective-fb7d4da-h200x1-fp8.json --docs docs/prospective-fb7d4da-h200x1-fp8.md",
+          "the single-device lead refitted with the FP8 runs, on those recorded after it", optional=True),
     Input("below_floor", "below-floor.json", "results",
           "python scripts/below_floor.py --data data/h200 --data data/h200x1 --data data/h200x1-host "
           "--data data/redteam-x1 --data data/redteam-r1 --out results/below-floor.json --docs docs/below-floor.md",

@@ -408,7 +408,7 @@ def _one_gpu_node(ctx) -> str:
                  "not the live verdict. On a one-GPU node the verdict is fused's, whose exchange gate stays closed "
                  "without traffic between devices, so none of these runs raises an alert in the live state, "
                  "whatever the lead says.")
-    return (f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}{_leads(ctx)}{_hardened(ctx)}</p>"
+    return (f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}{_leads(ctx)}{_hardened(ctx)}{_fp8_leads(ctx)}</p>"
             f"{_below_floor(ctx)}</div>{table}")
 
 
@@ -483,6 +483,37 @@ def _hardened(ctx) -> str:
                if plain else "")
             + (f" and {found(other)} of {n(other)} runs of lab training it had never seen ({other_kinds})"
                if other else "") + ".")
+
+
+def _fp8_leads(ctx) -> str:
+    """Training in FP8 against the single-device lead: the lead fitted before any FP8 run, and the latest
+    one refitted with them, each on the FP8 runs recorded after it (results/prospective-*-h200x1-fp8.json,
+    optional inputs ``fp8_first`` and ``fp8_latest``)."""
+    if not (ctx.has("fp8_first") and ctx.has("fp8_latest")):
+        return ""
+    from ...detect.docs import config_precision
+    fp8 = ctx.term("FP8")
+
+    def tally(k: str, cls: str, recipe: str | None = None) -> tuple[str, str, list[dict]]:
+        rs = [r for r in ctx.load(k)["per_run"] if r["class"] == cls
+              and (recipe is None or config_precision(r["config"]) == recipe)]
+        found = sum(bool(r.get("single-device_alerted_capped_rule")) for r in rs)
+        return (ctx.derived(found, "int", [(k, "per_run")]), ctx.derived(len(rs), "int", [(k, "per_run")]), rs)
+    a, n, _ = tally("fp8_first", "training", "dynamic")
+    b, m, _ = tally("fp8_first", "training", "bf16")
+    c, p, _ = tally("fp8_latest", "training", "delayed")
+    d, q, served = tally("fp8_latest", "inference")
+    kinds = ", ".join(html.escape(f) for f in sorted({r["family"] for r in served}))
+    rev = lambda k: f"<code>{ctx.num(k, 'model/rev')}</code>"  # noqa: E731
+    return (f" Training in {fp8} on one GPU is a recipe any trainer may choose, not an engineered evasion "
+            f"(<code>docs/fp8-training.md</code>). The lead committed at {rev('fp8_first')}, fitted before any "
+            f"{fp8} run, found {a} of {n} trainers whose products ran in {fp8} with the quantisation in separate "
+            f"kernels, and {b} of {m} of the same models trained in {ctx.term('bf16')}: those kernels make a "
+            f"training GPU look memory-bound. Refitted round by round with the {fp8} runs, the lead committed at "
+            f"{rev('fp8_latest')} found {c} of {p} trainers of the recipe production libraries run (scales from "
+            f"recent maxima, each operand cast in one pass) recorded after it, and alerted on {d} of {q} services "
+            f"served in {fp8} ({kinds}). These are prospective rounds of a few runs each (<code>docs/lab.md</code>): "
+            "a lead, not a rate.")
 
 
 def _lead_count(ctx, k: str, rev: str, cls: str, what: str) -> str:
