@@ -92,8 +92,8 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--out results/one_gpu.json --docs docs/one-gpu.md",
           "the detectors fitted on the 2-GPU node, judged on a one-GPU node's runs"),
     Input("per_dataset", "per-dataset/detector.json", "results",
-          "trainsentry eval --data data/h200 --data data/h200x1 --data data/h200x1-host --splits 100 "
-          "--detector fused --detector fused+single-device --out results/per-dataset --docs ''",
+          "trainsentry eval --data data/h200 --data data/h200x1 --data data/h200x1-host --data data/h200x1-fp8 "
+          "--splits 100 --detector fused --detector fused+single-device --out results/per-dataset --docs ''",
           "the detectors fitted with the one-GPU node's runs as well, scored on each dataset's test runs",
           optional=True),
     Input("unseen_diffusion", "unseen-diffusion.json", "results",
