@@ -39,6 +39,15 @@ def _compare_leads(revs: tuple[str, ...], name: str, runs_at: str = "") -> str:
             + f" --out results/{name}.json --docs docs/{name}.md" + (f" --runs-at {runs_at}" if runs_at else ""))
 
 
+def _prospective(key: str, rev: str, data: str, what: str) -> Input:
+    """An optional input: scripts/prospective.py's check of the lead committed at ``rev`` (with the
+    single-device lead beside it) on the runs of data/<data> recorded after it."""
+    name = f"prospective-{rev}-{data}"
+    return Input(key, f"{name}.json", "results",
+                 f"python scripts/prospective.py --model-rev {rev} --also single-device --data data/{data} "
+                 f"--out results/{name}.json --docs docs/{name}.md", what, optional=True)
+
+
 INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("gpu_check", "gpu_check.json", "results",
           "trainsentry lab gpu-check RUN_DIR PHASES (scripts/gpu/backbone_check.sh on a 2-GPU machine)",
@@ -116,14 +125,9 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("leads_hardened", "leads-hardened.json", "results", _compare_leads(("ea3aed1", *EARLIER_LEADS), "leads-hardened", "c0f1ff1"),
           "the live single-device lead, hardened with the red team's trainers, on the runs recorded after it",
           optional=True),
-    Input("fp8_first", "prospective-ea3aed1-h200x1-fp8.json", "results",
-          "python scripts/prospective.py --model-rev ea3aed1 --also single-device --data data/h200x1-fp8 "
-          "--out results/prospective-ea3aed1-h200x1-fp8.json --docs docs/prospective-ea3aed1-h200x1-fp8.md",
-          "the single-device lead fitted before any FP8 run, on the FP8 runs", optional=True),
-    Input("fp8_latest", "prospective-fb7d4da-h200x1-fp8.json", "results",
-          "python scripts/prospective.py --model-rev fb7d4da --also single-device --data data/h200x1-fp8 "
-          "--out results/prospective-fb7d4da-h200x1-fp8.json --docs docs/prospective-fb7d4da-h200x1-fp8.md",
-          "the single-device lead refitted with the FP8 runs, on those recorded after it", optional=True),
+    _prospective("fp8_first", "ea3aed1", "h200x1-fp8", "the single-device lead fitted before any FP8 run, on the FP8 runs"),
+    _prospective("fp8_latest", "fb7d4da", "h200x1-fp8",
+                 "the single-device lead refitted with the FP8 runs, on those recorded after it"),
     Input("below_floor", "below-floor.json", "results",
           "python scripts/below_floor.py --data data/h200 --data data/h200x1 --data data/h200x1-host "
           "--data data/redteam-x1 --data data/redteam-r1 --out results/below-floor.json --docs docs/below-floor.md",
