@@ -195,13 +195,13 @@ recipe (per-tensor scales from each operand's current maximum, the quantisation 
 libraries run (scales from each operand's recent maxima, one Triton kernel casting each operand in a
 single pass, `precision: fp8_delayed`), whose step takes about the BF16 step's time
 (`docs/fp8-training.md`). Each lead was refitted with the runs recorded before it and judged on those
-recorded after: {fp8} Refitting found few of the dynamic recipe's later trainers (3 of 11 over two
-refits); the lead fitted with its three rounds found the next one, and the delayed recipe's trainers it
+recorded after: {fp8} The first two refits found few of the dynamic recipe's later trainers (the
+second and third leads above); the lead fitted with its three rounds found the next one, and the delayed recipe's trainers it
 had never seen, but called an embedding service served in the delayed recipe training; refitted with
 that service, it found every delayed-recipe trainer of the next round and alerted on none of the
 eight FP8 services after it (embedding, generation and 16k-token prefill, the last two with their
-weights stored in FP8, as FP8 inference servers keep them). Six prospective rounds of 3–15 runs on
-one GPU: a lead, not a rate.
+weights stored in FP8, as FP8 inference servers keep them). Small prospective rounds on one GPU: a
+lead, not a rate.
 
 **Why communication.** Gradient exchange is a collective: every GPU sends what it receives
 (symmetric), all GPUs take part at once (simultaneous), it recurs every optimizer step (periodic,
