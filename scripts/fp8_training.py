@@ -36,6 +36,7 @@ from trainsentry.flops.markdown import LABELS  # noqa: E402
 from trainsentry.lab.summary import config_key  # noqa: E402
 from trainsentry.redteam.flopscore import flop_scores  # noqa: E402
 from trainsentry.traces.io import read_trace  # noqa: E402
+from trainsentry.workloads.fp8 import RECIPES  # noqa: E402
 
 
 def physics(run_dir: Path) -> dict:
@@ -97,14 +98,14 @@ def measure(data: Path, calibrate: list[Path], model: Path | None, best: str | N
     pairs = []
     for key in sorted({r["twin_key"] for r in rows}):
         by = {r["precision"]: r for r in rows if r["twin_key"] == key}
-        for precision in ("fp8", "fp8_delayed"):
+        for precision, recipe in RECIPES.items():
             if {"bf16", precision} <= set(by):
                 b, f = by["bf16"], by[precision]
                 # the estimate over the truth, FP8 against BF16: 1 where the estimator is blind to precision
                 ratio = {n: (1 + f["pct_error"][n] / 100) / (1 + b["pct_error"][n] / 100)
                          for n in names if n in f["pct_error"] and n in b["pct_error"]}
                 pairs.append({"workload": b["workload"], "fp8_run": f["run_id"], "bf16_run": b["run_id"],
-                              "recipe": "delayed" if precision == "fp8_delayed" else "dynamic",
+                              "recipe": recipe,
                               "same_call": call.get(f["run_id"]) == call.get(b["run_id"]) is not None,
                               "fp8_over_bf16_step_rate": f["step_tflops_per_s"] / b["step_tflops_per_s"],
                               "fp8_over_bf16_joules_per_tflop": f["joules_per_tflop"] / b["joules_per_tflop"],
@@ -116,9 +117,6 @@ def measure(data: Path, calibrate: list[Path], model: Path | None, best: str | N
 
 def _label(n: str) -> str:
     return "saved model (models/flops.json)" if n == "saved" else LABELS.get(n, n)
-
-
-RECIPES = {"fp8": "dynamic", "fp8_delayed": "delayed"}
 
 
 def _span(values: list[float], fmt: str = "{:.2f}", sep: str = "–") -> str:

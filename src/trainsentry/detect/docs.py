@@ -480,9 +480,18 @@ def companions() -> dict:
 
 
 def config_precision(config: str) -> str:
-    """The FP8 recipe (or ``bf16``) of a configuration key (``workload|key=value|...``)."""
+    """The FP8 recipe (``workloads.fp8.RECIPES``), or ``bf16``, of a configuration key (``workload|key=value|...``)."""
+    from ..workloads.fp8 import RECIPES   # here, not at the top: rendering docs needs torch only for FP8 runs
     p = dict(kv.split("=", 1) for kv in config.split("|")[1:] if "=" in kv).get("precision", "bf16")
-    return {"fp8": "dynamic", "fp8_delayed": "delayed"}.get(p, p)
+    return RECIPES.get(p, p)
+
+
+def fp8_tally(check: dict, cls: str, recipe: str | None = None) -> tuple[int, int, list[dict]]:
+    """A prospective check's runs of class ``cls`` (and ``recipe``, ``config_precision``'s, where given):
+    how many the single-device lead alerted on, how many there are, and the runs."""
+    runs = [r for r in check["per_run"] if r["class"] == cls
+            and (recipe is None or config_precision(r["config"]) == recipe)]
+    return sum(bool(r.get("single-device_alerted_capped_rule")) for r in runs), len(runs), runs
 
 
 def fp8_numbers(rounds: list[dict] | None) -> str:
@@ -492,17 +501,12 @@ def fp8_numbers(rounds: list[dict] | None) -> str:
         return f"(The prospective checks on FP8 training are not in this checkout: `{FP8_ROUNDS}`.)"
     parts = []
     for d in sorted(rounds, key=lambda d: d["judged_from"]):
-        runs = d["per_run"]
-
-        def tally(cls: str, recipe: str) -> tuple[int, int]:
-            sel = [r for r in runs if r["class"] == cls and config_precision(r["config"]) == recipe]
-            return sum(bool(r.get("single-device_alerted_capped_rule")) for r in sel), len(sel)
-        found = [f"{a} of {n} {label}" for (a, n), label in
-                 ((tally("training", "dynamic"), "dynamic-recipe trainers"),
-                  (tally("training", "delayed"), "delayed-recipe trainers"),
-                  (tally("training", "bf16"), "BF16 trainers")) if n]
+        found = [f"{a} of {n} {label}" for (a, n, _), label in
+                 ((fp8_tally(d, "training", "dynamic"), "dynamic-recipe trainers"),
+                  (fp8_tally(d, "training", "delayed"), "delayed-recipe trainers"),
+                  (fp8_tally(d, "training", "bf16"), "BF16 trainers")) if n]
         served = [f"{a} of {n} inference services served in the {recipe} recipe" for recipe in ("dynamic", "delayed")
-                  for a, n in [tally("inference", recipe)] if n]
+                  for a, n, _ in [fp8_tally(d, "inference", recipe)] if n]
         before = d.get("runs_before") or 0
         fit = f"{before} of the dataset's runs in its fit" if before else "none of the dataset's runs in its fit"
         parts.append(f"`{d['model']['rev']}` ({fit}) found " + ", ".join(found)

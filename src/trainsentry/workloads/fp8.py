@@ -15,11 +15,8 @@ operand is cast at a scale taken from the largest absolute values of its previou
 history), so the cast no longer waits for a reduction over the tensor it casts; one Triton kernel
 casts, transposes and records the tensor's maximum for the next step, reading it once (eager torch,
 several kernels, where there is no GPU or the kernel fails its check: the ledger's ``fp8_cast`` says
-which), and the backward pass reuses the forward's FP8 operands instead of re-quantising bf16 copies.
-A first version compiled the same function with ``torch.compile`` (shapes left dynamic) and ran the
-0.2 B model's step 9× slower than the dynamic recipe (2676 against 290 ms, call s32-1,
-results/device/README.md); its runs are kept apart in data/h200x1-fp8-compiled. The dynamic
-recipe's separate reduction, scaling, cast and transpose kernels are what made its trainers look
+which), and the backward pass reuses the forward's FP8 operands instead of re-quantising bf16 copies
+(a ``torch.compile``d cast was tried first and ran far slower: docs/lab.md). The dynamic recipe's separate reduction, scaling, cast and transpose kernels are what made its trainers look
 memory-bound to the single-device lead (docs/fp8-training.md); this one keeps the tensor cores
 busier for the same products.
 
@@ -39,7 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 
 E4M3_MAX = 448.0
-PRECISIONS = ("bf16", "fp8", "fp8_delayed")
+RECIPES = {"fp8": "dynamic", "fp8_delayed": "delayed"}   # a run's precision -> the FP8 recipe it names
+PRECISIONS = ("bf16", *RECIPES)
 AMAX_HISTORY = 16    # casts of each operand whose maxima set its next scale (Transformer Engine keeps up to 1024)
 _COUNTING = False
 _CAST = None         # "triton" once ``cast_kernel`` has checked the one-pass cast on this GPU
@@ -204,7 +202,7 @@ class Fp8Linear(nn.Module):
     def __init__(self, linear: nn.Linear, serving: bool = False, recipe: str = "dynamic",
                  store_weights: bool = False):
         super().__init__()
-        if recipe not in ("dynamic", "delayed"):
+        if recipe not in RECIPES.values():
             raise ValueError(f"recipe must be 'dynamic' or 'delayed', got {recipe!r}")
         self.weight = linear.weight
         self.in_features, self.out_features = linear.in_features, linear.out_features
@@ -258,7 +256,7 @@ def setup(ledger_extra: dict, cfg: dict, model: nn.Module, device, dtype_run: st
     precision = str(cfg.get("precision", "bf16"))
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    recipe = "delayed" if precision == "fp8_delayed" else "dynamic"
+    recipe = RECIPES.get(precision, "dynamic")
     weights = str(cfg.get("fp8_weights", "cast"))
     if weights not in ("cast", "stored") or (weights == "stored" and not serving):
         raise ValueError(f"fp8_weights must be 'cast' or, for a served model, 'stored'; got {weights!r}")

@@ -491,14 +491,12 @@ def _fp8_leads(ctx) -> str:
     optional inputs ``fp8_first`` and ``fp8_latest``)."""
     if not (ctx.has("fp8_first") and ctx.has("fp8_latest")):
         return ""
-    from ...detect.docs import config_precision
+    from ...detect.docs import fp8_tally
     fp8 = ctx.term("FP8")
 
     def tally(k: str, cls: str, recipe: str | None = None) -> tuple[str, str, list[dict]]:
-        rs = [r for r in ctx.load(k)["per_run"] if r["class"] == cls
-              and (recipe is None or config_precision(r["config"]) == recipe)]
-        found = sum(bool(r.get("single-device_alerted_capped_rule")) for r in rs)
-        return (ctx.derived(found, "int", [(k, "per_run")]), ctx.derived(len(rs), "int", [(k, "per_run")]), rs)
+        found, n, rs = fp8_tally(ctx.load(k), cls, recipe)
+        return ctx.derived(found, "int", [(k, "per_run")]), ctx.derived(n, "int", [(k, "per_run")]), rs
     a, n, _ = tally("fp8_first", "training", "dynamic")
     b, m, _ = tally("fp8_first", "training", "bf16")
     c, p, _ = tally("fp8_latest", "training", "delayed")
