@@ -71,8 +71,8 @@ def test_the_flop_counter_sees_the_fp8_model_as_the_bf16_one_inside_counting():
 
 @pytest.mark.parametrize("recipe", ["dynamic", "delayed"])
 def test_a_model_trained_in_fp8_learns(recipe):
-    """One block of width 32: torch's FP8 product on the CPU is a slow reference (about 60 ms for a
-    256×64×64 product), so the learning run is kept to what shows learning in a few seconds."""
+    """One block of width 32: torch's FP8 product on the CPU is a slow reference implementation, so the
+    learning run is kept to what shows learning in a few seconds."""
     torch.manual_seed(1)
     model = GPT(ModelConfig(d_model=32, n_layers=1, n_heads=2, seq_len=16))
     assert fp8.convert(model, recipe=recipe) == 7
