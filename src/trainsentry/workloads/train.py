@@ -154,8 +154,8 @@ def _precision(ctx: Context, cfg: dict, model, wrap: str):
     full-model training on one GPU or DDP). Returns the
     FLOP counter to measure a step with: for FP8, one that runs the measured step through ``F.linear``,
     which it can count. The ledger records what ran (``precision_run``) and how many layers were FP8."""
-    if (str(cfg.get("precision", "bf16")).startswith("fp8")
-            and (wrap not in ("single", "ddp") or cfg.get("lora_rank") or cfg.get("offload"))):
+    if cfg.get("precision") in fp8.RECIPES and (wrap not in ("single", "ddp") or cfg.get("lora_rank")
+                                                or cfg.get("offload")):
         raise ValueError("precision fp8 and fp8_delayed train a whole model on one GPU or with DDP "
                          "(no LoRA, offload or FSDP)")
     ran = str(ctx.dtype).replace("torch.", "") if ctx.is_cuda else "float32"
