@@ -26,7 +26,7 @@ from trainsentry.workloads.infer_serve import SlotPool, decode_pool, prefill_int
 from trainsentry.workloads.model import GPT, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md", "offload", "kvswap", "rag", "specdec", "agent", "diffusion", "video"}
+INFER_TYPES = {"generate", "replicas", "tp", "pp", "disagg", "serve", "prefill", "embed", "ep", "cp", "attribute", "md", "offload", "kvswap", "rag", "specdec", "agent", "diffusion", "video", "vision"}
 OTHER_TYPES = {"matmul", "nccl_sweep", "memcpy", "idle", "stencil", "spectral", "quantize", "stream"}
 # (configs that need a larger launch than this file's 2 ranks are run in test_ngpu.py)
 MINE = sorted(n for n, s in WORKLOADS.items() if s.cls in ("inference", "other") and s.min_ranks <= 2)
@@ -174,6 +174,10 @@ def test_gpu_configs_fit_two_h200():
             width = 2 if cfg["precision"] == "bf16" else 4
             gb = 6 * edges * cfg["features"] * width * cfg["blocks"] / 1e9
             assert cfg["neighbours"] < cfg["atoms"] and gb < 110, f"{name} needs ~{gb:.0f} GB per GPU"
+            continue
+        if spec.family == "vision":   # no language model: a convolutional network and its pool of images
+            host_gb = cfg["pool"] * 3 * cfg["image_px"] ** 2 / 1e9
+            assert cfg["pool"] >= cfg["batch"] and host_gb < 40, f"{name} pins ~{host_gb:.0f} GB of host memory"
             continue
         m = model_config(cfg)
         kv_per_token = 2 * m.n_layers * m.kv_heads * m.head_dim * 2
@@ -528,6 +532,35 @@ def test_diffusion_ledger_and_images_reach_the_host(toy_run):
         # a batch is its denoising steps and the decoder: more than the steps alone, not much more at toy size
         per_batch = g["flops"] / g["steps"]
         assert c["steps"] * x["flops_per_denoising_step"] < per_batch < 2 * c["steps"] * x["flops_per_denoising_step"], name
+
+
+def test_vision_ledger_counts_every_convolution_and_the_top_classes_reach_the_host(toy_run):
+    """Toy image classification (a residual network of four one-block stages on 32 px images): a step is
+    one batch from the pinned pool, its counted FLOPs are the analytic convolution count of every image,
+    and the top-1 classes summed on the host lie inside the class range."""
+    for name in ("infer.vision.r50_b256", "infer.vision.r18_px128_b1024"):
+        t = truth(toy_run, name)
+        c, g = t["config"], t["ground_truth"]
+        x = g["extra"]["0"]
+        assert t["ok"] and x["image_px"] == 32 and x["bytes_from_host_per_step"] == c["batch"] * 3 * 32 * 32, name
+        assert g["tokens"] == g["steps"] * c["batch"], name
+        assert g["flops"] == g["steps"] * c["batch"] * x["analytic_flops_per_image"], name
+        assert 0 <= x["host_checksum"] <= g["steps"] * c["batch"] * (c["classes"] - 1), name
+
+
+def test_residual_networks_match_the_published_sizes():
+    """ResNet-18, -50 and -101 as built here have the parameter counts of the reference implementation
+    (torchvision's, 1000 classes), and ResNet-50's forward at 224 px is its 4.1 G multiply-adds."""
+    from trainsentry.workloads.infer_vision import ResNet, forward_flops
+
+    with torch.device("meta"):
+        nets = {depth: ResNet(blocks, 64, kind, 1000) for depth, blocks, kind in
+                ((18, (2, 2, 2, 2), "basic"), (50, (3, 4, 6, 3), "bottleneck"), (101, (3, 4, 23, 3), "bottleneck"))}
+    sizes = {depth: sum(p.numel() for p in net.parameters()) for depth, net in nets.items()}
+    assert sizes == {18: 11_689_512, 50: 25_557_032, 101: 44_549_160}
+    assert forward_flops(nets[50], 224) / 2 == pytest.approx(4.09e9, rel=0.01)
+    # training: three forward passes' worth, less the stem's input gradient
+    assert forward_flops(nets[50], 224, training=True) < 3 * forward_flops(nets[50], 224)
 
 
 def test_video_ledger_counts_every_frame_and_every_frame_reaches_the_host(toy_run):

@@ -38,6 +38,7 @@ RUNS = {  # run_id -> workload (toy overrides apply)
     "offload_dpu": "train.offload.w2048-l24-dpu",
     "offload_accum": "train.offload.w1024-l16-x8",
     "dit": "train.diffusion.l-256",
+    "convnet": "train.convnet.r50_b256",
 }
 
 
@@ -50,6 +51,7 @@ def truths(tmp_path_factory) -> dict[str, dict]:
                  "overrides": {"param_dtype": "bf16"}})
     runs.append({"run_id": "offload_long", "workload": "train.offload.w1024-l16", "max_steps": LONG_STEPS, "seconds": 120})
     runs.append({"run_id": "dit_long", "workload": "train.diffusion.b-256", "max_steps": LONG_STEPS, "seconds": 120})
+    runs.append({"run_id": "convnet_long", "workload": "train.convnet.r50_b256", "max_steps": LONG_STEPS, "seconds": 120})
     runs.append({"run_id": "lora_bf16", "workload": "train.lora.single-r8-w1536", "max_steps": STEPS, "seconds": 120,
                  "overrides": {"param_dtype": "bf16"}})
     runs.append({"run_id": "single_fp8", "workload": "train.single.w1024-l16", "max_steps": STEPS, "seconds": 120,
@@ -170,6 +172,24 @@ def test_a_diffusion_transformer_learns_its_latents_and_its_flops_are_counted(tr
     assert gt(t)["flops"] == pytest.approx(analytic_total(t), rel=0.10)
     # the DiT's own parameter count, not a GPT's of the same width and depth
     assert extra(t)["params_total"] == extra(t)["params_local"] > 0
+
+
+def test_a_convolutional_network_learns_its_images_and_its_flops_are_counted(truths):
+    """train.convnet: the cross-entropy falls from chance (ln 10 over the toy's 10 classes) on the pool
+    of images, the held-out images' loss is below chance too, and the counted FLOPs are the analytic
+    convolution count (three forward passes less the stem's input gradient) of every image."""
+    losses = [l for _, l in gt(truths["convnet_long"])["loss_curve"]]
+    assert len(losses) == LONG_STEPS
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert first > 1.8 and last < first - 0.8, (first, last)
+    assert extra(truths["convnet_long"])["val_loss"] < math.log(10) - 0.5
+    t = truths["convnet"]
+    x = extra(t)
+    assert t["ranks"] == [0] and gt(t)["collective_bytes_per_rank"] == {"0": {}}
+    assert gt(t)["tokens"] == STEPS * toy_cfg("convnet")["batch"]                   # a token is an image
+    assert gt(t)["flops"] == gt(t)["tokens"] * x["analytic_flops_per_token"]
+    assert x["model"]["arch"] == "resnet" and x["model"]["causal"] is False
+    assert x["params_total"] == x["params_local"] > 0
 
 
 def test_fp8_asked_for_without_an_fp8_matmul_trains_as_usual_and_says_so(truths):
@@ -305,12 +325,12 @@ def test_registry_covers_the_families():
     families = {r["family"] for r in rows}
     assert families == {"ddp-width-depth", "ddp-long-seq", "ddp-wide-ff", "ddp-deep-narrow", "ddp-head-geometry",
                         "ddp-optimizer", "ddp-batch", "fsdp", "tensor-parallel", "pipeline-parallel",
-                        "grad-accum", "single-gpu", "lora", "zero-offload", "dit"}
+                        "grad-accum", "single-gpu", "lora", "zero-offload", "dit", "convnet"}
     sizes = [r["params_M"] for r in rows]
     assert min(sizes) < 80 and max(sizes) > 2000
     assert {r["optimizer"] for r in rows if r["family"] == "ddp-optimizer"} == {"adamw", "sgd"}
     for spec in WORKLOADS.values():
-        if spec.cls != "training":
+        if spec.cls != "training" or spec.family == "convnet":    # no transformer to check
             continue
         for toy in (False, True):
             m = model_config(spec.resolve(toy))

@@ -289,4 +289,4 @@ variants("infer.attribute", "inference", "attribute", run_attribute,
          })
 
 from . import (infer_agent, infer_cp, infer_diffusion, infer_kvswap, infer_md, infer_moe, infer_offload,  # noqa: E402,F401
-               infer_parallel, infer_rag, infer_serve, infer_specdec)  # (register agent, cp, diffusion, kvswap, md, ep, offload, tp, pp, disagg, rag, serve, specdec)
+               infer_parallel, infer_rag, infer_serve, infer_specdec, infer_vision)  # (register agent, cp, diffusion, kvswap, md, ep, offload, tp, pp, disagg, rag, serve, specdec, vision)

@@ -331,6 +331,7 @@ _register()
 
 
 from . import train_diffusion  # noqa: E402,F401  (registers train.diffusion.*, which uses this module's loop)
+from . import train_vision  # noqa: E402,F401  (registers train.convnet.*, which uses this module's loop)
 
 
 def describe() -> list[dict]:
@@ -343,6 +344,9 @@ def describe() -> list[dict]:
         if spec.cls != CLS or not spec.name.startswith("train."):
             continue
         c = spec.config
+        if spec.family == "convnet":        # no GPT: its own row (workloads/train_vision.py)
+            rows.append(_convnet_row(spec))
+            continue
         m = model_config(c)
         rows.append({"name": spec.name, "family": spec.family, "gpus": _gpus(spec),
                      "params_M": round(m.params() / 1e6, 1), "d_model": m.d_model, "n_layers": m.n_layers,
@@ -352,6 +356,22 @@ def describe() -> list[dict]:
                      "tokens_per_step_per_rank": c["batch"] * m.seq_len * c.get("accum", 1),
                      "description": spec.description})
     return rows
+
+
+def _convnet_row(spec) -> dict:
+    """``describe``'s row of a convolutional trainer: parameters counted on the meta device, the
+    transformer's columns empty, the image side where a sequence length would be."""
+    from .infer_vision import ResNet
+
+    c = spec.config
+    with torch.device("meta"):
+        net = ResNet(tuple(c["blocks"]), c["width"], c["block"], c["classes"])
+    return {"name": spec.name, "family": spec.family, "gpus": _gpus(spec),
+            "params_M": round(sum(p.numel() for p in net.parameters()) / 1e6, 1), "d_model": "–",
+            "n_layers": sum(1 for m in net.modules() if isinstance(m, torch.nn.Conv2d)) + 1, "heads": "–",
+            "d_ff": "–", "seq_len": f"{c['image_px']} px", "batch_per_rank": c["batch"], "accum": 1,
+            "optimizer": c.get("optimizer", "sgd"), "extra": f"{c['block']} blocks {'-'.join(map(str, c['blocks']))}",
+            "tokens_per_step_per_rank": c["batch"], "description": spec.description}
 
 
 def _gpus(spec) -> str | int:
