@@ -561,6 +561,10 @@ def test_residual_networks_match_the_published_sizes():
     assert forward_flops(nets[50], 224) / 2 == pytest.approx(4.09e9, rel=0.01)
     # training: three forward passes' worth, less the stem's input gradient
     assert forward_flops(nets[50], 224, training=True) < 3 * forward_flops(nets[50], 224)
+    # a network cast to bf16 (as inference on a GPU casts it) is probed in its own dtype and keeps its mode
+    small = ResNet((1, 1, 1, 1), 8, "basic", 10)
+    half = ResNet((1, 1, 1, 1), 8, "basic", 10).to(torch.bfloat16).train()
+    assert forward_flops(half, 32) == forward_flops(small, 32) and half.training
 
 
 def test_video_ledger_counts_every_frame_and_every_frame_reaches_the_host(toy_run):

@@ -101,14 +101,17 @@ def forward_flops(net: ResNet, px: int, training: bool = False) -> int:
         convs.append(2 * out.shape[2] * out.shape[3] * out.shape[1] * (mod.in_channels // mod.groups) * k)
 
     hooks = [m.register_forward_hook(conv) for m in net.modules() if isinstance(m, nn.Conv2d)]
+    was_training = net.training
     try:
         with torch.no_grad():
             p = next(net.parameters())
             net.eval()
-            net(torch.zeros(1, 3, px, px, device=p.device))
+            # the probe image in the weights' own dtype: a bf16 network refuses an fp32 input
+            net(torch.zeros(1, 3, px, px, device=p.device, dtype=p.dtype))
     finally:
         for h in hooks:
             h.remove()
+        net.train(was_training)
     forward = sum(convs) + 2 * net.head.in_features * net.head.out_features
     return 3 * forward - convs[0] if training else forward
 
