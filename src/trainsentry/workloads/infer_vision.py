@@ -195,4 +195,10 @@ variants("infer.vision", "inference", "vision", run_classify,
              "r18_px128_b1024": {"blocks": [2, 2, 2, 2], "block": "basic", "image_px": 128, "batch": 1024,
                                  "pool": 8192},                             # small images, large batches
              "r101_b128": {"blocks": [3, 4, 23, 3], "batch": 128},          # deeper, 101 layers
+             # round 2 (recorded after the single-device lead was refitted with the four above)
+             "r34_b512": {"blocks": [3, 4, 6, 3], "block": "basic", "batch": 512},   # ResNet-34
+             "r152_b64": {"blocks": [3, 8, 36, 3], "batch": 64},            # ResNet-152
+             "r50_px160_b1024": {"image_px": 160, "batch": 1024, "pool": 8192},   # smaller images, larger batches
+             "r18_b64_gap": {"blocks": [2, 2, 2, 2], "block": "basic", "batch": 64,
+                             "pause_s": 0.02},                              # online, a small network
          })

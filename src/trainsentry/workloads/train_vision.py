@@ -89,4 +89,9 @@ variants("train.convnet", "training", "convnet", train_convnet,
              "r18_px128_b512": {"blocks": [2, 2, 2, 2], "block": "basic", "image_px": 128, "batch": 512,
                                 "lr_sgd": 0.2},
              "r101_b128": {"blocks": [3, 4, 23, 3], "batch": 128, "lr_sgd": 0.05},
+             # round 2 (recorded after the single-device lead was refitted with the three above)
+             "r34_b256": {"blocks": [3, 4, 6, 3], "block": "basic"},         # ResNet-34
+             "r152_b64": {"blocks": [3, 8, 36, 3], "batch": 64, "lr_sgd": 0.025},   # ResNet-152
+             "r50_px160_b512": {"image_px": 160, "batch": 512, "lr_sgd": 0.2},   # smaller images, larger batches
+             "r50_b64": {"batch": 64, "lr_sgd": 0.025},                      # small batches: a fine-tuning's size
          })
