@@ -128,6 +128,10 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     _prospective("fp8_first", "ea3aed1", "h200x1-fp8", "the single-device lead fitted before any FP8 run, on the FP8 runs"),
     _prospective("fp8_latest", "fb7d4da", "h200x1-fp8",
                  "the single-device lead refitted with the FP8 runs, on those recorded after it"),
+    _prospective("vision_first", "fb7d4da", "h200x1-vision",
+                 "the single-device lead fitted before any convolutional network, on the first convnet trainers and image services"),
+    _prospective("vision_latest", "0be7e98", "h200x1-vision",
+                 "the single-device lead refitted with them, on the convnet runs of new configurations recorded after it"),
     Input("below_floor", "below-floor.json", "results",
           "python scripts/below_floor.py --data data/h200 --data data/h200x1 --data data/h200x1-host "
           "--data data/redteam-x1 --data data/redteam-r1 --out results/below-floor.json --docs docs/below-floor.md",

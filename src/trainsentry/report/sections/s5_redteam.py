@@ -408,7 +408,7 @@ def _one_gpu_node(ctx) -> str:
                  "not the live verdict. On a one-GPU node the verdict is fused's, whose exchange gate stays closed "
                  "without traffic between devices, so none of these runs raises an alert in the live state, "
                  "whatever the lead says.")
-    return (f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}{_leads(ctx)}{_hardened(ctx)}{_fp8_leads(ctx)}</p>"
+    return (f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}{_leads(ctx)}{_hardened(ctx)}{_fp8_leads(ctx)}{_vision_leads(ctx)}</p>"
             f"{_below_floor(ctx)}</div>{table}")
 
 
@@ -512,6 +512,31 @@ def _fp8_leads(ctx) -> str:
             f"recent maxima, each operand cast in one pass) recorded after it, and alerted on {d} of {q} services "
             f"served in {fp8} ({kinds}). These are prospective rounds of a few runs each (<code>docs/lab.md</code>): "
             "a lead, not a rate.")
+
+
+def _vision_leads(ctx) -> str:
+    """Convolutional networks against the single-device lead: the lead fitted before any of them, and the
+    one refitted with that first round, each on the runs recorded after it
+    (results/prospective-*-h200x1-vision.json, optional inputs ``vision_first`` and ``vision_latest``)."""
+    if not (ctx.has("vision_first") and ctx.has("vision_latest")):
+        return ""
+    from ...detect.docs import fp8_tally
+
+    def tally(k: str, cls: str) -> tuple[str, str]:
+        found, n, _ = fp8_tally(ctx.load(k), cls)
+        return ctx.derived(found, "int", [(k, "per_run")]), ctx.derived(n, "int", [(k, "per_run")])
+    a, n = tally("vision_first", "training")
+    b, m = tally("vision_first", "inference")
+    c, p = tally("vision_latest", "training")
+    d, q = tally("vision_latest", "inference")
+    rev = lambda k: f"<code>{ctx.num(k, 'model/rev')}</code>"  # noqa: E731
+    return (" Nor is every trainer a transformer. A residual convolutional network trained on images on one GPU "
+            "keeps its tensor cores and memory about as busy as the same network classifying images does "
+            f"(<code>docs/lab.md</code>): the lead committed at {rev('vision_first')}, fitted before any such "
+            f"network, found {a} of {n} convolutional trainers and alerted on {b} of {m} image-classification "
+            f"services; refitted with them, the lead committed at {rev('vision_latest')} found {c} of {p} trainers "
+            f"of configurations it had not seen and alerted on {d} of {q} new services. On one GPU, convolutional "
+            "training is an open gap in what these counters show.")
 
 
 def _lead_count(ctx, k: str, rev: str, cls: str, what: str) -> str:
