@@ -567,6 +567,34 @@ def test_residual_networks_match_the_published_sizes():
     assert forward_flops(half, 32) == forward_flops(small, 32) and half.training
 
 
+def test_mobilenet_and_vgg_match_the_published_sizes_and_their_training_steps_count_as_analysed():
+    """MobileNetV2 (width 32) and VGG-16 with batch normalisation have torchvision's parameter counts and
+    multiply-adds at 224 px (0.30 G and 15.47 G). The counter behind every ledger's FLOPs charges a
+    training step what the analysis says (three forward passes less the stem's input gradient) for all
+    three networks; torch's own formula charges a depthwise convolution's weight gradient once per
+    channel, which would put MobileNetV2's step at about seven times its work."""
+    from trainsentry.workloads.flops import measure
+    from trainsentry.workloads.infer_vision import make_net, forward_flops
+
+    mobile = {"arch": "mobilenet_v2", "width": 32, "classes": 1000}
+    vgg16 = {"arch": "vgg", "blocks": [2, 2, 3, 3, 3], "width": 64, "classes": 1000}
+    with torch.device("meta"):
+        nets = {"mobile": make_net(mobile), "vgg16": make_net(vgg16)}
+    assert {k: sum(p.numel() for p in n.parameters()) for k, n in nets.items()} == {
+        "mobile": 3_504_872, "vgg16": 138_365_992}
+    assert forward_flops(nets["mobile"], 224) / 2 == pytest.approx(0.3008e9, rel=0.001)
+    assert forward_flops(nets["vgg16"], 224) / 2 == pytest.approx(15.47e9, rel=0.001)
+    resnet = {"arch": "resnet", "blocks": [1, 1, 1, 1], "block": "bottleneck", "width": 8, "classes": 10}
+    small_vgg = {"arch": "vgg", "blocks": [1, 1, 1, 1, 1], "width": 8, "classes": 10}
+    for cfg in ({**mobile, "classes": 10}, small_vgg, resnet):
+        torch.manual_seed(0)
+        net = make_net(cfg).train()
+        x = torch.randn(2, 3, 64, 64)
+        assert measure(lambda: net(x).sum().backward()) == 2 * forward_flops(net, 64, training=True), cfg["arch"]
+    with pytest.raises(ValueError, match="arch must be one of"):
+        make_net({**resnet, "arch": "vit"})
+
+
 def test_video_ledger_counts_every_frame_and_every_frame_reaches_the_host(toy_run):
     """Toy video (3 latent frames of 16 patches in one 48-token sequence): the tokens through the
     transformer and the uint8 bytes to the host are a frame's times the frames, and the transformer's

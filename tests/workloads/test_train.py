@@ -7,6 +7,7 @@ shared); the tests then read the truth files the worker wrote.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,7 @@ RUNS = {  # run_id -> workload (toy overrides apply)
     "offload_accum": "train.offload.w1024-l16-x8",
     "dit": "train.diffusion.l-256",
     "convnet": "train.convnet.r50_b256",
+    "convnet_mobile": "train.convnet.mnv2_b256",
 }
 
 
@@ -190,6 +192,15 @@ def test_a_convolutional_network_learns_its_images_and_its_flops_are_counted(tru
     assert gt(t)["flops"] == gt(t)["tokens"] * x["analytic_flops_per_token"]
     assert x["model"]["arch"] == "resnet" and x["model"]["causal"] is False
     assert x["params_total"] == x["params_local"] > 0
+    # MobileNetV2's depthwise convolutions are counted once, not once per channel (workloads.flops)
+    m = truths["convnet_mobile"]
+    xm = extra(m)
+    assert gt(m)["flops"] == gt(m)["tokens"] * xm["analytic_flops_per_token"] > 0
+    assert xm["model"] == {"arch": "mobilenet_v2", "width": toy_cfg("convnet_mobile")["width"], "classes": 10,
+                           "causal": False}
+    # when the first step began: the set-up before it is the manifest's start to this
+    for run in (t, m):
+        assert time.time() - 3600 < gt(run)["first_step_t"] < time.time()
 
 
 def test_fp8_asked_for_without_an_fp8_matmul_trains_as_usual_and_says_so(truths):

@@ -57,6 +57,8 @@ def _share(ctx: Context, value):
 def merge_part(led: Ledger, part: dict) -> None:
     """Add one part's ledger (as written by a part process) to the run's ledger."""
     offset = led.steps
+    if led.first_step_t is None:
+        led.first_step_t = part.get("first_step_t")
     led.steps += part["steps"]
     led.tokens += part["tokens"]
     led.step_times_s.extend(part["step_times_s"])

@@ -57,8 +57,13 @@ class Ledger:
     # group), "->5" (a send to rank 5), "<-0" (a receive from rank 0); "?" when it is not known
     collective_by_group: dict[str, dict[str, int]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    # wall clock (seconds since the epoch) at which the first step began: its distance from the manifest's
+    # ``start`` is the set-up (process launch, model, data) that precedes any step
+    first_step_t: float | None = None
 
     def step(self, dt_s: float, tokens: int, loss: float | None = None, flops: int | None = None) -> None:
+        if self.first_step_t is None:
+            self.first_step_t = round(time.time() - float(dt_s), 3)
         self.steps += 1
         self.tokens += int(tokens)
         self.step_times_s.append(round(float(dt_s), 6))
@@ -79,7 +84,8 @@ class Ledger:
         self.collective_by_group.clear()
 
     def to_dict(self) -> dict:
-        return {"steps": self.steps, "tokens": self.tokens, "step_times_s": self.step_times_s,
+        return {"steps": self.steps, "tokens": self.tokens, "first_step_t": self.first_step_t,
+                "step_times_s": self.step_times_s,
                 "loss_curve": self.loss_curve, "flops_per_step": self.flops_per_step, "flops": self.flops,
                 "collective_bytes": self.collective_bytes, "collective_by_group": self.collective_by_group,
                 "extra": self.extra}

@@ -361,16 +361,16 @@ def describe() -> list[dict]:
 def _convnet_row(spec) -> dict:
     """``describe``'s row of a convolutional trainer: parameters counted on the meta device, the
     transformer's columns empty, the image side where a sequence length would be."""
-    from .infer_vision import ResNet
+    from .infer_vision import describe_net, make_net
 
     c = spec.config
     with torch.device("meta"):
-        net = ResNet(tuple(c["blocks"]), c["width"], c["block"], c["classes"])
+        net = make_net(c)
     return {"name": spec.name, "family": spec.family, "gpus": _gpus(spec),
             "params_M": round(sum(p.numel() for p in net.parameters()) / 1e6, 1), "d_model": "–",
-            "n_layers": sum(1 for m in net.modules() if isinstance(m, torch.nn.Conv2d)) + 1, "heads": "–",
+            "n_layers": sum(1 for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))), "heads": "–",
             "d_ff": "–", "seq_len": f"{c['image_px']} px", "batch_per_rank": c["batch"], "accum": 1,
-            "optimizer": c.get("optimizer", "sgd"), "extra": f"{c['block']} blocks {'-'.join(map(str, c['blocks']))}",
+            "optimizer": c.get("optimizer", "sgd"), "extra": describe_net(c),
             "tokens_per_step_per_rank": c["batch"], "description": spec.description}
 
 

@@ -69,6 +69,7 @@ def merge(ledgers: list[dict | None], ranks: tuple[int, ...]) -> dict:
         "flops_per_step_per_rank": {str(r): l["flops_per_step"] for r, l in present},
         "tokens": sum(l["tokens"] for _, l in present),
         "steps": lead["steps"],
+        "first_step_t": lead.get("first_step_t"),
         "step_times_s": lead["step_times_s"],
         "loss_curve": next((l["loss_curve"] for _, l in present if l["loss_curve"]), []),
         "collective_bytes_per_rank": {str(r): l["collective_bytes"] for r, l in present},
