@@ -321,4 +321,8 @@ variants("infer.vision", "inference", "vision", run_classify,
              "mnv2_b16_gap": {"arch": "mobilenet_v2", "width": 32, "batch": 16,
                               "pause_s": 0.01},                             # online, a phone-sized network
              "vgg16_b64": {"arch": "vgg", "blocks": [2, 2, 3, 3, 3], "batch": 64},   # VGG-16
+             "mnv2_px160_b1024": {"arch": "mobilenet_v2", "width": 32, "image_px": 160, "batch": 1024,
+                                  "pool": 8192},                             # small images, large batches
+             "vgg16_b16_gap": {"arch": "vgg", "blocks": [2, 2, 3, 3, 3], "batch": 16,
+                               "pause_s": 0.02},                            # online VGG-16
          })

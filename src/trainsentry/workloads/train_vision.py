@@ -112,4 +112,6 @@ variants("train.convnet", "training", "convnet", train_convnet,
                                  "lr_sgd": 0.072, "weight_decay": 4e-5},
              "vgg16_b64": {"arch": "vgg", "blocks": [2, 2, 3, 3, 3], "batch": 64,
                            "lr_sgd": 0.01},                                  # VGG-16: 138 M parameters, no shortcuts
+             "vgg11_px128_b256": {"arch": "vgg", "blocks": [1, 1, 2, 2, 2], "image_px": 128, "batch": 256,
+                                  "lr_sgd": 0.02},                           # VGG-11 on 128-px images
          })
