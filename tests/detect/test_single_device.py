@@ -150,6 +150,26 @@ def test_the_live_gated_variant_reads_fused_alone_where_the_live_check_is_silent
     assert live.name == "fused+single-device-live"
 
 
+def test_the_noconv_variant_fits_its_trees_without_the_convolutional_runs():
+    """`fused+single-device-noconv` fits `fused` on every run and the single-device trees as if the
+    convolutional runs were not there: its trees read exactly what trees fitted without them read."""
+    from trainsentry.detect.single_device import BusiestGpuActivity
+    from trainsentry.detect.variants import VARIANTS
+    runs = [load_run(DATA / "h200" / r, None) for r in FIT]
+    conv = [load_run(DATA / "h200x1-vision" / r, None) for r in ("train.convnet.r50_b256-base-r0",
+                                                                 "infer.vision.r50_b256-base-r0")]
+    X, y, classes, ids = stack(runs + conv, SingleDeviceCheck.feature_set)
+    Xa, ya, ca, ia = stack(runs, SingleDeviceCheck.feature_set)
+    v = VARIANTS["fused+single-device-noconv"]().fit(X, y, groups=ids, classes=classes)
+    ref = BusiestGpuActivity().fit(Xa, ya, ia, ca)
+    with_conv = BusiestGpuActivity().fit(X, y, ids, classes)
+    assert np.array_equal(v.single.predict_proba(X), ref.predict_proba(X))
+    assert not np.array_equal(with_conv.predict_proba(X), ref.predict_proba(X))   # the runs left out mattered
+    assert v.name == "fused+single-device-noconv"
+    with pytest.raises(ValueError, match="groups"):
+        VARIANTS["fused+single-device-noconv"]().fit(X, y)
+
+
 LOW_DUTY = DATA / "redteam-x1" / "adv.throttle.dit-b-lowutil-5022a8-r0"   # DiT-B/2 held to 10 % duty: 2.8 % busy
 
 

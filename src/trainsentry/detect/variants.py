@@ -59,6 +59,29 @@ class SingleDevicePath(Detector):
         return self.multi.explain(x)
 
 
+class SingleDeviceWithout(SingleDevicePath):
+    """``fused+single-device`` with its single-device trees fitted without the runs of some workloads (by
+    the workload in the run's name; ``fused`` still fits on everything): on the same splits, what those
+    runs in the lead's fit buy on their own test runs and cost on the others'. Written for the
+    convolutional networks (docs/lab.md, the thirty-fifth session), whose trainers look to the trees
+    like LLM decoding."""
+
+    def __init__(self, workloads: tuple[str, ...] = ("train.convnet.", "infer.vision."), suffix: str = "-noconv"):
+        super().__init__()
+        self.workloads = workloads
+        self.name = "fused+single-device" + suffix
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
+            classes: Sequence[str] | None = None) -> "SingleDeviceWithout":
+        if groups is None:
+            raise ValueError(f"{self.name}: fitting needs each window's run (groups) to leave runs out")
+        self.multi.fit(X, y, groups, classes)
+        keep = np.array([not any(w in str(g) for w in self.workloads) for g in groups], dtype=bool)
+        sub = lambda seq: None if seq is None else [v for v, k in zip(seq, keep) if k]  # noqa: E731
+        self.single.fit(X[keep].reset_index(drop=True), np.asarray(y)[keep], sub(groups), sub(classes))
+        return self
+
+
 class LiveGatedPath(SingleDevicePath):
     """``fused`` plus the single-device check exactly as the live collector gates it
     (``SingleDeviceCheck.judged``: exchange gate closed, busiest GPU busy above 5 %, the features
@@ -227,6 +250,8 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
     "comm-ml-previous": _variant(comm_ml, "comm-ml-previous", decode_veto=None),
     # fused plus an ungated single-device path on the busiest GPU's activity
     "fused+single-device": SingleDevicePath,
+    # the same with the single-device trees fitted without the convolutional runs (train.convnet, infer.vision)
+    "fused+single-device-noconv": SingleDeviceWithout,
     # the same with the single-device check gated as live (busy windows, required features, domain)
     "fused+single-device-live": LiveGatedPath,
     # the same with the single-device trees on GPM window levels (the lead until 2026-12-03)
