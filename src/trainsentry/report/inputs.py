@@ -102,7 +102,8 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "the detectors fitted on the 2-GPU node, judged on a one-GPU node's runs"),
     Input("per_dataset", "per-dataset/detector.json", "results",
           "trainsentry eval --data data/h200 --data data/h200x1 --data data/h200x1-host --data data/h200x1-fp8 "
-          "--splits 100 --detector fused --detector fused+single-device --out results/per-dataset --docs ''",
+          "--data data/h200x1-vision --splits 100 --detector fused --detector fused+single-device "
+          "--out results/per-dataset --docs ''",
           "the detectors fitted with the one-GPU node's runs as well, scored on each dataset's test runs",
           optional=True),
     Input("unseen_diffusion", "unseen-diffusion.json", "results",
@@ -130,8 +131,9 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
                  "the single-device lead refitted with the FP8 runs, on those recorded after it"),
     _prospective("vision_first", "fb7d4da", "h200x1-vision",
                  "the single-device lead fitted before any convolutional network, on the first convnet trainers and image services"),
-    _prospective("vision_latest", "0be7e98", "h200x1-vision",
-                 "the single-device lead refitted with them, on the convnet runs of new configurations recorded after it"),
+    _prospective("vision_latest", "b341203", "h200x1-vision",
+                 "the single-device lead refitted with the first two rounds of them, on the third round's new networks "
+                 "(MobileNetV2, VGG) recorded after it"),
     Input("below_floor", "below-floor.json", "results",
           "python scripts/below_floor.py --data data/h200 --data data/h200x1 --data data/h200x1-host "
           "--data data/redteam-x1 --data data/redteam-r1 --out results/below-floor.json --docs docs/below-floor.md",
@@ -146,6 +148,11 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "python scripts/pipes_study.py --data data/h200x1 --out results/pipes.json --docs docs/pipes.md "
           "--figure results/figures/pipes.png",
           "whether the GPU's FP32, FP16 and integer pipes tell one-GPU training from forward work", optional=True),
+    Input("flops_vision", "flops-vision.json", "results",
+          "python scripts/flops_one_gpu.py --calibrate data/h200 --data data/h200x1-vision "
+          "--out results/flops-vision.json --docs docs/flops-vision.md --figure results/figures/flops_vision.png",
+          "the FLOP estimators, calibrated on the 2-GPU node's transformers, on convolutional networks trained on "
+          "one GPU", optional=True),
     Input("flops_one_gpu", "flops-one-gpu.json", "results",
           "python scripts/flops_one_gpu.py --calibrate data/h200 --data data/h200x1 --blind-after 550cd00 "
           "--out results/flops-one-gpu.json "

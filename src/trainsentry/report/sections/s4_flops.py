@@ -86,9 +86,30 @@ def render(ctx, figs) -> str:
                                       "did not do; the two markers count causal attention in full and as half. "
                                       f"(results/figures/{name})")))
     out.append(_one_gpu(ctx))
+    out.append(_vision(ctx))
     out.append(_fp8(ctx))
     out.append(_redteam(ctx))
     return "\n".join(x for x in out if x)
+
+
+def _vision(ctx) -> str:
+    """The same frozen estimators on convolutional networks trained on one GPU (results/flops-vision.json,
+    scripts/flops_one_gpu.py on data/h200x1-vision)."""
+    if not ctx.has("flops_vision"):
+        return ""
+    summ = ctx.load("flops_vision").get("summary") or {}
+    if "tensor" not in summ or "fusion" not in summ:
+        return ""
+    k = "flops_vision"
+    n = lambda e, f, fmt="s1", unit="%": ctx.num(k, f"summary/{e}/all/{f}", fmt, unit)  # noqa: E731
+    return (f"<p>Nor were they calibrated on anything but transformers. On the {ctx.num(k, 'summary/tensor/all/runs', 'int')} "
+            f"training runs of convolutional networks on one GPU (residual networks, MobileNet and VGG; "
+            f"<code>docs/flops-vision.md</code>) they read too high: the tensor-activity estimator's median signed "
+            f"error is {n('tensor', 'median_pct_error')} and the fusion's {n('fusion', 'median_pct_error')}, with "
+            f"upper-decile absolute errors of {n('tensor', 'p90_abs_pct_error', 'pctv', '')} and "
+            f"{n('fusion', 'p90_abs_pct_error', 'pctv', '')}, the worst on MobileNet (<code>docs/lab.md</code>). "
+            "Reading too high errs against the monitored party rather than in its favour; either way it is not "
+            "a measurement.</p>")
 
 
 def _one_gpu(ctx) -> str:

@@ -516,7 +516,7 @@ def _fp8_leads(ctx) -> str:
 
 def _vision_leads(ctx) -> str:
     """Convolutional networks against the single-device lead: the lead fitted before any of them, and the
-    one refitted with that first round, each on the runs recorded after it
+    one refitted with the first two rounds, each on the runs recorded after it
     (results/prospective-*-h200x1-vision.json, optional inputs ``vision_first`` and ``vision_latest``)."""
     if not (ctx.has("vision_first") and ctx.has("vision_latest")):
         return ""
@@ -530,13 +530,14 @@ def _vision_leads(ctx) -> str:
     c, p = tally("vision_latest", "training")
     d, q = tally("vision_latest", "inference")
     rev = lambda k: f"<code>{ctx.num(k, 'model/rev')}</code>"  # noqa: E731
-    return (" Nor is every trainer a transformer. A residual convolutional network trained on images on one GPU "
+    return (" Nor is every trainer a transformer. A convolutional network trained on images on one GPU "
             "keeps its tensor cores and memory about as busy as the same network classifying images does "
             f"(<code>docs/lab.md</code>): the lead committed at {rev('vision_first')}, fitted before any such "
             f"network, found {a} of {n} convolutional trainers and alerted on {b} of {m} image-classification "
-            f"services; refitted with them, the lead committed at {rev('vision_latest')} found {c} of {p} trainers "
-            f"of configurations it had not seen and alerted on {d} of {q} new services. On one GPU, convolutional "
-            "training is an open gap in what these counters show.")
+            f"services; refitted with the first two rounds of residual networks, the lead committed at "
+            f"{rev('vision_latest')} found {c} of {p} trainers recorded after it (new networks, MobileNet and "
+            f"VGG, and repeats of a residual one it had seen) and alerted on {d} of {q} services of the new "
+            "networks. On one GPU, convolutional training is an open gap in what these counters show.")
 
 
 def _lead_count(ctx, k: str, rev: str, cls: str, what: str) -> str:
