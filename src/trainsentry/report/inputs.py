@@ -103,7 +103,7 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("per_dataset", "per-dataset/detector.json", "results",
           "trainsentry eval --data data/h200 --data data/h200x1 --data data/h200x1-host --data data/h200x1-fp8 "
           "--data data/h200x1-vision --splits 100 --detector fused --detector fused+single-device "
-          "--out results/per-dataset --docs ''",
+          "--detector fused+single-device-noconv --out results/per-dataset --docs ''",
           "the detectors fitted with the one-GPU node's runs as well, scored on each dataset's test runs",
           optional=True),
     Input("unseen_diffusion", "unseen-diffusion.json", "results",
