@@ -37,17 +37,16 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from trainsentry.traces.io import read_manifest, read_samples  # noqa: E402
+from trainsentry.workloads.infer_vision import describe_net  # noqa: E402
 
 QUANTITIES = ("input_MiB_per_J", "mem_GiB", "fp32_share", "tensor_share")
 BUSY_PCT = 5.0
 
 
 def network(config: dict) -> str:
-    """A network's name with its image side: the pairing key."""
-    arch = config.get("arch", "resnet")
-    depth = "-".join(map(str, config.get("blocks", []))) if arch != "mobilenet_v2" else f"w{config['width']}"
-    block = f" {config['block']}" if arch == "resnet" else ""
-    return f"{arch} {depth}{block} @{config['image_px']}px"
+    """A network's name (the training table's, ``workloads.infer_vision.describe_net``) with its image
+    side: the pairing key."""
+    return f"{describe_net(config)} @{config['image_px']}px"
 
 
 def run_row(run_dir: Path) -> dict | None:
