@@ -170,6 +170,25 @@ def test_the_noconv_variant_fits_its_trees_without_the_convolutional_runs():
         VARIANTS["fused+single-device-noconv"]().fit(X, y)
 
 
+def test_the_nodecode_variant_leaves_a_dataset_out_by_its_folder():
+    """`fused+single-device-noconv-nodecode` leaves out of the trees' fit the runs whose id names the
+    decode dataset's folder (run ids carry their root when the evaluation reads several), as well as the
+    convolutional ones; a run of the same workload from another folder stays in."""
+    from dataclasses import replace
+
+    from trainsentry.detect.single_device import BusiestGpuActivity
+    from trainsentry.detect.variants import VARIANTS
+    runs = [load_run(DATA / "h200" / r, None) for r in FIT]
+    decode = [replace(load_run(DATA / "h200x1-decode" / r, None), run_id=f"data/h200x1-decode/{r}")
+              for r in ("infer.generate.g7b_b16-faec4e-r0", "train.single.w2048-l24-2772b5-r0")]
+    X, y, classes, ids = stack(runs + decode, SingleDeviceCheck.feature_set)
+    Xa, ya, ca, ia = stack(runs, SingleDeviceCheck.feature_set)
+    v = VARIANTS["fused+single-device-noconv-nodecode"]().fit(X, y, groups=ids, classes=classes)
+    ref = BusiestGpuActivity().fit(Xa, ya, ia, ca)
+    assert np.array_equal(v.single.predict_proba(X), ref.predict_proba(X))
+    assert v.name == "fused+single-device-noconv-nodecode"
+
+
 LOW_DUTY = DATA / "redteam-x1" / "adv.throttle.dit-b-lowutil-5022a8-r0"   # DiT-B/2 held to 10 % duty: 2.8 % busy
 
 

@@ -67,6 +67,9 @@ class SingleDeviceWithout(SingleDevicePath):
     like LLM decoding."""
 
     def __init__(self, workloads: tuple[str, ...] = ("train.convnet.", "infer.vision."), suffix: str = "-noconv"):
+        """``workloads``: substrings of the run ids left out of the trees' fit (a workload's name, or a
+        dataset's folder such as ``h200x1-decode/``: with several ``--data`` roots a run's id starts with
+        its root)."""
         super().__init__()
         self.workloads = workloads
         self.name = "fused+single-device" + suffix
@@ -252,6 +255,10 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
     "fused+single-device": SingleDevicePath,
     # the same with the single-device trees fitted without the convolutional runs (train.convnet, infer.vision)
     "fused+single-device-noconv": SingleDeviceWithout,
+    # ... and without data/h200x1-decode's runs (decode and small-batch trainers recorded in the thirty-sixth
+    # session): what those runs buy the lead on the same splits
+    "fused+single-device-noconv-nodecode": lambda: SingleDeviceWithout(
+        ("train.convnet.", "infer.vision.", "h200x1-decode/"), "-noconv-nodecode"),
     # the same with the single-device check gated as live (busy windows, required features, domain)
     "fused+single-device-live": LiveGatedPath,
     # the same with the single-device trees on GPM window levels (the lead until 2026-12-03)
