@@ -915,6 +915,28 @@ def test_the_hardened_lead_is_told_from_its_comparison_when_present(tmp_path):
             "baselines) and 2 of 2 runs of lab training it had never seen (dit)") in said
 
 
+def test_the_decode_rounds_are_told_from_their_prospective_checks(tmp_path):
+    """Section 5's one-GPU paragraph tells the live lead's check on the decode dataset
+    (results/prospective-<rev>-h200x1-decode.json, optional ``decode_first``): counts from the check's
+    runs, each traced; nothing without it."""
+    from trainsentry.report.context import Ctx
+    from trainsentry.report.sections.s5_redteam import _decode_leads
+
+    assert INPUTS["decode_first"].optional and all("decode_first" not in s.INPUTS for s in SECTIONS)
+    res = tmp_path / "results"
+    res.mkdir()
+    assert _decode_leads(Ctx(res, DATA, True, CONFIGS)) == ""
+    run = lambda cls, hit: {"class": cls, "config": "x", "single-device_alerted_capped_rule": hit}  # noqa: E731
+    first = {"model": {"rev": "abc1234"}, "per_run": [run("training", True)] * 4 + [run("training", False)]
+             + [run("inference", False)] * 7 + [run("inference", True)]}
+    (res / INPUTS["decode_first"].rel_path).write_text(json.dumps(first))
+    ctx = Ctx(res, DATA, True, CONFIGS)
+    said = re.sub(r"<[^>]+>", "", _decode_leads(ctx))
+    assert "the live lead committed at abc1234 alerted on 1 of 8, and found 4 of 5 single-GPU trainers" in said
+    assert said.endswith(".")
+    assert [i.value for i in ctx.injected] == [4, 5, 1, 8, "abc1234"]
+
+
 def test_the_unseen_family_is_told_when_present(tmp_path):
     """Section 3's targets paragraph adds the benign family held out of every fit
     (results/unseen-diffusion.json, optional): each detector's alerts, traced; nothing without it."""

@@ -408,7 +408,7 @@ def _one_gpu_node(ctx) -> str:
                  "not the live verdict. On a one-GPU node the verdict is fused's, whose exchange gate stays closed "
                  "without traffic between devices, so none of these runs raises an alert in the live state, "
                  "whatever the lead says.")
-    return (f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}{_leads(ctx)}{_hardened(ctx)}{_fp8_leads(ctx)}{_vision_leads(ctx)}</p>"
+    return (f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}{_leads(ctx)}{_hardened(ctx)}{_fp8_leads(ctx)}{_vision_leads(ctx)}{_decode_leads(ctx)}</p>"
             f"{_below_floor(ctx)}</div>{table}")
 
 
@@ -538,6 +538,29 @@ def _vision_leads(ctx) -> str:
             f"{rev('vision_latest')} found {c} of {p} trainers recorded after it (new networks, MobileNet and "
             f"VGG, and repeats of a residual one it had seen) and alerted on {d} of {q} services of the new "
             "networks. On one GPU, convolutional training is an open gap in what these counters show.")
+
+
+def _decode_leads(ctx) -> str:
+    """Language-model decoding against the single-device lead, where a held-out configuration of it was
+    the lead's false positive on the 2-GPU node: the live lead on decode configurations no run had and
+    on small-batch single-GPU trainers (results/prospective-*-h200x1-decode.json, optional input
+    ``decode_first``)."""
+    if not ctx.has("decode_first"):
+        return ""
+    from ...detect.docs import fp8_tally
+
+    def tally(k: str, cls: str) -> tuple[str, str]:
+        found, n, _ = fp8_tally(ctx.load(k), cls)
+        return ctx.derived(found, "int", [(k, "per_run")]), ctx.derived(n, "int", [(k, "per_run")])
+    rev = lambda k: f"<code>{ctx.num(k, 'model/rev')}</code>"  # noqa: E731
+    a, n = tally("decode_first", "training")
+    b, m = tally("decode_first", "inference")
+    text = (" Decoding is where a service comes nearest single-device training: held out of the fit, the "
+            "largest model decoding for a few users was read as training in many of its test appearances "
+            f"(<code>docs/lab.md</code>). On decode configurations no run had (from one user to hundreds, long "
+            f"prompts, smaller models at very wide batches) the live lead committed at {rev('decode_first')} "
+            f"alerted on {b} of {m}, and found {a} of {n} single-GPU trainers at small batches recorded with them")
+    return text + "."
 
 
 def _lead_count(ctx, k: str, rev: str, cls: str, what: str) -> str:
