@@ -544,7 +544,7 @@ def _decode_leads(ctx) -> str:
     """Language-model decoding against the single-device lead, where a held-out configuration of it was
     the lead's false positive on the 2-GPU node: the live lead on decode configurations no run had and
     on small-batch single-GPU trainers (results/prospective-*-h200x1-decode.json, optional input
-    ``decode_first``)."""
+    ``decode_first``), and the lead refitted with them on a second round (``decode_latest``, where it exists)."""
     if not ctx.has("decode_first"):
         return ""
     from ...detect.docs import fp8_tally
@@ -556,10 +556,23 @@ def _decode_leads(ctx) -> str:
     a, n = tally("decode_first", "training")
     b, m = tally("decode_first", "inference")
     text = (" Decoding is where a service comes nearest single-device training: held out of the fit, the "
-            "largest model decoding for a few users was read as training in many of its test appearances "
+            "largest model decoding for a few users drew some of the lead's false alerts on grouped splits "
             f"(<code>docs/lab.md</code>). On decode configurations no run had (from one user to hundreds, long "
-            f"prompts, smaller models at very wide batches) the live lead committed at {rev('decode_first')} "
+            f"prompts, smaller models at very wide batches) the lead committed at {rev('decode_first')}, live when they "
+            "were recorded, "
             f"alerted on {b} of {m}, and found {a} of {n} single-GPU trainers at small batches recorded with them")
+    if ctx.has("decode_latest"):
+        c, p = tally("decode_latest", "training")
+        d, q = tally("decode_latest", "inference")
+        served = [r for r in ctx.load("decode_latest")["per_run"] if r["class"] == "inference"]
+        hit = sorted({r["family"] for r in served if r.get("single-device_alerted_capped_rule")})
+        quiet = sorted({r["family"] for r in served} - set(hit))
+        text += (f"; refitted with them, the lead committed at {rev('decode_latest')} found {c} of {p} trainers "
+                 f"recorded after it and alerted on {d} of {q} services")
+        if hit:
+            text += (f" (alerted: {html.escape(', '.join(hit))}; quiet: {html.escape(', '.join(quiet)) or 'none'}"
+                     + ("; input attribution runs a backward pass through frozen weights, as low-rank "
+                        "fine-tuning does" if "attribute" in hit else "") + ")")
     return text + "."
 
 
