@@ -918,8 +918,8 @@ def test_the_hardened_lead_is_told_from_its_comparison_when_present(tmp_path):
 def test_the_decode_rounds_are_told_from_their_prospective_checks(tmp_path):
     """Section 5's one-GPU paragraph tells the live lead's check on the decode dataset
     (results/prospective-<rev>-h200x1-decode.json, optional ``decode_first``) and the refitted lead's on
-    the second round (``decode_latest``, where present): counts from the checks' runs, each traced;
-    nothing without the first."""
+    the later rounds (``decode_second``, ``decode_third``, where present): counts from the checks' runs,
+    each traced; nothing without the first."""
     from trainsentry.report.context import Ctx
     from trainsentry.report.sections.s5_redteam import _decode_leads
 
@@ -937,16 +937,22 @@ def test_the_decode_rounds_are_told_from_their_prospective_checks(tmp_path):
     assert "the lead committed at abc1234, live when they were recorded, alerted on 1 of 8, and found 4 of 5 single-GPU trainers" in said
     assert said.endswith(".")
     assert [i.value for i in ctx.injected] == [4, 5, 1, 8, "abc1234"]
-    assert INPUTS["decode_latest"].optional and all("decode_latest" not in s.INPUTS for s in SECTIONS)
+    assert INPUTS["decode_second"].optional and all("decode_second" not in s.INPUTS for s in SECTIONS)
     latest = {"model": {"rev": "def5678"}, "per_run": [run("training", True)] * 3 + [run("inference", False)] * 6}
-    (res / INPUTS["decode_latest"].rel_path).write_text(json.dumps(latest))
+    (res / INPUTS["decode_second"].rel_path).write_text(json.dumps(latest))
     said = re.sub(r"<[^>]+>", "", _decode_leads(Ctx(res, DATA, True, CONFIGS)))
     assert ("refitted with them, the lead committed at def5678 found 3 of 3 trainers recorded after it and "
-            "alerted on 0 of 6 services.") in said
+            "alerted on 0 of 6 services (generate).") in said
     latest["per_run"][-1] = run("inference", True, "attribute")
-    (res / INPUTS["decode_latest"].rel_path).write_text(json.dumps(latest))
+    (res / INPUTS["decode_second"].rel_path).write_text(json.dumps(latest))
     said = re.sub(r"<[^>]+>", "", _decode_leads(Ctx(res, DATA, True, CONFIGS)))
     assert "alerted on 1 of 6 services (alerted: attribute; quiet: generate; input attribution runs" in said
+    assert INPUTS["decode_third"].optional and all("decode_third" not in s.INPUTS for s in SECTIONS)
+    third = {"model": {"rev": "fed9876"}, "per_run": [run("training", True)] * 2 + [run("inference", False, "serve")] * 6}
+    (res / INPUTS["decode_third"].rel_path).write_text(json.dumps(third))
+    said = re.sub(r"<[^>]+>", "", _decode_leads(Ctx(res, DATA, True, CONFIGS)))
+    assert ("; refitted again, the lead committed at fed9876 found 2 of 2 trainers recorded after it and alerted "
+            "on 0 of 6 services (serve).") in said
 
 
 def test_the_unseen_family_is_told_when_present(tmp_path):

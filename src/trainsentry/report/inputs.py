@@ -137,9 +137,12 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     _prospective("decode_first", "d53b2b0", "h200x1-decode",
                  "the live single-device lead, fitted before any of them, on decode configurations no run had and "
                  "small-batch single-GPU trainers"),
-    _prospective("decode_latest", "07f9c8e", "h200x1-decode",
+    _prospective("decode_second", "07f9c8e", "h200x1-decode",
                  "the single-device lead refitted with the first round of them, on the second round's services "
                  "(input attribution, offloaded and wide-batch decoding, a large embedding model) and trainers"),
+    _prospective("decode_third", "d7c59e1", "h200x1-decode",
+                 "the single-device lead refitted with the first two rounds, on the third round's long-context and "
+                 "busy servers and long-sequence trainers"),
     Input("below_floor", "below-floor.json", "results",
           "python scripts/below_floor.py --data data/h200 --data data/h200x1 --data data/h200x1-host "
           "--data data/redteam-x1 --data data/redteam-r1 --out results/below-floor.json --docs docs/below-floor.md",

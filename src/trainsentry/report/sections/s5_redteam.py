@@ -544,7 +544,8 @@ def _decode_leads(ctx) -> str:
     """Language-model decoding against the single-device lead, where a held-out configuration of it was
     the lead's false positive on the 2-GPU node: the live lead on decode configurations no run had and
     on small-batch single-GPU trainers (results/prospective-*-h200x1-decode.json, optional input
-    ``decode_first``), and the lead refitted with them on a second round (``decode_latest``, where it exists)."""
+    ``decode_first``), and the lead refitted round by round on the later rounds (``decode_second``,
+    ``decode_third``, where they exist)."""
     if not ctx.has("decode_first"):
         return ""
     from ...detect.docs import fp8_tally
@@ -561,18 +562,22 @@ def _decode_leads(ctx) -> str:
             f"prompts, smaller models at very wide batches) the lead committed at {rev('decode_first')}, live when they "
             "were recorded, "
             f"alerted on {b} of {m}, and found {a} of {n} single-GPU trainers at small batches recorded with them")
-    if ctx.has("decode_latest"):
-        c, p = tally("decode_latest", "training")
-        d, q = tally("decode_latest", "inference")
-        served = [r for r in ctx.load("decode_latest")["per_run"] if r["class"] == "inference"]
+    later = [k for k in ("decode_second", "decode_third") if ctx.has(k)]
+    for i, k in enumerate(later):
+        c, p = tally(k, "training")
+        d, q = tally(k, "inference")
+        served = [r for r in ctx.load(k)["per_run"] if r["class"] == "inference"]
         hit = sorted({r["family"] for r in served if r.get("single-device_alerted_capped_rule")})
         quiet = sorted({r["family"] for r in served} - set(hit))
-        text += (f"; refitted with them, the lead committed at {rev('decode_latest')} found {c} of {p} trainers "
-                 f"recorded after it and alerted on {d} of {q} services")
+        text += ("; refitted with them" if i == 0 else "; refitted again") + (
+            f", the lead committed at {rev(k)} found {c} of {p} trainers recorded after it and alerted on {d} "
+            f"of {q} services")
         if hit:
             text += (f" (alerted: {html.escape(', '.join(hit))}; quiet: {html.escape(', '.join(quiet)) or 'none'}"
                      + ("; input attribution runs a backward pass through frozen weights, as low-rank "
                         "fine-tuning does" if "attribute" in hit else "") + ")")
+        elif quiet:
+            text += f" ({html.escape(', '.join(quiet))})"
     return text + "."
 
 
