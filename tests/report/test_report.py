@@ -875,6 +875,15 @@ def test_targets_paragraph_adds_the_fit_with_more_data_when_present(tmp_path):
     assert "fused+single-device 97" in said and "fused " not in said.replace("fused+", "")
     assert [i.value for i in ctx.injected] == [0.972, 0.025, 0.966, 450]
     assert all(s.startswith("per-dataset/detector.json#") for i in ctx.injected for s in i.sources)
+    # the decode evaluation (optional per_dataset_decode) is told the same way, introduced as its own fit
+    assert INPUTS["per_dataset_decode"].optional and all("per_dataset_decode" not in s.INPUTS for s in SECTIONS)
+    assert _with_more_data(ctx, "per_dataset_decode") == ""
+    (res / "per-dataset-decode3").mkdir()
+    (res / "per-dataset-decode3" / "detector.json").write_text(json.dumps({**doc, "dataset": {"runs": 597}}))
+    ctx = Ctx(res, DATA, True, CONFIGS)
+    said = re.sub(r"<[^>]+>", "", _with_more_data(ctx, "per_dataset_decode"))
+    assert said.startswith(" Fitted as well on decoding, serving and small-batch training") and "597 runs" in said
+    assert all(s.startswith("per-dataset-decode3/detector.json#") for i in ctx.injected for s in i.sources)
     doc["detectors"]["fused+single-device"]["per_dataset"] = rows[:1]
     (res / "per-dataset" / "detector.json").write_text(json.dumps(doc))
     assert _with_more_data(Ctx(res, DATA, True, CONFIGS)) == ""

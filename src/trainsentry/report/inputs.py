@@ -106,6 +106,12 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--detector fused+single-device-noconv --out results/per-dataset --docs ''",
           "the detectors fitted with the one-GPU node's runs as well, scored on each dataset's test runs",
           optional=True),
+    Input("per_dataset_decode", "per-dataset-decode3/detector.json", "results",
+          "trainsentry eval --data data/h200 --data data/h200x1 --data data/h200x1-host --data data/h200x1-fp8 "
+          "--data data/h200x1-vision --data data/h200x1-decode --splits 100 --detector fused+single-device-noconv "
+          "--detector fused+single-device-noconv-nodecode --out results/per-dataset-decode3 --docs ''",
+          "the single-device lead fitted with and without the decode dataset's runs, beside fused, scored on each "
+          "dataset's test runs", optional=True),
     Input("unseen_diffusion", "unseen-diffusion.json", "results",
           "python scripts/unseen_family.py --data data/h200 --data data/h200x1 --data data/h200x1-host "
           "--family diffusion --detector fused --detector fused+single-device --detector fused+single-device-tensor "

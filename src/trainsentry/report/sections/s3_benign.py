@@ -73,7 +73,7 @@ def _targets(ctx) -> str:
                f"a detector fitted on about {ctx.num('detector', 'protocol/train_fraction_of_configs', 'frac')} of "
                f"their configurations has seen few examples of each family."
                if "dataset" in ctx.load("detector") and "train_fraction_of_configs" in (ctx.load("detector").get("protocol") or {})
-               else "") + _with_more_data(ctx) + _unseen_family(ctx) + "</p>")
+               else "") + _with_more_data(ctx) + _with_more_data(ctx, "per_dataset_decode") + _unseen_family(ctx) + "</p>")
 
 
 # benign families held out of every fit (optional inputs from scripts/unseen_family.py): input key, what the
@@ -104,25 +104,32 @@ def _unseen_family(ctx) -> str:
     return "".join(out)
 
 
-def _with_more_data(ctx) -> str:
-    """The same dataset's test runs scored by detectors fitted with the one-GPU node's runs as well
-    (optional input ``per_dataset``: ``trainsentry eval`` with several roots), where that file holds them."""
+# what each evaluation with several datasets adds to the fit, as section 3 introduces it
+MORE_DATA = {"per_dataset": "Fitted on the one-GPU node's runs as well",
+             "per_dataset_decode": ("Fitted as well on decoding, serving and small-batch training recorded on one GPU "
+                                    "(<code>data/h200x1-decode</code>), the one-GPU node's other runs beside them")}
+
+
+def _with_more_data(ctx, key: str = "per_dataset") -> str:
+    """The same dataset's test runs scored by detectors fitted with other datasets' runs as well
+    (optional input ``key``, ``per_dataset`` or ``per_dataset_decode``: ``trainsentry eval`` with several
+    roots), where that file holds them."""
     root = (ctx.load("detector").get("dataset") or {}).get("root")
-    if not ctx.has("per_dataset") or not root:
+    if not ctx.has(key) or not root:
         return ""
     parts = []
-    for name, r in ctx.value("per_dataset", "detectors").items():
+    for name, r in ctx.value(key, "detectors").items():
         i = next((j for j, v in enumerate(r.get("per_dataset") or []) if v["dataset"] == root), None)
         if i is None:
             continue
         p = f"detectors/{name}/per_dataset/{i}"
-        parts.append(f"{html.escape(name)} {ctx.num('per_dataset', f'{p}/run_accuracy', 'pct')} run accuracy, "
-                     f"{ctx.num('per_dataset', f'{p}/inference_fpr', 'pct')} inference false positives, "
-                     f"{ctx.num('per_dataset', f'{p}/training_detection', 'pct')} of training detected")
+        parts.append(f"{html.escape(name)} {ctx.num(key, f'{p}/run_accuracy', 'pct')} run accuracy, "
+                     f"{ctx.num(key, f'{p}/inference_fpr', 'pct')} inference false positives, "
+                     f"{ctx.num(key, f'{p}/training_detection', 'pct')} of training detected")
     if not parts:
         return ""
-    return (f" Fitted on the one-GPU node's runs as well (the same kind of splits over every dataset's "
-            f"configurations, {ctx.num('per_dataset', 'dataset/runs', 'int')} runs) and scored on this dataset's "
+    return (f" {MORE_DATA[key]} (the same kind of splits over every dataset's "
+            f"configurations, {ctx.num(key, 'dataset/runs', 'int')} runs) and scored on this dataset's "
             f"test runs only: {'; '.join(parts)}.")
 
 
