@@ -486,7 +486,7 @@ def config_precision(config: str) -> str:
     return RECIPES.get(p, p)
 
 
-def fp8_tally(check: dict, cls: str, recipe: str | None = None) -> tuple[int, int, list[dict]]:
+def lead_tally(check: dict, cls: str, recipe: str | None = None) -> tuple[int, int, list[dict]]:
     """A prospective check's runs of class ``cls`` (and ``recipe``, ``config_precision``'s, where given):
     how many the single-device lead alerted on, how many there are, and the runs."""
     runs = [r for r in check["per_run"] if r["class"] == cls
@@ -502,11 +502,11 @@ def fp8_numbers(rounds: list[dict] | None) -> str:
     parts = []
     for d in sorted(rounds, key=lambda d: d["judged_from"]):
         found = [f"{a} of {n} {label}" for (a, n, _), label in
-                 ((fp8_tally(d, "training", "dynamic"), "dynamic-recipe trainers"),
-                  (fp8_tally(d, "training", "delayed"), "delayed-recipe trainers"),
-                  (fp8_tally(d, "training", "bf16"), "BF16 trainers")) if n]
+                 ((lead_tally(d, "training", "dynamic"), "dynamic-recipe trainers"),
+                  (lead_tally(d, "training", "delayed"), "delayed-recipe trainers"),
+                  (lead_tally(d, "training", "bf16"), "BF16 trainers")) if n]
         served = [f"{a} of {n} inference services served in the {recipe} recipe" for recipe in ("dynamic", "delayed")
-                  for a, n, _ in [fp8_tally(d, "inference", recipe)] if n]
+                  for a, n, _ in [lead_tally(d, "inference", recipe)] if n]
         before = d.get("runs_before") or 0
         fit = f"{before} of the dataset's runs in its fit" if before else "none of the dataset's runs in its fit"
         parts.append(f"`{d['model']['rev']}` ({fit}) found " + ", ".join(found)

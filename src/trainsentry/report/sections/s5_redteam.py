@@ -485,24 +485,33 @@ def _hardened(ctx) -> str:
                if other else "") + ".")
 
 
+def _lead_tally(ctx, k: str, cls: str, recipe: str | None = None) -> tuple[str, str, list[dict]]:
+    """A prospective check's (input ``k``) runs of class ``cls`` (and ``recipe``): how many the
+    single-device lead alerted on and how many there are, each traced to the check's runs, and the runs
+    (``detect.docs.lead_tally``)."""
+    from ...detect.docs import lead_tally
+    found, n, runs = lead_tally(ctx.load(k), cls, recipe)
+    return ctx.derived(found, "int", [(k, "per_run")]), ctx.derived(n, "int", [(k, "per_run")]), runs
+
+
+def _rev(ctx, k: str) -> str:
+    """The revision of the lead a prospective check (input ``k``) read, traced."""
+    return f"<code>{ctx.num(k, 'model/rev')}</code>"
+
+
 def _fp8_leads(ctx) -> str:
     """Training in FP8 against the single-device lead: the lead fitted before any FP8 run, and the latest
     one refitted with them, each on the FP8 runs recorded after it (results/prospective-*-h200x1-fp8.json,
     optional inputs ``fp8_first`` and ``fp8_latest``)."""
     if not (ctx.has("fp8_first") and ctx.has("fp8_latest")):
         return ""
-    from ...detect.docs import fp8_tally
     fp8 = ctx.term("FP8")
-
-    def tally(k: str, cls: str, recipe: str | None = None) -> tuple[str, str, list[dict]]:
-        found, n, rs = fp8_tally(ctx.load(k), cls, recipe)
-        return ctx.derived(found, "int", [(k, "per_run")]), ctx.derived(n, "int", [(k, "per_run")]), rs
-    a, n, _ = tally("fp8_first", "training", "dynamic")
-    b, m, _ = tally("fp8_first", "training", "bf16")
-    c, p, _ = tally("fp8_latest", "training", "delayed")
-    d, q, served = tally("fp8_latest", "inference")
+    a, n, _ = _lead_tally(ctx, "fp8_first", "training", "dynamic")
+    b, m, _ = _lead_tally(ctx, "fp8_first", "training", "bf16")
+    c, p, _ = _lead_tally(ctx, "fp8_latest", "training", "delayed")
+    d, q, served = _lead_tally(ctx, "fp8_latest", "inference")
     kinds = ", ".join(html.escape(f) for f in sorted({r["family"] for r in served}))
-    rev = lambda k: f"<code>{ctx.num(k, 'model/rev')}</code>"  # noqa: E731
+    rev = lambda k: _rev(ctx, k)  # noqa: E731
     return (f" Training in {fp8} on one GPU is a recipe any trainer may choose, not an engineered evasion "
             f"(<code>docs/fp8-training.md</code>). The lead committed at {rev('fp8_first')}, fitted before any "
             f"{fp8} run, found {a} of {n} trainers whose products ran in {fp8} with the quantisation in separate "
@@ -520,16 +529,11 @@ def _vision_leads(ctx) -> str:
     (results/prospective-*-h200x1-vision.json, optional inputs ``vision_first`` and ``vision_latest``)."""
     if not (ctx.has("vision_first") and ctx.has("vision_latest")):
         return ""
-    from ...detect.docs import fp8_tally
-
-    def tally(k: str, cls: str) -> tuple[str, str]:
-        found, n, _ = fp8_tally(ctx.load(k), cls)
-        return ctx.derived(found, "int", [(k, "per_run")]), ctx.derived(n, "int", [(k, "per_run")])
-    a, n = tally("vision_first", "training")
-    b, m = tally("vision_first", "inference")
-    c, p = tally("vision_latest", "training")
-    d, q = tally("vision_latest", "inference")
-    rev = lambda k: f"<code>{ctx.num(k, 'model/rev')}</code>"  # noqa: E731
+    a, n, _ = _lead_tally(ctx, "vision_first", "training")
+    b, m, _ = _lead_tally(ctx, "vision_first", "inference")
+    c, p, _ = _lead_tally(ctx, "vision_latest", "training")
+    d, q, _ = _lead_tally(ctx, "vision_latest", "inference")
+    rev = lambda k: _rev(ctx, k)  # noqa: E731
     return (" Nor is every trainer a transformer. A convolutional network trained on images on one GPU "
             "keeps its tensor cores and memory about as busy as the same network classifying images does "
             f"(<code>docs/lab.md</code>): the lead committed at {rev('vision_first')}, fitted before any such "
@@ -548,14 +552,9 @@ def _decode_leads(ctx) -> str:
     ``decode_third``, where they exist)."""
     if not ctx.has("decode_first"):
         return ""
-    from ...detect.docs import fp8_tally
-
-    def tally(k: str, cls: str) -> tuple[str, str]:
-        found, n, _ = fp8_tally(ctx.load(k), cls)
-        return ctx.derived(found, "int", [(k, "per_run")]), ctx.derived(n, "int", [(k, "per_run")])
-    rev = lambda k: f"<code>{ctx.num(k, 'model/rev')}</code>"  # noqa: E731
-    a, n = tally("decode_first", "training")
-    b, m = tally("decode_first", "inference")
+    rev = lambda k: _rev(ctx, k)  # noqa: E731
+    a, n, _ = _lead_tally(ctx, "decode_first", "training")
+    b, m, _ = _lead_tally(ctx, "decode_first", "inference")
     text = (" Decoding is where a service comes nearest single-device training: held out of the fit, the "
             "largest model decoding for a few users drew some of the lead's false alerts on grouped splits "
             f"(<code>docs/lab.md</code>). On decode configurations no run had (from one user to hundreds, long "
@@ -564,9 +563,8 @@ def _decode_leads(ctx) -> str:
             f"alerted on {b} of {m}, and found {a} of {n} single-GPU trainers at small batches recorded with them")
     later = [k for k in ("decode_second", "decode_third") if ctx.has(k)]
     for i, k in enumerate(later):
-        c, p = tally(k, "training")
-        d, q = tally(k, "inference")
-        served = [r for r in ctx.load(k)["per_run"] if r["class"] == "inference"]
+        c, p, _ = _lead_tally(ctx, k, "training")
+        d, q, served = _lead_tally(ctx, k, "inference")
         hit = sorted({r["family"] for r in served if r.get("single-device_alerted_capped_rule")})
         quiet = sorted({r["family"] for r in served} - set(hit))
         text += ("; refitted with them" if i == 0 else "; refitted again") + (
