@@ -189,6 +189,24 @@ def test_the_nodecode_variant_leaves_a_dataset_out_by_its_folder():
     assert v.name == "fused+single-device-noconv-nodecode"
 
 
+def test_the_live_noconv_variant_gates_a_check_fitted_without_the_convolutional_runs():
+    """`fused+single-device-live-noconv`, the live verdict's pair: `fused` on every run and the live-gated
+    check fitted as if the convolutional runs were not there (the committed check is fitted so)."""
+    from trainsentry.detect.variants import VARIANTS
+    runs = [load_run(DATA / "h200" / r, None) for r in FIT]
+    conv = [load_run(DATA / "h200x1-vision" / r, None) for r in ("train.convnet.r50_b256-base-r0",
+                                                                 "infer.vision.r50_b256-base-r0")]
+    X, y, classes, ids = stack(runs + conv, SingleDeviceCheck.feature_set)
+    Xa, ya, ca, ia = stack(runs, SingleDeviceCheck.feature_set)
+    v = VARIANTS["fused+single-device-live-noconv"]().fit(X, y, groups=ids, classes=classes)
+    ref = SingleDeviceCheck().fit(Xa, ya, ia, ca)
+    assert np.array_equal(v.single.predict_proba(X), ref.predict_proba(X))
+    assert np.array_equal(v.predict_proba(X), np.maximum(v.multi.predict_proba(X), ref.predict_proba(X)))
+    assert v.name == "fused+single-device-live-noconv"
+    with pytest.raises(ValueError, match="groups"):
+        VARIANTS["fused+single-device-live-noconv"]().fit(X, y)
+
+
 LOW_DUTY = DATA / "redteam-x1" / "adv.throttle.dit-b-lowutil-5022a8-r0"   # DiT-B/2 held to 10 % duty: 2.8 % busy
 
 

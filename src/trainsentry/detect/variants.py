@@ -21,6 +21,19 @@ from .rules import CommRules
 from .single_device import BusiestGpuActivity, SingleDeviceCheck
 
 
+def _fit_without(single, workloads: tuple[str, ...], name: str, X: pd.DataFrame, y: np.ndarray,
+                 groups: Sequence | None, classes: Sequence[str] | None) -> None:
+    """Fit ``single`` on the windows of the runs whose id holds none of ``workloads`` (all when empty)."""
+    if not workloads:
+        single.fit(X, y, groups, classes)
+        return
+    if groups is None:
+        raise ValueError(f"{name}: fitting needs each window's run (groups) to leave runs out")
+    keep = np.array([not any(w in str(g) for w in workloads) for g in groups], dtype=bool)
+    sub = lambda seq: None if seq is None else [v for v, k in zip(seq, keep) if k]  # noqa: E731
+    single.fit(X[keep].reset_index(drop=True), np.asarray(y)[keep], sub(groups), sub(classes))
+
+
 class SingleDevicePath(Detector):
     """``fused`` plus an ungated second path for training on one device: where the exchange gate
     is closed, P(training) = (1 − gate) × trees on the busiest GPU's activity (``act.*.max``),
@@ -76,12 +89,8 @@ class SingleDeviceWithout(SingleDevicePath):
 
     def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
             classes: Sequence[str] | None = None) -> "SingleDeviceWithout":
-        if groups is None:
-            raise ValueError(f"{self.name}: fitting needs each window's run (groups) to leave runs out")
         self.multi.fit(X, y, groups, classes)
-        keep = np.array([not any(w in str(g) for w in self.workloads) for g in groups], dtype=bool)
-        sub = lambda seq: None if seq is None else [v for v, k in zip(seq, keep) if k]  # noqa: E731
-        self.single.fit(X[keep].reset_index(drop=True), np.asarray(y)[keep], sub(groups), sub(classes))
+        _fit_without(self.single, self.workloads, self.name, X, y, groups, classes)
         return self
 
 
@@ -94,9 +103,19 @@ class LiveGatedPath(SingleDevicePath):
 
     name = "fused+single-device-live"
 
-    def __init__(self):
+    def __init__(self, workloads: tuple[str, ...] = (), suffix: str = ""):
+        """``workloads``: substrings of the run ids left out of the check's fit, as ``SingleDeviceWithout``
+        (the live check is fitted without the convolutional runs, scripts/single_device.py)."""
         self.multi = fused()
         self.single = SingleDeviceCheck()
+        self.workloads = workloads
+        self.name = "fused+single-device-live" + suffix
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
+            classes: Sequence[str] | None = None) -> "LiveGatedPath":
+        self.multi.fit(X, y, groups, classes)
+        _fit_without(self.single, self.workloads, self.name, X, y, groups, classes)
+        return self
 
     def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
         return np.maximum(self.multi.predict_proba(X), self.single.predict_proba(X))
@@ -261,6 +280,8 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
         ("train.convnet.", "infer.vision.", "h200x1-decode/"), "-noconv-nodecode"),
     # the same with the single-device check gated as live (busy windows, required features, domain)
     "fused+single-device-live": LiveGatedPath,
+    # ... with the check fitted without the convolutional runs, as the live artifact is: the live verdict
+    "fused+single-device-live-noconv": lambda: LiveGatedPath(("train.convnet.", "infer.vision."), "-noconv"),
     # the same with the single-device trees on GPM window levels (the lead until 2026-12-03)
     "fused+single-device-levels": lambda: SingleDevicePath(levels="all"),
     # the same with only the GPM means per unit of busy time (the lead from 49bb577 until the next refit)
