@@ -1,9 +1,11 @@
-"""The single-device lead end to end: one-GPU runs recorded on the H200 (data/h200x1) are replayed,
+"""The single-device path end to end: one-GPU runs recorded on the H200 (data/h200x1) are replayed,
 as an agent would send them (1 s signed batches), into a real collector app that loads the committed
 artifacts (models/fused.joblib, models/single-device.joblib). On a single-GPU training run the
-exchange gate stays closed, so the verdict is not training, and the evidence carries the check's
-line that the busy GPU reads like training; on single-user decode no line says so. The check is
-fitted on these recordings: this tests the live path, not the check's accuracy (docs/one-gpu.md).
+exchange gate stays closed, so fused's P stays low; the single-device check reads the busy GPU like
+training, and its P becomes the verdict's: state training, an alert, the path named in the evidence.
+With ``TRAINSENTRY_LEAD_VERDICT=0`` the check is a line in the evidence only. On single-user decode
+nothing says training. The check is fitted on these recordings: this tests the live path, not the
+check's accuracy (docs/one-gpu.md, docs/detector.md).
 """
 
 from __future__ import annotations
@@ -71,9 +73,10 @@ def lead_lines(v: dict) -> list[str]:
     return [e for e in single_device_lines(v) if LIKE_TRAINING in e]
 
 
-def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client, node):
+def test_single_gpu_training_is_called_training_by_the_single_device_path(committed_client, node):
     live = committed_client.get("/v1/live").json()
     assert "single-device" in live["evidence_checks"], live   # the app judging is the one posted to
+    assert live["single_device_path"] is True, live
     replay(committed_client, node, TRAINING, idle_after_s=20.0)
     vs = verdicts(committed_client)
     # once the workload has ended the windows are idle, though the first of them still hold its busy
@@ -88,8 +91,17 @@ def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client,
     assert len(vs) >= 15 and len(busy) >= len(vs) // 2, [(v["state"], v["evidence"]) for v in vs]
     like = [v for v in busy if ": like training" in lead_lines(v)[0]]
     assert len(like) >= 0.8 * len(busy), [lead_lines(v) for v in busy]
-    # a lead, never a verdict: the exchange gate is closed on one device
-    assert all(v["state"] != "training" for v in vs), [v["state"] for v in vs]
+    # the check's P is the verdict's where it reads more training than fused, whose exchange gate is
+    # closed on one device: those windows are training, by the path the detector name and the "why" say
+    for v in vs:
+        if v["lead_p"] is not None and v["lead_p"] >= 0.5:
+            assert v["state"] == "training" and v["p_training"] == pytest.approx(v["lead_p"]), v
+            # (fused, or comm-rules where a window lacks a sensor fused always had: the evidence says which)
+            assert v["detector"].endswith("+single-device") and "the single-device path" in v["evidence"][0], v
+        elif v["state"] != "idle":
+            assert v["state"] != "training" and "+" not in v["detector"], v
+    alerts = committed_client.get("/v1/nodes/node-a/alerts").json()["alerts"]
+    assert alerts and alerts[0]["detector"].endswith("+single-device"), alerts
     # each window stores the lead's P beside its line (None where it did not speak) ...
     for v in vs:
         lines = lead_lines(v)
@@ -102,7 +114,7 @@ def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client,
     lead = node_view["single_device_lead"]
     assert lead["windows_spoken"] == len(busy) and lead["like_training"] == len(like), lead
     assert lead["threshold"] == 0.75 and lead["p_max"] == max(v["lead_p"] for v in busy)
-    assert lead["last"]["t_end"] == max(v["t_end"] for v in busy) and node_view["state"] != "training"
+    assert lead["last"]["t_end"] == max(v["t_end"] for v in busy)
     assert lead["check_loaded"] is True
     # the seconds those windows cover, each once: the union of their spans, far below the windows' sum
     spans = sorted((v["t_start"], v["t_end"]) for v in like)
@@ -113,7 +125,7 @@ def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client,
     assert lead["seconds_like_training"] < sum(t1 - t0 for t0, t1 in spans), lead
     # the fleet overview carries the latest window's lead beside the verdict
     over = {n["node"]: n for n in committed_client.get("/v1/overview").json()["nodes"]}["node-a"]
-    assert over["lead_p"] == node_view["lead_p"] and over["state"] != "training"
+    assert over["lead_p"] == node_view["lead_p"]
     assert over["lead_like_training"] == (over["lead_p"] is not None and over["lead_p"] >= 0.75)
     # the latest window is one of the idle tail: it carries no lead, so the overview shows none
     assert node_view["state"] == "idle" and over["lead_p"] is None and over["lead_like_training"] is False
@@ -122,6 +134,22 @@ def test_single_gpu_training_gets_the_lead_but_not_the_verdict(committed_client,
     job_leads = [v["lead_p"] for v in job["verdicts"] if v["lead_p"] is not None]
     assert job_leads and job["single_device_lead"]["windows_spoken"] == len(job_leads)
     assert job["single_device_lead"]["like_training"] == sum(p >= 0.75 for p in job_leads) > 0
+
+
+def test_with_the_lead_verdict_off_the_check_is_evidence_only(db, key, inspector_token, monkeypatch):
+    """``TRAINSENTRY_LEAD_VERDICT=0``: the same training run gets the check's lines and stored P, but
+    the verdict is fused's alone (not training, no alert), as before the single-device path."""
+    monkeypatch.setenv("TRAINSENTRY_MODELS", str(REPO / "models"))
+    monkeypatch.setenv("TRAINSENTRY_LEAD_VERDICT", "0")
+    with TestClient(create_app(db, max_batch_bytes=1024 * 1024),
+                    headers={"Authorization": f"Bearer {inspector_token}"}) as c:
+        assert c.get("/v1/live").json()["single_device_path"] is False
+        replay(c, Agent(c, "node-a", key), TRAINING)
+        vs = verdicts(c)
+        like = [v for v in vs if v["lead_p"] is not None and v["lead_p"] >= 0.75]
+        assert len(like) >= 5, [(v["state"], v["lead_p"]) for v in vs]
+        assert all(v["state"] != "training" and "+" not in v["detector"] for v in vs), [v["state"] for v in vs]
+        assert not c.get("/v1/nodes/node-a/alerts").json()["alerts"]
 
 
 def test_single_user_decode_is_not_called_training_by_the_lead(committed_client, node):

@@ -226,7 +226,7 @@ def test_a_node_under_the_busy_floor_shows_its_bound_not_silence(chromium, floor
         text = line.inner_text()
         assert "below the busy floor" in text and "at most" in text and "FLOP" in text, text
         assert float(line.get_attribute("data-floor-flop")) >= doc["below_floor"]["tensor_flop_max"] > 0
-        assert "single-device lead" not in page.locator("#alerts").inner_text()
+        assert "single-device check, in the hour" not in page.locator("#alerts").inner_text()
         page.screenshot(path=str(ARTIFACTS / "dashboard-node-floor.png"), full_page=True)
         # the job its windows formed: the bound summed over the job's range, on the job view
         job = _get(f"{url}/v1/nodes/{node}/verdict", token)["job"]

@@ -51,6 +51,7 @@ from ..detect.alert import AlertRule
 from ..detect.base import Detector, load_detector
 from ..detect.rules import CommRules
 from ..detect.segment import HELD_FRAC, MAX_GAP_S, Segment, _runs_with_hysteresis, segment_stream
+from ..detect.single_device import verdict_p
 from ..features import FEATURE_VERSION, sliding_windows
 from ..features.comm import ACTIVE_FLOOR_BPS
 from ..features.grid import to_grids
@@ -66,6 +67,7 @@ log = logging.getLogger("trainsentry.collector.live")
 LIVE_ENV = "TRAINSENTRY_LIVE"                   # "0": do not start the live processor
 MODELS_ENV = "TRAINSENTRY_MODELS"               # where trained detectors are looked for (default ./models)
 LOOPBACK_ENV = "TRAINSENTRY_LIVE_LOOPBACK"      # "1": count the loopback interface as a network link
+LEAD_VERDICT_ENV = "TRAINSENTRY_LEAD_VERDICT"   # "0": the single-device check is evidence only, not a path to the verdict
 # Trained artifacts the live path can use, best first (rt-baseline reads other features).
 PREFERENCE = ("fused", "comm-ml", "comm-rules")
 # "other" = a large symmetric exchange that is not training: the comm-rules defaults for volume
@@ -96,6 +98,10 @@ class LiveConfig:
     job_start_tol_s: float = 10.0   # the nodes of one job started it within this of each other ...
     job_simult_min: float = 0.5     # ... and their traffic is simultaneous (co-activity or correlation)
     loopback_as_link: bool = False
+    # the single-device check is the verdict's second path: where it speaks, P(training) is the larger
+    # of the detector's and the check's (detect.single_device.verdict_p), as the evaluation's
+    # ``fused+single-device-live-noconv`` scores it; False: the check is a line in the evidence only
+    lead_in_verdict: bool = True
     models_dir: Path = Path("models")
     max_catchup: int = 30           # windows judged at most at once (more: the node's samples jumped ahead)
     piece_s: float = 10.0           # a batch spanning more is judged in pieces of this span, in time order
@@ -103,13 +109,16 @@ class LiveConfig:
     @classmethod
     def from_env(cls) -> "LiveConfig":
         return cls(loopback_as_link=os.environ.get(LOOPBACK_ENV, "0") == "1",
+                   lead_in_verdict=os.environ.get(LEAD_VERDICT_ENV, "1") != "0",
                    models_dir=Path(os.environ.get(MODELS_ENV, "models")))
 
 
-# Evidence checks: each adds its own line to a window's evidence and changes no verdict. name ->
-# module of trainsentry.detect holding ``load(path)``; the artifact is models/<name>.joblib.
+# Evidence checks: each adds its own line to a window's evidence. name -> module of trainsentry.detect
+# holding ``load(path)``; the artifact is models/<name>.joblib.
 EVIDENCE_CHECKS = {"familiarity": "familiarity", "single-device": "single_device"}
-# The check that is also a number: its P is stored beside each verdict (``lead_p``) and summed up.
+# The check that is also a number: its P is stored beside each verdict (``lead_p``) and summed up, and
+# (``LiveConfig.lead_in_verdict``) it is the verdict's second path, for training on one device that
+# exchanges nothing: the other checks change no verdict.
 LEAD_CHECK = "single-device"
 
 
@@ -328,6 +337,8 @@ class LiveProcessor:
     def stats(self) -> dict:
         return {"detector": self.detector.name, "artifact": self.artifact, "note": self.detector_note,
                 "evidence_checks": sorted(self.checks),
+                # the single-device check as the verdict's second path (LiveConfig.lead_in_verdict), if loaded
+                "single_device_path": self.cfg.lead_in_verdict and LEAD_CHECK in self.checks,
                 "windows_judged": self.windows_judged, "nodes": len(self.nodes),
                 "window_s": self.cfg.window_s, "stride_s": self.cfg.stride_s,
                 "loopback_as_link": self.cfg.loopback_as_link,
@@ -472,14 +483,21 @@ class LiveProcessor:
             p = float(next(ps)) if row is not None else None
             det = self.fallback if row is not None and next(oods) else self.detector
             active = active_at(e)
-            state, why = classify(active, p, row, cfg.training_p)
+            lead_p = next(leads, None) if row is not None else None
+            floor_flop = next(floors, None) if row is not None else None
+            # the single-device path: where the check speaks and reads more training than the detector,
+            # its P is the verdict's (the detector's exchange gate holds P down where nothing is exchanged)
+            pv = float(verdict_p(p, lead_p)) if cfg.lead_in_verdict and active and p is not None else p
+            via_lead = pv is not None and p is not None and pv > p
+            state, why = classify(active, pv, row, cfg.training_p)
+            if via_lead:
+                why += (f" (the single-device path: {det.name} reads {p:.2f}, no inter-device exchange being "
+                        f"seen; the busiest GPU's activity reads {lead_p:.2f}, see the single-device check's line)")
             evidence = [why, *extra, self.detector_note]
             if det is self.fallback:
                 evidence.append(f"this window lacks a sensor {self.detector.name} was always fitted with "
                                 f"({', '.join(getattr(self.detector, 'groups_seen_', []))}): judged by comm-rules with its "
                                 f"documented default thresholds instead")
-            lead_p = next(leads, None) if row is not None else None
-            floor_flop = next(floors, None) if row is not None else None
             if row is not None:  # the checks' lines, then the detector's own, passed through (collector/evidence.py)
                 lines = {name: next(it, None) for name, it in check_lines.items()}
                 if state == "idle":
@@ -504,7 +522,8 @@ class LiveProcessor:
                     f"{g[0]:.1f}-{g[1]:.1f}" for g in back) + " (samples stamped before ones already received: "
                     "history rewritten or clock stepped back; windows judged before they came did not see them)")
             out.append({"scope": scope, "subject": subject, "t_start": e - cfg.window_s, "t_end": e,
-                        "state": state, "p_training": p, "detector": det.name,
+                        "state": state, "p_training": pv,
+                        "detector": f"{det.name}+{LEAD_CHECK}" if via_lead else det.name,
                         "artifact": self.artifact if det is self.detector else None, "evidence": evidence,
                         "job": job_of(e) if job_of else None, "lead_p": lead_p, "floor_flop": floor_flop})
             self.windows_judged += 1

@@ -18,9 +18,15 @@ multi-device training included (a training GPU's activity looks the same whoever
 with). Training keeps tensor cores and DRAM busy together (forward, backward and optimizer step);
 decode is DRAM-bound with little tensor-core work. Batched forward passes at the power cap
 (embedding, long-prompt prefill) and input attribution (a backward pass through frozen weights, as
-LoRA fine-tuning also runs) can look like training to 10 Hz counters, which is why this is a
-lead in the evidence and not a verdict: it changes no P(training) and raises no alert. Its rates on
-unseen configurations are in docs/one-gpu.md (``fused+single-device``, the same trees behind the
+LoRA fine-tuning also runs) can look like training to 10 Hz counters.
+
+Until 2026-12-04 the check was a lead in the evidence only. It is now the live verdict's second path
+(``verdict_p``; ``collector.live.LiveConfig.lead_in_verdict``): a verdict that could never say
+"training" on one device would leave single-device training, the simplest way to train unseen, to an
+inspector reading evidence lines. What it costs is measured, not assumed: the evaluation scores the
+pair as ``fused+single-device-live-noconv`` on configuration-grouped splits, and runs recorded after the
+artifacts were committed are scored as they are (docs/detector.md, docs/lab.md). Its rates on
+unseen configurations are also in docs/one-gpu.md (``fused+single-device``, the same trees behind the
 gate's complement, scored by ``trainsentry eval-transfer``).
 
 The check speaks only where no exchange is seen (the gate is closed), a GPU is busy, and the window
@@ -157,6 +163,14 @@ def floor_line(util_pct: float, tensor_pct: float, flops: float, gpus: int | Non
             f"{tensor_pct:.2f} %: {bound} (docs/below-floor.md)")
 
 
+def verdict_p(p, lead):
+    """The verdict's P(training) from the detector's ``p`` and the single-device check's ``lead`` (None, or
+    0 in ``SingleDeviceCheck.predict_proba``, where the check did not speak): the larger of the two, so
+    either path can call a window training. Scalars or arrays; the live collector and the evaluation's
+    ``fused+single-device-live`` variants combine through this one function."""
+    return p if lead is None else np.maximum(p, lead)
+
+
 class SingleDeviceCheck:
     name = "single-device"
     feature_set = "trainsentry"
@@ -232,10 +246,10 @@ class SingleDeviceCheck:
         head = (f"single-device check (no inter-device exchange seen): the GPUs' activity reads "
                 f"P(training) = {p:.2f}")
         if p >= self.threshold:
-            return (head + ": like training. A lead, not a verdict: on one device, batched forward passes "
-                    "(embedding, long-prompt prefill) and backward passes through frozen weights (input "
-                    "attribution, which LoRA fine-tuning computes too) can read the same at 10 Hz; these "
-                    "counters do not see whether weights change (docs/one-gpu.md)")
+            return (head + ": like training. What it cannot tell apart: on one device, backward passes "
+                    "through frozen weights (input attribution, which LoRA fine-tuning computes too) and "
+                    "batched forward passes at the power cap (embedding, long-prompt prefill) can read the "
+                    "same at 10 Hz; these counters do not see whether weights change (docs/one-gpu.md)")
         return head + ": not like training"
 
     def describe(self) -> dict:

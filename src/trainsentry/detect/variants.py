@@ -18,7 +18,7 @@ from .base import Detector
 from .learned import LearnedDetector, comm_ml, fused
 from .rt_baseline import RTBaseline
 from .rules import CommRules
-from .single_device import BusiestGpuActivity, SingleDeviceCheck
+from .single_device import BusiestGpuActivity, SingleDeviceCheck, verdict_p
 
 
 def _fit_without(single, workloads: tuple[str, ...], name: str, X: pd.DataFrame, y: np.ndarray,
@@ -118,7 +118,7 @@ class LiveGatedPath(SingleDevicePath):
         return self
 
     def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
-        return np.maximum(self.multi.predict_proba(X), self.single.predict_proba(X))
+        return verdict_p(self.multi.predict_proba(X), self.single.predict_proba(X))
 
 
 class GpmLevels(BusiestGpuActivity):

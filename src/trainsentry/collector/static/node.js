@@ -96,12 +96,13 @@
       "alert " + (a.open ? "open" : "cleared") + ": raised " + TS.clock(a.raised_t) +
       (a.cleared_t ? ", cleared " + TS.clock(a.cleared_t) : "") + " — P(training) up to " + TS.pct(a.p_max) +
       " (" + a.rule.k + " of " + a.rule.n + " windows at >= " + a.rule.threshold + ", " + a.detector + ")"));
-    // The single-device lead over the last hour: on one GPU the verdict cannot say training, this can hint it.
+    // The single-device check over the last hour: the verdict's path for training on a GPU that exchanges nothing.
     const lead = v && v.single_device_lead;
     if (lead && lead.windows_spoken > 0) items.unshift(TS.el("li", { class: lead.like_training ? "lead" : "" },
-      "single-device lead, in the hour up to the latest window: " + lead.like_training + " of the " +
+      "single-device check, in the hour up to the latest window: " + lead.like_training + " of the " +
       lead.windows_spoken + " windows it judged read like training (P up to " + TS.pct(lead.p_max) + ", >= " +
-      lead.threshold + " counts; 8 s windows every 2 s, so they overlap); a lead, not a verdict"));
+      lead.threshold + " counts; 8 s windows every 2 s, so they overlap); where its P is the larger, it is the " +
+      "verdict's (detector named \"+single-device\")"));
     // Below the check's busy floor: no P, but a bound on the work its windows can hold, each second once.
     const floor = v && v.below_floor;
     if (floor && floor.windows > 0) items.unshift(TS.el("li", { class: "floor", id: "below-floor",
