@@ -42,6 +42,8 @@ def eval_cmd(
     counter_period: list[str] = typer.Option([], "--counter-period",
                                              help="GROUP=SECONDS (nvlink, energy, net): evaluate as if the agent "
                                                   "read those counters only that often (repeatable)"),
+    jobs: int = typer.Option(1, "--jobs", help="Processes fitting the splits (each loads the dataset from the "
+                                               "feature cache); the results do not depend on it"),
 ) -> None:
     """Evaluate comm-rules, comm-ml, fused and rt-baseline on configuration-grouped splits."""
     from ..threads import one_native_thread
@@ -60,7 +62,8 @@ def eval_cmd(
             console.print(f"saved {path} (and {path.with_suffix('.json').name} naming the command)")
             return
         doc = run_eval(roots, out, docs if docs and str(docs) not in ("", ".") else None, splits, subset, detector or None,
-                       rt_trees, seed, not no_lofo, cache_dir, command, counter_periods=_periods(counter_period))
+                       rt_trees, seed, not no_lofo, cache_dir, command, counter_periods=_periods(counter_period),
+                       jobs=jobs)
     except (FileNotFoundError, ValueError) as e:
         console.print(f"[red]eval: {e}[/red]")
         raise typer.Exit(2)

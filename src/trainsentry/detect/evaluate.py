@@ -172,17 +172,26 @@ def _tta_summary(ttas: list[float], n_training: int) -> dict:
             "alerted_training_runs": int(v.size), "training_runs": n_training}
 
 
+def split_outcomes(factory: Callable[[], Detector], runs: list[Run], splits: list[tuple[set, set]], rule: AlertRule):
+    """Each split's test outcomes, in split order (``detect.parallel`` fits the same in other processes)."""
+    for train_c, test_c in splits:
+        yield fit_and_score(factory, [r for r in runs if r.config in train_c],
+                            [r for r in runs if r.config in test_c], rule)
+
+
 def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run], splits: list[tuple[set, set]],
-                      rule: AlertRule, lofo: bool = True, advance: Callable[[], None] | None = None) -> dict:
+                      rule: AlertRule, lofo: bool = True, advance: Callable[[], None] | None = None,
+                      scored=None) -> dict:
+    """``scored``: the splits' outcomes in split order, fitted elsewhere (an iterator such as
+    ``detect.parallel.SplitPool.outcomes``); else each split is fitted here."""
     per_split, pooled, ttas = [], [], []
     roc_y, roc_p, by_split = [], [], []
     root = {r.run_id: str(Path(r.path).parent) for r in runs}
     several_roots = len(set(root.values())) > 1
     by_root: dict[str, list[dict]] = {}
-    for i, (train_c, test_c) in enumerate(splits):
-        train = [r for r in runs if r.config in train_c]
+    for i, given in enumerate(scored if scored is not None else split_outcomes(factory, runs, splits, rule)):
+        test_c = splits[i][1]
         test = [r for r in runs if r.config in test_c]
-        given = fit_and_score(factory, train, test, rule)
         outcomes = adapted_outcomes(given)
         m = run_metrics(outcomes)
         long_enough = faithful_outcomes(given)

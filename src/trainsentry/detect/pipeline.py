@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -91,7 +92,9 @@ def resolve_detectors(names: list[str] | None, rt_trees: int = 400,
 def run_eval(data: Roots, out: Path, docs: Path | None, n_splits: int = 200, subset: int | None = None,
              detectors: list[str] | None = None, rt_trees: int = 400, seed: int = 0, lofo: bool = True,
              cache_dir: Path | None = None, command: str = "trainsentry eval", console=None,
-             counter_periods: dict[str, float] | None = None) -> dict:
+             counter_periods: dict[str, float] | None = None, jobs: int = 1) -> dict:
+    """``jobs``: processes fitting the splits (``detect.parallel``; 1: all in this one). The results do
+    not depend on it."""
     rule = AlertRule()
     factories = resolve_detectors(detectors, rt_trees)
     names = list(factories)
@@ -105,11 +108,18 @@ def run_eval(data: Roots, out: Path, docs: Path | None, n_splits: int = 200, sub
         raise ValueError("the dataset needs training and non-training runs")
     splits = config_splits(runs, n_splits, seed)
     results = {}
-    with _progress() as prog:
+    with contextlib.ExitStack() as stack_, _progress() as prog:
+        pool = None
+        if jobs > 1:
+            from .parallel import SplitPool
+            pool = stack_.enter_context(SplitPool(jobs, data, cache_dir, subset, seed, counter_periods, rt_trees,
+                                                  splits, rule, [r.run_id for r in runs]))
+            pool.submit(names)
         for name in names:
             task = prog.add_task(f"{name}: {n_splits} splits", total=n_splits)
             results[name] = evaluate_detector(name, factories[name], runs, splits, rule, lofo,
-                                              advance=lambda t=task: prog.advance(t))
+                                              advance=lambda t=task: prog.advance(t),
+                                              scored=pool.outcomes(name) if pool else None)
     curves = {n: r.pop("_curves") for n, r in results.items()}
     outcomes = {n: r.pop("_outcomes") for n, r in results.items()}
     combinations = {f"{a} or {b}": {"rule": f"a run alerts when {a} or {b} alerts (each with its own windows "
