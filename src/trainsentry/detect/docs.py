@@ -13,7 +13,9 @@ LEADS_RESULTS = Path("results/leads-s26.json")
 FP8_ROUNDS = "results/prospective-*-h200x1-fp8.json"   # the single-device leads on FP8 training, one per lead
 LEADS_DOCS = "docs/leads-s26.md"
 ONE_GPU_RESULTS = Path("results/one_gpu.json")
-PER_DATASET_RESULTS = Path("results/per-dataset/detector.json")
+# the evaluation with every dataset in the fit that the page shows: the live verdict's pair beside fused
+# on fresh splits (results/per-dataset holds the earlier one, 566 runs, seed 0; docs/lab.md)
+PER_DATASET_RESULTS = Path("results/per-dataset-seed1/detector.json")
 
 
 def _f(x, pct: bool = False, digits: int = 1) -> str:
@@ -160,9 +162,12 @@ in 14 %. It is a lead for an inspector where it fires, not a safety net.
 (`data/h200x1`) the committed model missed all 14 training runs of the first round at P = 0.00 and
 all 9 of the second, without a false alert (`docs/prospective-h200x1.md`,
 `docs/prospective-4b16cc0-h200x1.md`, `docs/one-gpu.md`). Where the gate is closed and a GPU is
-busy, the live collector adds a second lead (`trainsentry.detect.single_device`): trees on the
-busiest GPU's activity say whether the window looks like training. It changes no verdict, because
-batched embedding looks the same to them (the single-device path under "Tried and not kept"); the
+busy, the live collector adds a second path (`trainsentry.detect.single_device`): trees on the
+busiest GPU's activity say whether the window looks like training. Until 2026-12-04 it changed no
+verdict, because batched embedding and input attribution look the same to them (the single-device
+path under "Tried and not kept"); since then its P is the verdict's where it reads more training
+than `fused` (the pair is `fused+single-device-live-noconv` in the table above; why, and what it
+costs on the one-GPU node, is in docs/collector.md and docs/lab.md). The
 lead committed at 4b16cc0, before the second round, found 7 of its 9 training runs and called one of
 its 10 inference runs training (a 50 M embedding model at batch 1024), and 7 of the 10 single-GPU
 red-team runs (`docs/prospective-4b16cc0-redteam-x1.md`; the three it missed ran training steps inside
@@ -393,9 +398,10 @@ Run accuracy / inference FPR / training detection / median time to alert (s), me
   input attribution's backward pass over bf16 weights too: no training signal). {single_device}
   Batched forward work at the power cap (embedding, a common
   service) and input attribution on frozen weights (a backward pass, no update) are still read as
-  training, so the verdict keeps the gate and single-device training stays its
-  documented blind spot; the path's trees run in the live collector as a lead in the evidence instead
-  (`detect.single_device`);
+  training, so this ungated form is not kept: the live verdict takes the trees only where the live
+  check speaks (gate closed, a GPU busy, inside the trees' domain; `fused+single-device-live-noconv`,
+  `detect.single_device`), and on one device their false alerts on attribution and embedding are the
+  price of seeing single-device training at all;
 * the alert rule: at 2 of 3 @ 0.75 (pooled over the same splits) today's `fused` scores 93.2 % run
   accuracy, 3.7 % inference FPR, 7.1 s to alert — within a few tenths of 3 of 5 @ 0.75 (above), the
   published rule, which is kept: it asks one window more of evidence and the time to alert is well
@@ -661,7 +667,8 @@ def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = 
         lines += ["", "`fused or rt-baseline` was chosen after reading these splits' per-family table (rt-baseline "
                   "is the only detector that alerts on single-GPU training, and on these splits it alerts on at "
                   "most 1 % of any inference family's test appearances): selected and scored on the same splits, so read it as a lead to confirm on new splits "
-                  "and new runs, not as a held-out result. The live collector runs `fused` alone."]
+                  "and new runs, not as a held-out result. The live collector runs `fused` with the single-device path "
+                  "(`fused+single-device-live-noconv` in the table with more data above), not this combination."]
     for name in adapted:
         lines += ["", f"† `{name}`: {dets[name]['headline_rule']}. Its windows (the detector's own window length "
                   "and stride) are too few on these runs to complete the published vote, so its run-level numbers "

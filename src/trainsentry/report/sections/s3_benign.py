@@ -73,7 +73,8 @@ def _targets(ctx) -> str:
                f"a detector fitted on about {ctx.num('detector', 'protocol/train_fraction_of_configs', 'frac')} of "
                f"their configurations has seen few examples of each family."
                if "dataset" in ctx.load("detector") and "train_fraction_of_configs" in (ctx.load("detector").get("protocol") or {})
-               else "") + _with_more_data(ctx) + _with_more_data(ctx, "per_dataset_decode") + _unseen_family(ctx) + "</p>")
+               else "") + _with_more_data(ctx) + _with_more_data(ctx, "per_dataset_decode")
+            + _with_more_data(ctx, "per_dataset_live") + _unseen_family(ctx) + "</p>")
 
 
 # benign families held out of every fit (optional inputs from scripts/unseen_family.py): input key, what the
@@ -107,13 +108,16 @@ def _unseen_family(ctx) -> str:
 # what each evaluation with several datasets adds to the fit, as section 3 introduces it
 MORE_DATA = {"per_dataset": "Fitted on the one-GPU node's runs as well",
              "per_dataset_decode": ("Fitted as well on decoding, serving and small-batch training recorded on one GPU "
-                                    "(<code>data/h200x1-decode</code>), the one-GPU node's other runs beside them")}
+                                    "(<code>data/h200x1-decode</code>), the one-GPU node's other runs beside them"),
+             "per_dataset_live": ("On fresh splits, the verdict the live collector now gives (fused with the "
+                                  "single-device path: where no exchange is seen and a GPU is busy, the larger of "
+                                  "fused's P and the check's), fitted on every dataset above")}
 
 
 def _with_more_data(ctx, key: str = "per_dataset") -> str:
     """The same dataset's test runs scored by detectors fitted with other datasets' runs as well
-    (optional input ``key``, ``per_dataset`` or ``per_dataset_decode``: ``trainsentry eval`` with several
-    roots), where that file holds them."""
+    (optional input ``key``, one of ``MORE_DATA``: ``trainsentry eval`` with several roots), where that
+    file holds them."""
     root = (ctx.load("detector").get("dataset") or {}).get("root")
     if not ctx.has(key) or not root:
         return ""

@@ -23,14 +23,14 @@ def _red_team_one_gpu(ctx) -> str:
     total = ctx.num(ONE_GPU, "data/strategy_settings", "int")
     if not missed:
         return (f" Against the red team on one GPU ({sec('s5_redteam')}) they caught all {total} "
-                f"strategy settings in the last round, though as a lead they raise no alert.")
+                f"strategy settings in the last round; as the live verdict's single-device path they raise its alert.")
     costed = [r for r in missed if r.get("gpu_hour_overhead") is not None]
     cost = (", at " + ctx.spread([1 + r["gpu_hour_overhead"] for r in costed], "x",
                                  [(ONE_GPU, r["_path"] + "/gpu_hour_overhead") for r in costed])
             + " the GPU-hours per token of DDP") if costed else ""
     return (f" Against the red team on one GPU ({sec('s5_redteam')}) they still missed "
             f"{ctx.derived(len(missed), 'int', [(ONE_GPU, 'rounds')])} of {total} strategy settings in the last "
-            f"round{cost}, and as a lead they raise no alert for any of its runs.")
+            f"round{cost}; those runs raise no alert in the live verdict either.")
 
 
 def _backward_without_update(ctx) -> str:
@@ -347,7 +347,8 @@ def render(ctx, figs) -> str:
                      f"found {n('frozen/fused+single-device/training_detection')} with "
                      f"{n('frozen/fused+single-device/inference_fpr')} false alerts on that node's inference, but "
                      f"they also take input attribution and batched forward work (embedding) for training, so the live "
-                     f"collector shows them as a lead beside the verdict.{_red_team_one_gpu(ctx)} A regime that must "
+                     f"collector calls training through them only where no exchange is seen and a GPU is busy, and "
+                     f"names that path in the verdict, its evidence and its alert.{_red_team_one_gpu(ctx)} A regime that must "
                      f"see small fine-tuning jobs needs a signal of the weight update that these activity counters "
                      f"do not give.{_backward_without_update(ctx)}"
                      f"{_pipes(ctx)}</li>")
