@@ -490,9 +490,11 @@ class LiveProcessor:
             pv = float(verdict_p(p, lead_p)) if cfg.lead_in_verdict and active and p is not None else p
             via_lead = pv is not None and p is not None and pv > p
             state, why = classify(active, pv, row, cfg.training_p)
-            if via_lead:
+            if via_lead and state == "training":
                 why += (f" (the single-device path: {det.name} reads {p:.2f}, no inter-device exchange being "
                         f"seen; the busiest GPU's activity reads {lead_p:.2f}, see the single-device check's line)")
+            elif via_lead:
+                why += f" (P from the single-device check; {det.name} reads {p:.2f})"
             evidence = [why, *extra, self.detector_note]
             if det is self.fallback:
                 evidence.append(f"this window lacks a sensor {self.detector.name} was always fitted with "
