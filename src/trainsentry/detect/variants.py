@@ -57,10 +57,12 @@ class SingleDevicePath(Detector):
     def uses(self, column: str) -> bool:
         return self.multi.uses(column)
 
+    workloads: tuple[str, ...] = ()   # substrings of run ids left out of the single-device part's fit
+
     def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
             classes: Sequence[str] | None = None) -> "SingleDevicePath":
         self.multi.fit(X, y, groups, classes)
-        self.single.fit(X, y, groups, classes)
+        _fit_without(self.single, self.workloads, self.name, X, y, groups, classes)
         return self
 
     def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
@@ -87,12 +89,6 @@ class SingleDeviceWithout(SingleDevicePath):
         self.workloads = workloads
         self.name = "fused+single-device" + suffix
 
-    def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
-            classes: Sequence[str] | None = None) -> "SingleDeviceWithout":
-        self.multi.fit(X, y, groups, classes)
-        _fit_without(self.single, self.workloads, self.name, X, y, groups, classes)
-        return self
-
 
 class LiveGatedPath(SingleDevicePath):
     """``fused`` plus the single-device check exactly as the live collector gates it
@@ -110,12 +106,6 @@ class LiveGatedPath(SingleDevicePath):
         self.single = SingleDeviceCheck()
         self.workloads = workloads
         self.name = "fused+single-device-live" + suffix
-
-    def fit(self, X: pd.DataFrame, y: np.ndarray, groups: Sequence | None = None,
-            classes: Sequence[str] | None = None) -> "LiveGatedPath":
-        self.multi.fit(X, y, groups, classes)
-        _fit_without(self.single, self.workloads, self.name, X, y, groups, classes)
-        return self
 
     def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
         return verdict_p(self.multi.predict_proba(X), self.single.predict_proba(X))
