@@ -887,12 +887,12 @@ def test_targets_paragraph_adds_the_fit_with_more_data_when_present(tmp_path):
     # ... and the live verdict's evaluation on fresh splits (optional per_dataset_live)
     assert INPUTS["per_dataset_live"].optional and all("per_dataset_live" not in s.INPUTS for s in SECTIONS)
     assert _with_more_data(ctx, "per_dataset_live") == ""
-    (res / "per-dataset-seed1").mkdir()
-    (res / "per-dataset-seed1" / "detector.json").write_text(json.dumps({**doc, "dataset": {"runs": 609}}))
+    (res / "per-dataset-all").mkdir()
+    (res / "per-dataset-all" / "detector.json").write_text(json.dumps({**doc, "dataset": {"runs": 609}}))
     ctx = Ctx(res, DATA, True, CONFIGS)
     said = re.sub(r"<[^>]+>", "", _with_more_data(ctx, "per_dataset_live"))
     assert said.startswith(" On fresh splits, the verdict the live collector now gives") and "609 runs" in said
-    assert all(s.startswith("per-dataset-seed1/detector.json#") for i in ctx.injected for s in i.sources)
+    assert all(s.startswith("per-dataset-all/detector.json#") for i in ctx.injected for s in i.sources)
     doc["detectors"]["fused+single-device"]["per_dataset"] = rows[:1]
     (res / "per-dataset" / "detector.json").write_text(json.dumps(doc))
     assert _with_more_data(Ctx(res, DATA, True, CONFIGS)) == ""

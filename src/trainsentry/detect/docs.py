@@ -13,9 +13,9 @@ LEADS_RESULTS = Path("results/leads-s26.json")
 FP8_ROUNDS = "results/prospective-*-h200x1-fp8.json"   # the single-device leads on FP8 training, one per lead
 LEADS_DOCS = "docs/leads-s26.md"
 ONE_GPU_RESULTS = Path("results/one_gpu.json")
-# the evaluation with every dataset in the fit that the page shows: the live verdict's pair beside fused
-# on fresh splits (results/per-dataset holds the earlier one, 566 runs, seed 0; docs/lab.md)
-PER_DATASET_RESULTS = Path("results/per-dataset-seed1/detector.json")
+# the evaluation with every dataset in the fit that the page shows: the live verdict's pair beside the four
+# detectors on the same fresh splits (results/per-dataset holds the earlier one, 566 runs, seed 0; docs/lab.md)
+PER_DATASET_RESULTS = Path("results/per-dataset-all/detector.json")
 
 
 def _f(x, pct: bool = False, digits: int = 1) -> str:

@@ -112,12 +112,14 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--detector fused+single-device-noconv-nodecode --out results/per-dataset-decode3 --docs ''",
           "the single-device lead fitted with and without the decode dataset's runs, beside fused, scored on each "
           "dataset's test runs", optional=True),
-    Input("per_dataset_live", "per-dataset-seed1/detector.json", "results",
+    Input("per_dataset_live", "per-dataset-all/detector.json", "results",
           "trainsentry eval --data data/h200 --data data/h200x1 --data data/h200x1-host --data data/h200x1-fp8 "
-          "--data data/h200x1-vision --data data/h200x1-decode --splits 200 --seed 1 --detector fused "
-          "--detector fused+single-device-live-noconv --out results/per-dataset-seed1 --docs '' --cache .cache/features",
-          "the live verdict (fused with the single-device path, gated and fitted as the collector's) beside fused "
-          "alone, on fresh splits, scored on each dataset's test runs", optional=True),
+          "--data data/h200x1-vision --data data/h200x1-decode --splits 200 --seed 1 --jobs 2 --no-lofo "
+          "--detector comm-rules --detector comm-ml --detector fused --detector rt-baseline "
+          "--detector fused+single-device-live-noconv --out results/per-dataset-all --docs '' --cache .cache/features",
+          "the live verdict (fused with the single-device path, gated and fitted as the collector's) beside the four "
+          "detectors, rt-baseline among them, on the same fresh splits, scored on each dataset's test runs",
+          optional=True),
     Input("unseen_diffusion", "unseen-diffusion.json", "results",
           "python scripts/unseen_family.py --data data/h200 --data data/h200x1 --data data/h200x1-host "
           "--family diffusion --detector fused --detector fused+single-device --detector fused+single-device-tensor "

@@ -111,7 +111,8 @@ MORE_DATA = {"per_dataset": "Fitted on the one-GPU node's runs as well",
                                     "(<code>data/h200x1-decode</code>), the one-GPU node's other runs beside them"),
              "per_dataset_live": ("On fresh splits, the verdict the live collector now gives (fused with the "
                                   "single-device path: where no exchange is seen and a GPU is busy, the larger of "
-                                  "fused's P and the check's), fitted on every dataset above")}
+                                  "fused's P and the check's), beside the four detectors, the reproduced baseline "
+                                  "among them, all fitted on every dataset above")}
 
 
 def _with_more_data(ctx, key: str = "per_dataset") -> str:
