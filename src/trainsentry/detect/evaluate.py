@@ -172,11 +172,11 @@ def _tta_summary(ttas: list[float], n_training: int) -> dict:
             "alerted_training_runs": int(v.size), "training_runs": n_training}
 
 
-def split_outcomes(factory: Callable[[], Detector], runs: list[Run], splits: list[tuple[set, set]], rule: AlertRule):
-    """Each split's test outcomes, in split order (``detect.parallel`` fits the same in other processes)."""
-    for train_c, test_c in splits:
-        yield fit_and_score(factory, [r for r in runs if r.config in train_c],
-                            [r for r in runs if r.config in test_c], rule)
+def fit_split(factory: Callable[[], Detector], runs: list[Run], split: tuple[set, set], rule: AlertRule) -> list[RunOutcome]:
+    """One split: fitted on its training configurations' runs, scored on its test configurations' runs
+    (here, or in a worker process of ``detect.parallel``)."""
+    train_c, test_c = split
+    return fit_and_score(factory, [r for r in runs if r.config in train_c], [r for r in runs if r.config in test_c], rule)
 
 
 def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run], splits: list[tuple[set, set]],
@@ -189,14 +189,14 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
     root = {r.run_id: str(Path(r.path).parent) for r in runs}
     several_roots = len(set(root.values())) > 1
     by_root: dict[str, list[dict]] = {}
-    for i, given in enumerate(scored if scored is not None else split_outcomes(factory, runs, splits, rule)):
-        test_c = splits[i][1]
-        test = [r for r in runs if r.config in test_c]
+    if scored is None:
+        scored = (fit_split(factory, runs, split, rule) for split in splits)
+    for i, given in enumerate(scored):
         outcomes = adapted_outcomes(given)
         m = run_metrics(outcomes)
         long_enough = faithful_outcomes(given)
         fm = run_metrics(long_enough) if long_enough else {}
-        per_split.append({"split": i, **{k: v for k, v in m.items()}, "n_test_runs": len(test),
+        per_split.append({"split": i, **{k: v for k, v in m.items()}, "n_test_runs": len(given),
                           "faithful": {"runs_long_enough": len(long_enough),
                                        **{k: fm.get(k) for k in RUN_KEYS}}})
         pooled.extend(outcomes)

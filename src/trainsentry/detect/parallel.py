@@ -6,7 +6,7 @@ rather than receiving it: the runs' windows are hundreds of MB, and shipping the
 would cost more than the fit. Workers are started with ``spawn``: a process forked after the
 gradient-boosted trees' OpenMP threads ran can hang in its first parallel region.
 
-What comes back is what ``evaluate.fit_and_score`` returns, in split order; the parent aggregates
+What comes back is what ``evaluate.fit_split`` returns, in split order; the parent aggregates
 exactly as it does for splits fitted in its own process, so the results do not depend on N
 (tests/detect/test_parallel.py).
 """
@@ -35,15 +35,12 @@ def _init(data: Roots, cache_dir: Path | None, subset: int | None, seed: int,
 
 
 def _score(name: str, i: int):
-    from .evaluate import fit_and_score
+    from .evaluate import fit_split
     from .pipeline import resolve_detectors
     st = _STATE
     if name not in st["factories"]:
         st["factories"][name] = resolve_detectors([name], st["rt_trees"])[name]
-    train_c, test_c = st["splits"][i]
-    runs = st["runs"]
-    return fit_and_score(st["factories"][name], [r for r in runs if r.config in train_c],
-                         [r for r in runs if r.config in test_c], st["rule"])
+    return fit_split(st["factories"][name], st["runs"], st["splits"][i], st["rule"])
 
 
 class SplitPool:
