@@ -486,13 +486,14 @@ class LiveProcessor:
             lead_p = next(leads, None) if row is not None else None
             floor_flop = next(floors, None) if row is not None else None
             # the single-device path: where the check speaks and reads more training than the detector,
-            # its P is the verdict's (the detector's exchange gate holds P down where nothing is exchanged)
+            # its P is the verdict's (the detector's exchange gate holds P down where nothing is exchanged,
+            # and its trees can doubt a multi-GPU trainer whose GPUs' activity reads like training)
             pv = float(verdict_p(p, lead_p)) if cfg.lead_in_verdict and active and p is not None else p
             via_lead = pv is not None and p is not None and pv > p
             state, why = classify(active, pv, row, cfg.training_p)
             if via_lead and state == "training":
-                why += (f" (the single-device path: {det.name} reads {p:.2f}, no inter-device exchange being "
-                        f"seen; the busiest GPU's activity reads {lead_p:.2f}, see the single-device check's line)")
+                why += (f" (the single-device path: {det.name} reads {p:.2f}; the busiest GPU's activity reads "
+                        f"{lead_p:.2f}, see the single-device check's line)")
             elif via_lead:
                 why += f" (P from the single-device check; {det.name} reads {p:.2f})"
             evidence = [why, *extra, self.detector_note]

@@ -181,9 +181,10 @@ def fit_split(factory: Callable[[], Detector], runs: list[Run], split: tuple[set
 
 def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run], splits: list[tuple[set, set]],
                       rule: AlertRule, lofo: bool = True, advance: Callable[[], None] | None = None,
-                      scored=None) -> dict:
+                      scored=None, lofo_scored=None) -> dict:
     """``scored``: the splits' outcomes in split order, fitted elsewhere (an iterator such as
-    ``detect.parallel.SplitPool.outcomes``); else each split is fitted here."""
+    ``detect.parallel.SplitPool.outcomes``); else each split is fitted here. ``lofo_scored``: the same
+    for the leave-one-family-out folds (``leave_one_family_out``)."""
     per_split, pooled, ttas = [], [], []
     roc_y, roc_p, by_split = [], [], []
     root = {r.run_id: str(Path(r.path).parent) for r in runs}
@@ -219,7 +220,7 @@ def evaluate_detector(name: str, factory: Callable[[], Detector], runs: list[Run
         per_run[rid] = {"class": os_[0].cls, "family": os_[0].family, "test_instances": len(os_),
                         "alerted_frac": _rate([o.alerted for o in os_]),
                         "wrong_frac": _rate([o.alerted != (o.cls == "training") for o in os_])}
-    lofo_res = leave_one_family_out(factory, runs, rule) if lofo else {}
+    lofo_res = leave_one_family_out(factory, runs, rule, lofo_scored) if lofo else {}
     alternatives = {}
     for k in ALTERNATIVE_RULES:
         alt = [RunOutcome(o.run_id, o.cls, o.family, o.config, o.alternatives[k]["alerted"],
@@ -324,16 +325,34 @@ def either_alert(a: list[list[RunOutcome]], b: list[list[RunOutcome]]) -> dict:
             "time_to_alert_s": _tta_summary(ttas, n_training), "per_family": fam}
 
 
-def leave_one_family_out(factory: Callable[[], Detector], runs: list[Run], rule: AlertRule) -> dict:
-    out = {}
+def lofo_folds(runs: list[Run]) -> list[tuple[str, tuple[set, set] | None]]:
+    """Per family (sorted), the leave-one-family-out fold as a split of configurations (every other
+    family's to fit, the family's own to test), or None where the other families hold one class. A
+    configuration belongs to one workload and so to one family; one that did not would be on both
+    sides, which this refuses."""
+    out = []
     for f in sorted({r.family for r in runs}):
-        train = [r for r in runs if r.family != f]
+        train = {r.config for r in runs if r.family != f}
+        test = {r.config for r in runs if r.family == f}
+        if not train.isdisjoint(test):
+            raise ValueError(f"family {f} shares configurations with other families: no leave-one-family-out fold")
+        both = len({r.is_training for r in runs if r.family != f}) == 2
+        out.append((f, (train, test) if both else None))
+    return out
+
+
+def leave_one_family_out(factory: Callable[[], Detector], runs: list[Run], rule: AlertRule, scored=None) -> dict:
+    """``scored``: the outcomes of ``lofo_folds``' fittable folds in their order, fitted elsewhere
+    (``detect.parallel.SplitPool.lofo_outcomes``); else each fold is fitted here."""
+    out = {}
+    scored = iter(scored) if scored is not None else None
+    for f, fold in lofo_folds(runs):
         test = [r for r in runs if r.family == f]
-        if len({r.is_training for r in train}) < 2:
+        if fold is None:
             out[f] = {"class": test[0].cls, "runs": len(test), "correct_frac": None,
                       "note": "the other families hold a single class; nothing to fit"}
             continue
-        outcomes = adapted_outcomes(fit_and_score(factory, train, test, rule))
+        outcomes = adapted_outcomes(next(scored) if scored is not None else fit_split(factory, runs, fold, rule))
         out[f] = {"class": test[0].cls, "runs": len(test),
                   "correct_frac": _rate([o.alerted == (o.cls == "training") for o in outcomes]),
                   "alerted_frac": _rate([o.alerted for o in outcomes])}

@@ -6,6 +6,9 @@ rather than receiving it: the runs' windows are hundreds of MB, and shipping the
 would cost more than the fit. Workers are started with ``spawn``: a process forked after the
 gradient-boosted trees' OpenMP threads ran can hang in its first parallel region.
 
+The leave-one-family-out folds (``evaluate.lofo_folds``) are splits of configurations too, so the
+workers fit them after the random splits (``folds``), and the parent's only fitting is none.
+
 What comes back is what ``evaluate.fit_split`` returns, in split order; the parent aggregates
 exactly as it does for splits fitted in its own process, so the results do not depend on N
 (tests/detect/test_parallel.py).
@@ -50,21 +53,28 @@ class SplitPool:
 
     def __init__(self, jobs: int, data: Roots, cache_dir: Path | None, subset: int | None, seed: int,
                  counter_periods: dict[str, float] | None, rt_trees: int, splits: list[tuple[set, set]],
-                 rule: AlertRule, run_ids: Sequence[str]):
+                 rule: AlertRule, run_ids: Sequence[str], folds: Sequence[tuple[set, set]] = ()):
+        """``folds``: the leave-one-family-out folds to fit after the splits (``lofo_outcomes``)."""
         if jobs < 2:
             raise ValueError("a pool needs at least 2 jobs (1: fit in the evaluating process)")
         self.n = len(splits)
+        self.m = len(folds)
         self.futures: dict[str, list[Future]] = {}
         self.ex = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_init,
-                                      initargs=(data, cache_dir, subset, seed, counter_periods, rt_trees, splits,
-                                                rule, list(run_ids)))
+                                      initargs=(data, cache_dir, subset, seed, counter_periods, rt_trees,
+                                                list(splits) + list(folds), rule, list(run_ids)))
 
     def submit(self, names: Sequence[str]) -> None:
+        """Queue every split, then every fold, of each named detector in turn."""
         for name in names:
-            self.futures[name] = [self.ex.submit(_score, name, i) for i in range(self.n)]
+            self.futures[name] = [self.ex.submit(_score, name, i) for i in range(self.n + self.m)]
 
     def outcomes(self, name: str) -> Iterator:
-        for f in self.futures[name]:
+        for f in self.futures[name][:self.n]:
+            yield f.result()
+
+    def lofo_outcomes(self, name: str) -> Iterator:
+        for f in self.futures[name][self.n:]:
             yield f.result()
 
     def close(self) -> None:

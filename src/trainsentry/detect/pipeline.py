@@ -112,14 +112,17 @@ def run_eval(data: Roots, out: Path, docs: Path | None, n_splits: int = 200, sub
         pool = None
         if jobs > 1:
             from .parallel import SplitPool
+            from .evaluate import lofo_folds
+            folds = [fold for _, fold in lofo_folds(runs) if fold is not None] if lofo else []
             pool = stack_.enter_context(SplitPool(jobs, data, cache_dir, subset, seed, counter_periods, rt_trees,
-                                                  splits, rule, [r.run_id for r in runs]))
+                                                  splits, rule, [r.run_id for r in runs], folds))
             pool.submit(names)
         for name in names:
             task = prog.add_task(f"{name}: {n_splits} splits", total=n_splits)
             results[name] = evaluate_detector(name, factories[name], runs, splits, rule, lofo,
                                               advance=lambda t=task: prog.advance(t),
-                                              scored=pool.outcomes(name) if pool else None)
+                                              scored=pool.outcomes(name) if pool else None,
+                                              lofo_scored=pool.lofo_outcomes(name) if pool else None)
     curves = {n: r.pop("_curves") for n, r in results.items()}
     outcomes = {n: r.pop("_outcomes") for n, r in results.items()}
     combinations = {f"{a} or {b}": {"rule": f"a run alerts when {a} or {b} alerts (each with its own windows "

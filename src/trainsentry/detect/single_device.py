@@ -29,11 +29,17 @@ artifacts were committed are scored as they are (docs/detector.md, docs/lab.md).
 unseen configurations are also in docs/one-gpu.md (``fused+single-device``, the same trees behind the
 gate's complement, scored by ``trainsentry eval-transfer``).
 
-The check speaks only where no exchange is seen (the gate is closed), a GPU is busy, and the window
-has every activity feature that nearly all busy fitting windows had: a GPU without GPM counters
-(tensor-core and DRAM activity) is not judged: the trees would be left with the shape of power and
-with utilisation, which the fitting data's GPUs never gave without the rest. Where the gate is open, the verdict's own
-detector judges the exchange.
+The check speaks where a GPU is busy and the window has every activity feature that nearly all busy
+fitting windows had: a GPU without GPM counters (tensor-core and DRAM activity) is not judged: the
+trees would be left with the shape of power and with utilisation, which the fitting data's GPUs never
+gave without the rest. It speaks whether or not the GPUs exchange (since 2026-12-04; before, only where
+the exchange gate was closed, ``on_exchange=False``): a training GPU's activity does not change with
+whom it exchanges, the trees are fitted on multi-GPU training windows too, and a check that an
+exchange silences is one a trainer silences by adding one (the ZeRO-Offload trainer that a PCIe
+exchange hid, docs/prospective-294da2f-h200x1-verdict.md). On 200 configuration-grouped splits the
+check speaking on exchange windows too found multi-GPU trainers that ``fused`` missed and raised no
+false alert the gated form did not (docs/detector.md: ``fused+single-device-live-noconv`` against
+``fused+single-device-live-noconv-gated``).
 
 Below the busy floor. A window whose busiest GPU ran kernels but for at most ``BUSY_UTIL_PCT`` of its
 time is not judged: per unit of busy time the few busy samples are noise (docs/busy-floor.md), and
@@ -175,8 +181,11 @@ class SingleDeviceCheck:
     name = "single-device"
     feature_set = "trainsentry"
 
-    def __init__(self, threshold: float = THRESHOLD):
+    def __init__(self, threshold: float = THRESHOLD, on_exchange: bool = True):
+        """``on_exchange``: speak on windows whose exchange gate is open too (the check as judged from
+        2026-12-04); False: only where the gate is closed, as before."""
         self.threshold = threshold
+        self.on_exchange = on_exchange
         self.trees = BusiestGpuActivity()
         self.required_: list[str] = []
 
@@ -190,11 +199,16 @@ class SingleDeviceCheck:
         return self
 
     def judged(self, X: pd.DataFrame) -> np.ndarray:
-        """Windows the check speaks on: gate closed, a GPU busy, every feature it requires present."""
+        """Windows the check speaks on: a GPU busy, every feature it requires present, inside the trees'
+        domain (and the exchange gate closed, where ``on_exchange`` is False). A check unpickled from
+        before the setting existed speaks as the code now does."""
         from .rules import exchange_gate
         X = duty_free(X)
         have = np.isfinite(numeric_matrix(X, self.required_)).all(axis=1) if self.required_ else np.ones(len(X), bool)
-        return (exchange_gate(X)[0] < 0.5) & _busy(X) & have & ~self.trees.out_of_domain(X)
+        speak = _busy(X) & have & ~self.trees.out_of_domain(X)
+        if not getattr(self, "on_exchange", True):
+            speak &= exchange_gate(X)[0] < 0.5
+        return speak
 
     def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
         """The lead as a number per row of X: the trees' P(training) where the check speaks
@@ -243,8 +257,7 @@ class SingleDeviceCheck:
         return self.read(X, gpus)[1]
 
     def line(self, p: float) -> str:
-        head = (f"single-device check (no inter-device exchange seen): the GPUs' activity reads "
-                f"P(training) = {p:.2f}")
+        head = f"single-device check (the busiest GPU's activity): reads P(training) = {p:.2f}"
         if p >= self.threshold:
             return (head + ": like training. What it cannot tell apart: on one device, backward passes "
                     "through frozen weights (input attribution, which LoRA fine-tuning computes too) and "
@@ -255,7 +268,8 @@ class SingleDeviceCheck:
     def describe(self) -> dict:
         """What ``base.save_detector`` writes beside the artifact."""
         return {"name": self.name, "feature_set": self.feature_set, "threshold": self.threshold,
-                "busy_util_pct": BUSY_UTIL_PCT, "features": len(self.trees.cols_),
+                "busy_util_pct": BUSY_UTIL_PCT, "on_exchange": bool(getattr(self, "on_exchange", True)),
+                "features": len(self.trees.cols_),
                 "features_required": len(self.required_),
                 "sensors_always_seen": self.trees.groups_seen_}
 

@@ -92,18 +92,20 @@ class SingleDeviceWithout(SingleDevicePath):
 
 class LiveGatedPath(SingleDevicePath):
     """``fused`` plus the single-device check exactly as the live collector gates it
-    (``SingleDeviceCheck.judged``: exchange gate closed, busiest GPU busy above 5 %, the features
-    nearly every busy fitting window had present, inside the trees' domain; 0 elsewhere), where
-    ``fused+single-device`` reads the trees on every window the gate leaves closed, busy or not. Scores
-    what the lead would do as a verdict with its live gate (docs/duty-cycle.md)."""
+    (``SingleDeviceCheck.judged``: busiest GPU busy above 5 %, the features nearly every busy fitting
+    window had present, inside the trees' domain; 0 elsewhere), where ``fused+single-device`` reads the
+    trees on every window the exchange gate leaves closed, busy or not. Scores what the lead does as
+    a verdict with its live gate (docs/duty-cycle.md)."""
 
     name = "fused+single-device-live"
 
-    def __init__(self, workloads: tuple[str, ...] = (), suffix: str = ""):
+    def __init__(self, workloads: tuple[str, ...] = (), suffix: str = "", on_exchange: bool = True):
         """``workloads``: substrings of the run ids left out of the check's fit, as ``SingleDeviceWithout``
-        (the live check is fitted without the convolutional runs, scripts/single_device.py)."""
+        (the live check is fitted without the convolutional runs, scripts/single_device.py);
+        ``on_exchange``: ``SingleDeviceCheck``'s (False: the check silent where the exchange gate is open,
+        as live until 2026-12-04)."""
         self.multi = fused()
-        self.single = SingleDeviceCheck()
+        self.single = SingleDeviceCheck(on_exchange=on_exchange)
         self.workloads = workloads
         self.name = "fused+single-device-live" + suffix
 
@@ -272,6 +274,9 @@ VARIANTS: dict[str, Callable[[], Detector]] = {
     "fused+single-device-live": LiveGatedPath,
     # ... with the check fitted without the convolutional runs, as the live artifact is: the live verdict
     "fused+single-device-live-noconv": lambda: LiveGatedPath(("train.convnet.", "infer.vision."), "-noconv"),
+    # ... with the check silent where the exchange gate is open: the live verdict until 2026-12-04
+    "fused+single-device-live-noconv-gated": lambda: LiveGatedPath(("train.convnet.", "infer.vision."),
+                                                                   "-noconv-gated", on_exchange=False),
     # the same with the single-device trees on GPM window levels (the lead until 2026-12-03)
     "fused+single-device-levels": lambda: SingleDevicePath(levels="all"),
     # the same with only the GPM means per unit of busy time (the lead from 49bb577 until the next refit)

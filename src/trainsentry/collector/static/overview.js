@@ -12,14 +12,14 @@
   }
 
   // P(training), and where the single-device check read the latest window like training (at its
-  // threshold, decided by the server), its P beside it: the verdict's second path on a GPU that
-  // exchanges nothing, whose P the verdict takes where it is the larger.
+  // threshold, decided by the server), its P beside it: the verdict's second path, read from the busiest
+  // GPU's activity, whose P the verdict takes where it is the larger.
   function pCell(n) {
     const td = TS.el("td", { class: "num" }, TS.pct(n.p_training));
     if (n.lead_like_training) {
       td.append(" ", TS.el("span", { class: "lead", title: "single-device check: the busy GPU's activity reads like " +
-        "training in the latest window, no inter-device exchange seen (the verdict's single-device path)" },
-        "1-GPU " + TS.pct(n.lead_p)));
+        "training in the latest window (the verdict's single-device path)" },
+        "GPU " + TS.pct(n.lead_p)));
     }
     // Below the single-device check's busy floor it gives no P, only a bound on the window's work.
     if (n.floor_flop !== null && n.floor_flop !== undefined) {
