@@ -13,6 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DETECTOR = "fused"  # the detector the detector targets (issue 4) are set for
+# what the live collector runs: fused with the single-device check as a second path (collector.live,
+# detect.single_device.verdict_p), scored on the evaluation's splits under this name (detect.variants)
+LIVE_DETECTOR = "fused+single-device-live-noconv"
+# the data the targets are set on: issue 4's "committed H200 dataset" (the two-GPU node's campaign). An
+# evaluation over several datasets fits on every dataset's training side and is judged on this one's test runs.
+DETECTOR_DATASET = "data/h200"
 
 
 @dataclass(frozen=True)

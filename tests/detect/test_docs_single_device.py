@@ -95,3 +95,38 @@ def test_fused_wrong_instances_are_traced_to_their_cause():
                            "training, gate not recorded: 2 (3%)")
     assert wrong_by_cause({"x": {"class": "training", "test_instances": 3, "wrong_frac": 0.0}}, {}) == \
         "`fused` judged every test appearance right."
+
+
+def _row(dataset, acc, fpr, tta):
+    return {"dataset": dataset, "run_accuracy": acc, "inference_fpr": fpr, "other_fpr": 0.0,
+            "training_detection": acc, "median_time_to_alert_s": tta, "splits_with_test_runs": 3}
+
+
+def test_the_targets_are_judged_on_the_target_datasets_rows_where_there_are_several():
+    """With several datasets, each detector's numbers against issue 4's targets are its row for
+    `data/h200`'s test runs, not the pooled one; with one, the pooled row."""
+    from trainsentry.detect.docs import targets_lines
+    dets = {"fused": {**_row("all", 0.80, 0.0, 9.0), "per_dataset": [_row("data/h200", 0.95, 0.001, 9.0),
+                                                                     _row("data/h200x1", 0.60, 0.0, 9.0)]},
+            "fused+single-device-live-noconv": {**_row("all", 0.93, 0.03, 9.0),
+                                                "per_dataset": [_row("data/h200", 0.992, 0.005, 9.1)]}}
+    text = "\n".join(targets_lines(dets))
+    assert "on the test runs of `data/h200`" in text
+    assert "| `fused` | 95.0 % (missed) | 0.1 % (met) | 9.0 s (met) |" in text
+    assert "| `fused+single-device-live-noconv` | 99.2 % (met) | 0.5 % (met) | 9.1 s (met) |" in text
+    alone = "\n".join(targets_lines({"fused": _row("all", 0.991, 0.02, 25.0)}))
+    assert "on every test run" in alone and "| `fused` | 99.1 % (met) | 2.0 % (missed) | 25.0 s (missed) |" in alone
+
+
+def test_the_live_verdict_is_shown_beside_its_gated_form_only_when_that_was_evaluated():
+    from trainsentry.detect.docs import exchange_comparison
+    live = {**_row("all", 0.93, 0.03, 9.0), "per_dataset": [_row("data/h200", 0.992, 0.005, 9.1)]}
+    gated = {"command": "trainsentry eval --seed 0", "protocol": {"splits": 200, "seed": 0},
+             "detectors": {"fused+single-device-live-noconv-gated": {**_row("all", 0.92, 0.03, 9.0),
+                                                                     "per_dataset": [_row("data/h200", 0.989, 0.005, 9.1)]}}}
+    dets = {"fused+single-device-live-noconv": live}
+    text = "\n".join(exchange_comparison(dets, gated))
+    assert "| `fused+single-device-live-noconv` | `data/h200` | 99.2 % |" in text
+    assert "| `fused+single-device-live-noconv-gated` | `data/h200` | 98.9 % |" in text
+    assert "same 200 splits (seed 0; `trainsentry eval --seed 0`)" in text
+    assert exchange_comparison(dets, None) == [] and exchange_comparison({}, gated) == []

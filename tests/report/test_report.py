@@ -509,12 +509,16 @@ def test_missed_targets_are_said(committed):
     misses one says so in the summary, section 3 and the limitations."""
     if not (RESULTS / "detector.json").is_file():
         pytest.skip("no detector results")
-    fused = json.loads((RESULTS / "detector.json").read_text())["detectors"].get("fused")
-    if fused is None:
-        pytest.skip("fused not evaluated")
+    from trainsentry.targets import DETECTOR_DATASET, LIVE_DETECTOR
+    dets = json.loads((RESULTS / "detector.json").read_text())["detectors"]
+    name = next((n for n in (LIVE_DETECTOR, "fused") if n in dets), None)
+    if name is None:
+        pytest.skip("neither the live verdict nor fused evaluated")
+    # judged on the target dataset's test runs where the evaluation read several datasets
+    row = next((v for v in dets[name].get("per_dataset") or [] if v["dataset"] == DETECTOR_DATASET), dets[name])
     text = committed.html_path.read_text()
     missed = [k for k in ("run_accuracy", "inference_fpr", "median_time_to_alert_s")
-              if not TARGETS[f"detector.{k}"].met(fused[k])]
+              if not TARGETS[f"detector.{k}"].met(row[k])]
     summary = text[text.index("<div class='summary'>"):text.index("<nav>")]
     secs = _sections(text)
     for part in (summary, secs["s3_benign"], secs["s9_limitations"]):
@@ -582,7 +586,7 @@ def test_one_gpu_red_team_told_from_its_results(tmp_path):
     sub = secs["s5_redteam"][secs["s5_redteam"].index("<h3>On a one-GPU node</h3>"):]
     words = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", sub))
     assert "missed 1 of them: online lora-k4 at 4.25× the GPU-hours per token of DDP" in words
-    assert "evidence, not the live verdict" in words and "none of these runs raises an alert" in words
+    assert "are the live verdict's single-device path" in words and "raises the live alert as well" in words
     assert "online lora-k4 is not ranked (no loss penalty: the curves share no training)" in words
     assert 'title="redteam-x1.json#rounds/1/strategies/0/gpu_hour_overhead">4.25×<' in sub
     assert "runs detected, round 1" in words and "runs detected, round 2" in words
@@ -851,51 +855,47 @@ def test_host_link_item_says_what_the_host_source_measured(tmp_path):
     assert "the witness saw none of the 8 benign runs" in said and "never witnessed" not in said
 
 
-def test_targets_paragraph_adds_the_fit_with_more_data_when_present(tmp_path):
-    """Section 3's targets paragraph reads results/per-dataset/detector.json (optional): each detector's
-    numbers on this dataset's own test runs, fitted with the other datasets' runs as well; every number
-    traced to that file; nothing said without the file or without a row for this dataset."""
+def test_the_targets_are_judged_on_the_committed_two_gpu_datasets_rows_for_the_live_verdict(tmp_path):
+    """With several datasets in results/detector.json, the targets paragraph and the summary judge the live
+    verdict's detector (fused with the single-device path) on `data/h200`'s test runs, say what fused alone
+    reaches there, and trace every number to the per-dataset rows; with one dataset, the pooled row."""
     from trainsentry.report.context import Ctx
-    from trainsentry.report.sections.s3_benign import _with_more_data
+    from trainsentry.report.sections.s3_benign import _targets
+    from trainsentry.report.summary import meets_detector_targets, primary_detector, target_path
+    from trainsentry.targets import LIVE_DETECTOR
 
-    assert INPUTS["per_dataset"].optional and all("per_dataset" not in s.INPUTS for s in SECTIONS)
+    def row(dataset, acc, fpr, tta):
+        return {"dataset": dataset, "run_accuracy": acc, "inference_fpr": fpr, "median_time_to_alert_s": tta,
+                "training_detection": acc, "other_fpr": 0.0, "splits_with_test_runs": 5}
+
     res = tmp_path / "results"
     res.mkdir()
-    (res / "detector.json").write_text((RESULTS / "detector.json").read_text())
-    root = json.loads((RESULTS / "detector.json").read_text())["dataset"]["root"]
-    assert _with_more_data(Ctx(res, DATA, True, CONFIGS)) == ""
-    (res / "per-dataset").mkdir()
-    rows = [{"dataset": "data/other", "run_accuracy": 0.5, "inference_fpr": 0.5, "training_detection": 0.5},
-            {"dataset": root, "run_accuracy": 0.972, "inference_fpr": 0.025, "training_detection": 0.966}]
-    doc = {"dataset": {"runs": 450}, "detectors": {"fused+single-device": {"per_dataset": rows},
-                                                    "fused": {"per_dataset": rows[:1]}}}
-    (res / "per-dataset" / "detector.json").write_text(json.dumps(doc))
+    pooled = {"run_accuracy": 0.9, "inference_fpr": 0.04, "median_time_to_alert_s": 9.0}
+    doc = {"dataset": {"runs": 618, "root": "data/h200 + data/h200x1"},
+           "protocol": {"splits": 200, "train_fraction_of_configs": 2 / 3},
+           "detectors": {"fused": {**pooled, "per_dataset": [row("data/h200", 0.95, 0.001, 9.0),
+                                                             row("data/h200x1", 0.6, 0.0, 9.0)]},
+                         LIVE_DETECTOR: {**pooled, "per_dataset": [row("data/h200", 0.993, 0.004, 9.1),
+                                                                   row("data/h200x1", 0.93, 0.06, 9.0)]}}}
+    (res / "detector.json").write_text(json.dumps(doc))
     ctx = Ctx(res, DATA, True, CONFIGS)
-    said = re.sub(r"<[^>]+>", "", _with_more_data(ctx))
-    assert "fused+single-device 97" in said and "fused " not in said.replace("fused+", "")
-    assert [i.value for i in ctx.injected] == [0.972, 0.025, 0.966, 450]
-    assert all(s.startswith("per-dataset/detector.json#") for i in ctx.injected for s in i.sources)
-    # the decode evaluation (optional per_dataset_decode) is told the same way, introduced as its own fit
-    assert INPUTS["per_dataset_decode"].optional and all("per_dataset_decode" not in s.INPUTS for s in SECTIONS)
-    assert _with_more_data(ctx, "per_dataset_decode") == ""
-    (res / "per-dataset-decode3").mkdir()
-    (res / "per-dataset-decode3" / "detector.json").write_text(json.dumps({**doc, "dataset": {"runs": 597}}))
+    assert primary_detector(ctx) == LIVE_DETECTOR and meets_detector_targets(ctx, LIVE_DETECTOR)
+    assert not meets_detector_targets(ctx, "fused")
+    assert target_path(ctx, "fused") == "detectors/fused/per_dataset/0"
+    said = re.sub(r"<[^>]+>", "", _targets(ctx))
+    assert "What the collector runs is fused with the single-device check" in said
+    assert f"evaluated as {LIVE_DETECTOR}: on the test runs of data/h200: run accuracy 99.3" in said
+    assert "fused alone: on the test runs of data/h200: run accuracy 95" in said
+    assert {s for i in ctx.injected for s in i.sources if s.startswith("detector.json#detectors/")} >= {
+        f"detector.json#detectors/{LIVE_DETECTOR}/per_dataset/0/run_accuracy",
+        "detector.json#detectors/fused/per_dataset/0/run_accuracy"}
+    # one dataset: the pooled row, the old wording for fused
+    doc = {"dataset": {"runs": 148, "root": "data/h200"}, "protocol": {}, "detectors": {"fused": pooled}}
+    (res / "detector.json").write_text(json.dumps(doc))
     ctx = Ctx(res, DATA, True, CONFIGS)
-    said = re.sub(r"<[^>]+>", "", _with_more_data(ctx, "per_dataset_decode"))
-    assert said.startswith(" Fitted as well on decoding, serving and small-batch training") and "597 runs" in said
-    assert all(s.startswith("per-dataset-decode3/detector.json#") for i in ctx.injected for s in i.sources)
-    # ... and the live verdict's evaluation on fresh splits (optional per_dataset_live)
-    assert INPUTS["per_dataset_live"].optional and all("per_dataset_live" not in s.INPUTS for s in SECTIONS)
-    assert _with_more_data(ctx, "per_dataset_live") == ""
-    (res / "per-dataset-all").mkdir()
-    (res / "per-dataset-all" / "detector.json").write_text(json.dumps({**doc, "dataset": {"runs": 609}}))
-    ctx = Ctx(res, DATA, True, CONFIGS)
-    said = re.sub(r"<[^>]+>", "", _with_more_data(ctx, "per_dataset_live"))
-    assert said.startswith(" On fresh splits, the verdict the live collector now gives") and "609 runs" in said
-    assert all(s.startswith("per-dataset-all/detector.json#") for i in ctx.injected for s in i.sources)
-    doc["detectors"]["fused+single-device"]["per_dataset"] = rows[:1]
-    (res / "per-dataset" / "detector.json").write_text(json.dumps(doc))
-    assert _with_more_data(Ctx(res, DATA, True, CONFIGS)) == ""
+    assert primary_detector(ctx) == "fused" and target_path(ctx, "fused") == "detectors/fused"
+    said = re.sub(r"<[^>]+>", "", _targets(ctx))
+    assert "set targets for the fused detector; on this data it reaches run accuracy 90" in said
 
 
 def test_the_hardened_lead_is_told_from_its_comparison_when_present(tmp_path):

@@ -1,6 +1,7 @@
 """docs/detector.md, written from results/detector.json (every number comes from the results), with
 the single-device path's re-measurement read from its own committed results where they exist
-(``results/duty-bound/detector.json``, ``results/one_gpu.json``, ``results/leads-s26.json``:
+(``results/duty-bound/detector.json``, ``results/one_gpu.json``, ``results/leads-s26.json``, and the
+live verdict's earlier form on the same splits, ``results/live-exchange/detector.json``:
 :func:`companions`)."""
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ LEADS_RESULTS = Path("results/leads-s26.json")
 FP8_ROUNDS = "results/prospective-*-h200x1-fp8.json"   # the single-device leads on FP8 training, one per lead
 LEADS_DOCS = "docs/leads-s26.md"
 ONE_GPU_RESULTS = Path("results/one_gpu.json")
-# the evaluation with every dataset in the fit that the page shows: the live verdict's pair beside the four
-# detectors on the same fresh splits (results/per-dataset holds the earlier one, 566 runs, seed 0; docs/lab.md)
-PER_DATASET_RESULTS = Path("results/per-dataset-all/detector.json")
+# the live verdict as it was until 2026-12-04 (the single-device check silent where the exchange gate is
+# open), on the headline's splits: what letting the check speak there changed
+LIVE_EXCHANGE_RESULTS = Path("results/live-exchange/detector.json")
 
 
 def _f(x, pct: bool = False, digits: int = 1) -> str:
@@ -399,9 +400,19 @@ Run accuracy / inference FPR / training detection / median time to alert (s), me
   Batched forward work at the power cap (embedding, a common
   service) and input attribution on frozen weights (a backward pass, no update) are still read as
   training, so this ungated form is not kept: the live verdict takes the trees only where the live
-  check speaks (gate closed, a GPU busy, inside the trees' domain; `fused+single-device-live-noconv`,
+  check speaks (a GPU busy, inside the trees' domain; `fused+single-device-live-noconv`,
   `detect.single_device`), and on one device their false alerts on attribution and embedding are the
-  price of seeing single-device training at all;
+  price of seeing single-device training at all. Until 2026-12-04 the check also waited for the exchange
+  gate to close; it now speaks where the GPUs exchange too: a training GPU's activity does not change
+  with whom it exchanges, and a check an exchange silences is one a trainer silences by adding one.
+  Chosen on seed 1's first 60 splits of the 597 runs then in the fit (`trainsentry eval --data data/h200
+  --data data/h200x1 --data data/h200x1-host --data data/h200x1-fp8 --data data/h200x1-vision --data
+  data/h200x1-decode --splits 60 --seed 1 --jobs 2 --no-lofo --detector fused+single-device-live-noconv
+  --detector fused+single-device-live-noconv-gated --out results/selection-live-exchange --docs ''`): on
+  `data/h200`'s test runs 99.3 % run accuracy, 0.5 % inference FPR and 99.1 % training detection against
+  98.96 %, 0.5 % and 98.2 % with the check silent on exchange windows; on the host-source runs 98.7 %
+  against 98.1 % (ZeRO-Offload found more often) and on `data/h200x1` 93.5 % against 92.8 %; the decode,
+  FP8 and convolutional runs' numbers did not change. The comparison on the headline's own splits is above;
 * the alert rule: at 2 of 3 @ 0.75 (pooled over the same splits) today's `fused` scores 93.2 % run
   accuracy, 3.7 % inference FPR, 7.1 s to alert — within a few tenths of 3 of 5 @ 0.75 (above), the
   published rule, which is kept: it asks one window more of evidence and the time to alert is well
@@ -478,7 +489,7 @@ def companions() -> dict:
     found = {k: json.loads(p.read_text()) for k, p in (("single_device", SINGLE_DEVICE_RESULTS),
                                                        ("one_gpu", ONE_GPU_RESULTS),
                                                        ("leads", LEADS_RESULTS),
-                                                       ("per_dataset", PER_DATASET_RESULTS)) if p.exists()}
+                                                       ("gated", LIVE_EXCHANGE_RESULTS)) if p.exists()}
     fp8 = [json.loads(p.read_text()) for p in sorted(Path().glob(FP8_ROUNDS))]
     if fp8:
         found["fp8_rounds"] = fp8
@@ -595,6 +606,53 @@ def per_dataset_table(dets: dict) -> list[str]:
     return lines
 
 
+def targets_lines(dets: dict) -> list[str]:
+    """Each detector against issue 4's targets (``trainsentry.targets``), on the test runs of the dataset they
+    are set on where the evaluation read several (its per-dataset row), else over every test run."""
+    from ..targets import DETECTOR, DETECTOR_DATASET, LIVE_DETECTOR, detector_targets
+    targets = detector_targets()
+    rows, where = [], "every test run"
+    for name, r in dets.items():
+        row = next((v for v in r.get("per_dataset") or [] if v["dataset"] == DETECTOR_DATASET), None)
+        if row is not None:
+            where = f"the test runs of `{DETECTOR_DATASET}`"
+        row = row or r
+        cells = []
+        for k, t in targets.items():
+            v = row.get(k)
+            met = t.met(v)
+            unit = "" if t.unit in ("", "%") or v is None else f" {t.unit}"
+            cells.append(f"{_f(v, t.unit == '%')}{unit} ({'–' if met is None else 'met' if met else 'missed'})")
+        rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    note = (f" The targets are set for `{DETECTOR}`; the live collector's verdict is `{DETECTOR}` with the "
+            f"single-device check as a second path, scored here as `{LIVE_DETECTOR}`." if LIVE_DETECTOR in dets else "")
+    return (["", f"Against issue 4's targets ({'; '.join(t.text() for t in targets.values())}), on {where}:", "",
+             "| detector | " + " | ".join(t.label for t in targets.values()) + " |", "|---|" + "---|" * len(targets)]
+            + rows + (["", note.strip()] if note else []))
+
+
+def exchange_comparison(dets: dict, gated: dict | None) -> list[str]:
+    """The live verdict beside its form until 2026-12-04 (the single-device check silent where the GPUs
+    exchange), when ``gated`` is an evaluation of that form on the same runs and splits."""
+    from ..targets import LIVE_DETECTOR
+    name = LIVE_DETECTOR + "-gated"
+    if not gated or LIVE_DETECTOR not in dets or name not in gated.get("detectors", {}):
+        return []
+    lines = ["", f"The single-device check speaking where the GPUs exchange too (`{LIVE_DETECTOR}`, as the collector "
+             f"judges from 2026-12-04) against the check silent there (`{name}`, until then), on the same "
+             f"{gated['protocol']['splits']} splits (seed {gated['protocol']['seed']}; `{gated['command']}`):", "",
+             "| detector | dataset | run accuracy | inference FPR | other FPR | training detection | "
+             "median time to alert (s) |", "|---|---|---|---|---|---|---|"]
+    for n, r in ((LIVE_DETECTOR, dets[LIVE_DETECTOR]), (name, gated["detectors"][name])):
+        for v in [{"dataset": "all", **r}] + list(r.get("per_dataset") or []):
+            lines.append(f"| `{n}` | `{v['dataset']}` | {_f(v['run_accuracy'], True)} | {_f(v['inference_fpr'], True)} | "
+                         f"{_f(v['other_fpr'], True)} | {_f(v['training_detection'], True)} | "
+                         f"{_f(v['median_time_to_alert_s'])} |")
+    return lines
+
+
 def wrong_by_cause(per_run: dict, gate: dict) -> str:
     """`fused`'s wrong test instances (a run's test appearances times its wrong share, over all splits)
     by where they come from: training whose windows mostly stay closed to the exchange gate (fewer than
@@ -624,9 +682,9 @@ def wrong_by_cause(per_run: dict, gate: dict) -> str:
 
 
 def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = None,
-           leads: dict | None = None, per_dataset: dict | None = None, fp8_rounds: list[dict] | None = None) -> str:
+           leads: dict | None = None, gated: dict | None = None, fp8_rounds: list[dict] | None = None) -> str:
     """The page. ``single_device``, ``one_gpu``, ``leads`` and ``fp8_rounds``: the single-device path's
-    results; ``per_dataset``: an evaluation over several datasets, read per dataset (:func:`companions`)."""
+    results; ``gated``: the live verdict's earlier form on the same splits (:func:`companions`)."""
     ds, proto, dets = doc["dataset"], doc["protocol"], doc["detectors"]
     rule = proto["alert_rule"]
     lines = ["# Detectors: telling training from inference", "",
@@ -647,12 +705,9 @@ def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = 
                      f"{_f(r.get('window_accuracy'), True)} | {_f(r['lofo_min_family_detection'], True)} |")
     lines += ["", f"Run metrics: mean over {proto['splits']} splits (test sides). Alert rule: P ≥ {rule['threshold']} "
               f"in {rule['k']} of {rule['n']} windows. Window accuracy: in-run windows at P ≥ 0.5."]
+    lines += targets_lines(dets)
     lines += per_dataset_table(dets)
-    if per_dataset and per_dataset_table(per_dataset.get("detectors", {})):
-        lines += ["", f"With more data in the fit: `{per_dataset['command']}` (`{PER_DATASET_RESULTS}`, "
-                  f"{per_dataset['dataset']['runs']} runs, {per_dataset['protocol']['splits']} splits grouped by "
-                  "configuration over every dataset; a configuration recorded on both nodes is one group)."]
-        lines += per_dataset_table(per_dataset["detectors"])
+    lines += exchange_comparison(dets, gated)
     if doc.get("combinations"):
         lines += ["", "Run-level combinations on the same splits (a run alerts when either detector alerts, each "
                   "with its own windows and rule; window metrics and leave-one-family-out are not defined for a "
@@ -664,11 +719,11 @@ def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = 
             lines.append(f"| `{name}` | {_f(r['run_accuracy'], True)} | {_f(r['inference_fpr'], True)} | "
                          f"{_f(r['other_fpr'], True)} | {_f(r['training_detection'], True)} | "
                          f"{_f(r['median_time_to_alert_s'])} | {_f(single, True)} |")
-        lines += ["", "`fused or rt-baseline` was chosen after reading these splits' per-family table (rt-baseline "
-                  "is the only detector that alerts on single-GPU training, and on these splits it alerts on at "
-                  "most 1 % of any inference family's test appearances): selected and scored on the same splits, so read it as a lead to confirm on new splits "
-                  "and new runs, not as a held-out result. The live collector runs `fused` with the single-device path "
-                  "(`fused+single-device-live-noconv` in the table with more data above), not this combination."]
+        lines += ["", "`fused or rt-baseline` was chosen when this table was fitted on `data/h200` alone, after reading "
+                  "that evaluation's per-family table (rt-baseline was then the only detector in it that alerted on "
+                  "single-GPU training, on at most 1 % of any inference family's test appearances): selected and "
+                  "scored on the same splits, so read it as a lead, not as a held-out result. The live collector runs `fused` with the single-device path "
+                  "(`fused+single-device-live-noconv` above), not this combination."]
     for name in adapted:
         lines += ["", f"† `{name}`: {dets[name]['headline_rule']}. Its windows (the detector's own window length "
                   "and stride) are too few on these runs to complete the published vote, so its run-level numbers "
@@ -723,7 +778,8 @@ def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = 
             lo = r["lofo"].get(f, {}).get("correct_frac")
             cells.append(f"{_f(a, True, 0)} / {_f(lo, True, 0)}")
         lines.append(f"| {f} | {cls} | " + " | ".join(cells) + " |")
-    ours = [n for n in ("comm-rules", "comm-ml", "fused") if n in dets and "per_run" in dets[n]]
+    ours = [n for n in ("comm-rules", "comm-ml", "fused", "fused+single-device-live-noconv")
+            if n in dets and "per_run" in dets[n]]
     if ours:
         wrong = sorted({rid for n in ours for rid, v in dets[n]["per_run"].items() if v["wrong_frac"]},
                        key=lambda rid: (-max(dets[n]["per_run"].get(rid, {}).get("wrong_frac") or 0 for n in ours), rid))

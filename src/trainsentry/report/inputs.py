@@ -61,8 +61,12 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
     Input("dataset", "dataset.json", "results",
           "trainsentry lab summary --data data/h200 --json results/dataset.json",
           "the benign dataset card"),
-    Input("detector", "detector.json", "results", "trainsentry eval --data data/h200",
-          "detector evaluation on configuration-grouped splits"),
+    Input("detector", "detector.json", "results",
+          "trainsentry eval --data data/h200 --data data/h200x1 --data data/h200x1-host --data data/h200x1-fp8 "
+          "--data data/h200x1-vision --data data/h200x1-decode --data data/h200x1-verdict --splits 200 --jobs 2 "
+          "--detector comm-rules --detector comm-ml --detector fused --detector rt-baseline "
+          "--detector fused+single-device-live-noconv --out results --docs docs/detector.md --cache .cache/features",
+          "detector evaluation on configuration-grouped splits of every benign dataset, the live verdict among them"),
     Input("flops", "flops.json", "results", "trainsentry flops-eval --data data/h200",
           "every FLOP estimator on the same grouped splits"),
     Input("redteam", "redteam.json", "results",
@@ -100,26 +104,6 @@ INPUTS: dict[str, Input] = {i.key: i for i in (
           "--detector comm-ml --detector fused --detector rt-baseline --detector fused+single-device "
           "--out results/one_gpu.json --docs docs/one-gpu.md",
           "the detectors fitted on the 2-GPU node, judged on a one-GPU node's runs"),
-    Input("per_dataset", "per-dataset/detector.json", "results",
-          "trainsentry eval --data data/h200 --data data/h200x1 --data data/h200x1-host --data data/h200x1-fp8 "
-          "--data data/h200x1-vision --splits 100 --detector fused --detector fused+single-device "
-          "--detector fused+single-device-noconv --out results/per-dataset --docs ''",
-          "the detectors fitted with the one-GPU node's runs as well, scored on each dataset's test runs",
-          optional=True),
-    Input("per_dataset_decode", "per-dataset-decode3/detector.json", "results",
-          "trainsentry eval --data data/h200 --data data/h200x1 --data data/h200x1-host --data data/h200x1-fp8 "
-          "--data data/h200x1-vision --data data/h200x1-decode --splits 100 --detector fused+single-device-noconv "
-          "--detector fused+single-device-noconv-nodecode --out results/per-dataset-decode3 --docs ''",
-          "the single-device lead fitted with and without the decode dataset's runs, beside fused, scored on each "
-          "dataset's test runs", optional=True),
-    Input("per_dataset_live", "per-dataset-all/detector.json", "results",
-          "trainsentry eval --data data/h200 --data data/h200x1 --data data/h200x1-host --data data/h200x1-fp8 "
-          "--data data/h200x1-vision --data data/h200x1-decode --splits 200 --seed 1 --jobs 2 --no-lofo "
-          "--detector comm-rules --detector comm-ml --detector fused --detector rt-baseline "
-          "--detector fused+single-device-live-noconv --out results/per-dataset-all --docs '' --cache .cache/features",
-          "the live verdict (fused with the single-device path, gated and fitted as the collector's) beside the four "
-          "detectors, rt-baseline among them, on the same fresh splits, scored on each dataset's test runs",
-          optional=True),
     Input("unseen_diffusion", "unseen-diffusion.json", "results",
           "python scripts/unseen_family.py --data data/h200 --data data/h200x1 --data data/h200x1-host "
           "--family diffusion --detector fused --detector fused+single-device --detector fused+single-device-tensor "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 
 from .figures import flop_label
-from ..targets import DETECTOR as PRIMARY, TARGETS, detector_targets
+from ..targets import DETECTOR as PRIMARY, DETECTOR_DATASET, LIVE_DETECTOR, TARGETS, detector_targets
 
 
 def sec(anchor: str) -> str:
@@ -36,10 +36,22 @@ def most_accurate_detector(ctx) -> str | None:
 
 
 def primary_detector(ctx) -> str | None:
-    """The detector the targets are set for when it was evaluated, else the most accurate one."""
+    """The detector judged against the targets: the live verdict's (``LIVE_DETECTOR``, fused with the
+    single-device path, what the collector runs) when it was evaluated, else the one the targets are set
+    for (fused), else the most accurate one."""
     if not ctx.has("detector"):
         return None
-    return PRIMARY if PRIMARY in ctx.value("detector", "detectors") else most_accurate_detector(ctx)
+    dets = ctx.value("detector", "detectors")
+    return next((n for n in (LIVE_DETECTOR, PRIMARY) if n in dets), None) or most_accurate_detector(ctx)
+
+
+def target_path(ctx, name: str) -> str:
+    """Where one detector's numbers against the targets are in results/detector.json: its row for the test
+    runs of the dataset the targets are set on (``DETECTOR_DATASET``) when the evaluation read several
+    datasets, else its row over every test run."""
+    rows = ctx.value("detector", f"detectors/{name}").get("per_dataset") or []
+    i = next((j for j, v in enumerate(rows) if v.get("dataset") == DETECTOR_DATASET), None)
+    return f"detectors/{name}" if i is None else f"detectors/{name}/per_dataset/{i}"
 
 
 def best_flop_estimator(ctx) -> str | None:
@@ -50,15 +62,17 @@ def best_flop_estimator(ctx) -> str | None:
 
 def meets_detector_targets(ctx, name: str) -> bool:
     """Whether one detector of results/detector.json meets every detector target (issue 4)."""
-    d = ctx.value("detector", f"detectors/{name}")
+    d = ctx.value("detector", target_path(ctx, name))
     return all(t.met(d.get(k)) for k, t in detector_targets().items())
 
 
 def detector_vs_targets(ctx, name: str) -> str:
-    """The three issue-4 numbers of one detector, each with its target and whether it is met."""
-    p = f"detectors/{name}"
+    """The three issue-4 numbers of one detector, each with its target and whether it is met (on the
+    target dataset's test runs where the evaluation read several datasets: ``target_path``)."""
+    p = target_path(ctx, name)
     d = ctx.value("detector", p)
-    return (f"run accuracy {ctx.num('detector', f'{p}/run_accuracy', 'pct')} "
+    where = (f"on the test runs of <code>{html.escape(DETECTOR_DATASET)}</code>: " if "/per_dataset/" in p else "")
+    return (f"{where}run accuracy {ctx.num('detector', f'{p}/run_accuracy', 'pct')} "
             f"({target_clause(ctx, 'detector.run_accuracy', d.get('run_accuracy'), 'pct')}), "
             f"inference false-positive rate {ctx.num('detector', f'{p}/inference_fpr', 'pct')} "
             f"({target_clause(ctx, 'detector.inference_fpr', d.get('inference_fpr'), 'pct')}), "
@@ -89,7 +103,11 @@ def render(ctx) -> str:
         size = (f"; mean over {ctx.num('detector', 'protocol/splits', 'int')} configuration-grouped splits of "
                 f"{ctx.num('detector', 'dataset/runs', 'int')} runs"
                 if "splits" in (doc.get("protocol") or {}) and "runs" in (doc.get("dataset") or {}) else "")
-        items.append(f"<li><b>Detector.</b> {html.escape(name)}: {detector_vs_targets(ctx, name)}{size}. "
+        live = (f" (the live verdict: {ctx.term('fused')} with the single-device check as a second path)"
+                if name == LIVE_DETECTOR else "")
+        alone = (f" {ctx.term('fused')} alone: {detector_vs_targets(ctx, PRIMARY)}."
+                 if name != PRIMARY and PRIMARY in ctx.value("detector", "detectors") else "")
+        items.append(f"<li><b>Detector.</b> {html.escape(name)}{live}: {detector_vs_targets(ctx, name)}{size}.{alone} "
                      + (f"The detector targets are not reached yet ({sec('s3_benign')})."
                         if not meets_detector_targets(ctx, name) else "The detector targets are reached on this data.")
                      + (f" The reproduced Rahman &amp; Tajdari classifier is not in this evaluation ({sec('s3_benign')} says why)."

@@ -9,6 +9,7 @@ from ...detect.alert import AlertRule
 from .. import figures as F
 from ..inputs import INPUTS as ALL_INPUTS
 from ..published import PUBLISHED
+from ...targets import DETECTOR as PRIMARY, LIVE_DETECTOR
 from ..summary import detector_vs_targets, most_accurate_detector, primary_detector
 
 TITLE = "Benign validation"
@@ -48,11 +49,21 @@ def _protocol(ctx) -> str:
     return (f"<p><b>Protocol.</b> Every detector was fitted on {frac} and scored on the rest, over "
             f"{ctx.num('detector', 'protocol/splits', 'int')} random splits of the "
             f"{ctx.num('detector', 'dataset/runs', 'int')} runs ({ctx.num('detector', 'dataset/configs', 'int')} "
-            f"configurations in {ctx.num('detector', 'dataset/families', 'int')} families); no configuration is "
-            f"on both sides of a split. Run-level numbers are means over the splits' test sides, each holding "
+            f"configurations in {ctx.num('detector', 'dataset/families', 'int')} families{_roots(ctx)}); no "
+            f"configuration is on both sides of a split. Run-level numbers are means over the splits' test sides, each holding "
             f"{_test_share(ctx, proto)} the configurations, so one run more or less correct moves a split's accuracy by several points. "
             f"Each family was also scored by a model fitted without any run of that family "
             f"(leave one family out; for inference and other families, correct means not alerted). Times to alert are in seconds from the true start of the workload.</p>")
+
+
+def _roots(ctx) -> str:
+    """Where the evaluation read several datasets: which, and that the table pools their test runs."""
+    roots = str((ctx.load("detector").get("dataset") or {}).get("root") or "").split(" + ")
+    if len(roots) < 2:
+        return ""
+    return (", from the datasets " + ", ".join(f"<code>{html.escape(r)}</code>" for r in roots)
+            + "; the table pools every dataset's test runs, and each detector is fitted on every dataset's "
+            "training side")
 
 
 def _test_share(ctx, proto: dict) -> str:
@@ -67,14 +78,23 @@ def _targets(ctx) -> str:
     name = primary_detector(ctx)
     if not name:
         return ""
-    return (f"<p><b>Against the targets.</b> The project set targets for the {html.escape(name)} detector; on this "
-            f"data it reaches {detector_vs_targets(ctx, name)}."
+    if name == LIVE_DETECTOR:
+        dets = ctx.value("detector", "detectors")
+        head = (f"<p><b>Against the targets.</b> The project set its targets for the {ctx.term('fused')} detector on "
+                f"the committed two-GPU {ctx.term('H200')} dataset. What the collector runs is {ctx.term('fused')} with "
+                f"the single-device check as a second path (where the check speaks, the larger of the two "
+                f"P(training)), evaluated as {html.escape(name)}: {detector_vs_targets(ctx, name)}."
+                + (f" {ctx.term('fused')} alone: {detector_vs_targets(ctx, PRIMARY)}; its exchange gate holds it "
+                   f"silent on training that exchanges nothing, such as a run on one GPU." if PRIMARY in dets else ""))
+    else:
+        head = (f"<p><b>Against the targets.</b> The project set targets for the {html.escape(name)} detector; on this "
+                f"data it reaches {detector_vs_targets(ctx, name)}.")
+    return (head
             + (f" These numbers are preliminary: they rest on {ctx.num('detector', 'dataset/runs', 'int')} runs, and "
                f"a detector fitted on about {ctx.num('detector', 'protocol/train_fraction_of_configs', 'frac')} of "
                f"their configurations has seen few examples of each family."
                if "dataset" in ctx.load("detector") and "train_fraction_of_configs" in (ctx.load("detector").get("protocol") or {})
-               else "") + _with_more_data(ctx) + _with_more_data(ctx, "per_dataset_decode")
-            + _with_more_data(ctx, "per_dataset_live") + _unseen_family(ctx) + "</p>")
+               else "") + _unseen_family(ctx) + "</p>")
 
 
 # benign families held out of every fit (optional inputs from scripts/unseen_family.py): input key, what the
@@ -103,39 +123,6 @@ def _unseen_family(ctx) -> str:
         out.append(f"{head}: fitted on the other {ctx.num(k, 'runs_fitted', 'int')} runs and judging its "
                    f"{ctx.num(k, 'runs_judged', 'int')}, {'; '.join(parts)} ({page}).")
     return "".join(out)
-
-
-# what each evaluation with several datasets adds to the fit, as section 3 introduces it
-MORE_DATA = {"per_dataset": "Fitted on the one-GPU node's runs as well",
-             "per_dataset_decode": ("Fitted as well on decoding, serving and small-batch training recorded on one GPU "
-                                    "(<code>data/h200x1-decode</code>), the one-GPU node's other runs beside them"),
-             "per_dataset_live": ("On fresh splits, the verdict the live collector now gives (fused with the "
-                                  "single-device path: where no exchange is seen and a GPU is busy, the larger of "
-                                  "fused's P and the check's), beside the four detectors, the reproduced baseline "
-                                  "among them, all fitted on every dataset above")}
-
-
-def _with_more_data(ctx, key: str = "per_dataset") -> str:
-    """The same dataset's test runs scored by detectors fitted with other datasets' runs as well
-    (optional input ``key``, one of ``MORE_DATA``: ``trainsentry eval`` with several roots), where that
-    file holds them."""
-    root = (ctx.load("detector").get("dataset") or {}).get("root")
-    if not ctx.has(key) or not root:
-        return ""
-    parts = []
-    for name, r in ctx.value(key, "detectors").items():
-        i = next((j for j, v in enumerate(r.get("per_dataset") or []) if v["dataset"] == root), None)
-        if i is None:
-            continue
-        p = f"detectors/{name}/per_dataset/{i}"
-        parts.append(f"{html.escape(name)} {ctx.num(key, f'{p}/run_accuracy', 'pct')} run accuracy, "
-                     f"{ctx.num(key, f'{p}/inference_fpr', 'pct')} inference false positives, "
-                     f"{ctx.num(key, f'{p}/training_detection', 'pct')} of training detected")
-    if not parts:
-        return ""
-    return (f" {MORE_DATA[key]} (the same kind of splits over every dataset's "
-            f"configurations, {ctx.num(key, 'dataset/runs', 'int')} runs) and scored on this dataset's "
-            f"test runs only: {'; '.join(parts)}.")
 
 
 def _rt_missing(ctx) -> str:

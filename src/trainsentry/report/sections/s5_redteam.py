@@ -404,10 +404,10 @@ def _one_gpu_node(ctx) -> str:
         text += "It detected every setting in the last round. "
     if primary == SINGLE:
         text += ("Trees of this kind (the live ones also fitted on the red team's one-GPU trainers, docs/duty-cycle.md) "
-                 "run in the live collector only as a single-device lead beside the verdict: evidence, "
-                 "not the live verdict. On a one-GPU node the verdict is fused's, whose exchange gate stays closed "
-                 "without traffic between devices, so none of these runs raises an alert in the live state, "
-                 "whatever the lead says.")
+                 "are the live verdict's single-device path: where the live check speaks (a GPU busy above its "
+                 "floor, inside the trees' domain) and reads more training than fused, whose exchange gate stays "
+                 "closed without traffic between devices, the verdict takes the check's P, so a setting they catch "
+                 "raises the live alert as well (docs/collector.md).")
     return (f"<div class='keep'><h3>On a one-GPU node</h3><p>{text}{_leads(ctx)}{_hardened(ctx)}{_fp8_leads(ctx)}{_vision_leads(ctx)}{_decode_leads(ctx)}</p>"
             f"{_below_floor(ctx)}</div>{table}")
 

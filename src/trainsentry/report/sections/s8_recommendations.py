@@ -347,7 +347,7 @@ def render(ctx, figs) -> str:
                      f"found {n('frozen/fused+single-device/training_detection')} with "
                      f"{n('frozen/fused+single-device/inference_fpr')} false alerts on that node's inference, but "
                      f"they also take input attribution and batched forward work (embedding) for training, so the live "
-                     f"collector calls training through them only where no exchange is seen and a GPU is busy, and "
+                     f"collector calls training through them only where a GPU is busy and the window lies inside the trees' domain, and "
                      f"names that path in the verdict, its evidence and its alert.{_red_team_one_gpu(ctx)} A regime that must "
                      f"see small fine-tuning jobs needs a signal of the weight update that these activity counters "
                      f"do not give.{_backward_without_update(ctx)}"
