@@ -413,6 +413,11 @@ Run accuracy / inference FPR / training detection / median time to alert (s), me
   98.96 %, 0.5 % and 98.2 % with the check silent on exchange windows; on the host-source runs 98.7 %
   against 98.1 % (ZeRO-Offload found more often) and on `data/h200x1` 93.5 % against 92.8 %; the decode,
   FP8 and convolutional runs' numbers did not change. The comparison on the headline's own splits is above;
+  confirmed on seed 2's 200 splits (the headline's command with `--seed 2 --no-lofo --detector
+  fused+single-device-live-noconv --detector fused+single-device-live-noconv-gated --out
+  results/confirm-live-exchange-seed2 --docs ''`): on `data/h200` 99.1 % / 0.9 % / 98.9 % against 98.8 % /
+  0.8 % / 98.1 %, the three false alerts it added on tensor-parallel decode and zigzag context-parallel
+  prefill;
 * the alert rule: at 2 of 3 @ 0.75 (pooled over the same splits) today's `fused` scores 93.2 % run
   accuracy, 3.7 % inference FPR, 7.1 s to alert — within a few tenths of 3 of 5 @ 0.75 (above), the
   published rule, which is kept: it asks one window more of evidence and the time to alert is well
