@@ -3,7 +3,7 @@
     python scripts/verdict_paths.py data/h200x1-verdict/train.offload.w1024-l16-720778-r0 ...
 
 per run, over its in-run windows: the share where the exchange gate is open (until 2026-12-04 the
-single-device check was silent there; ``judged_gated``), the median of ``fused``'s P, the share the check
+single-device check was silent there), the median of ``fused``'s P, the share the check
 judges, the median of the check's trees on every window (what they would say where the check is
 silent), the busiest GPU's median NVML utilisation and the median of the busiest GPU's PCIe traffic. The
 gate, ``fused`` and the traffic do not depend on the check's refits; the trees' median does (the artifact
@@ -35,7 +35,7 @@ from trainsentry.detect.base import load_detector, numeric_matrix  # noqa: E402
 from trainsentry.detect.dataset import load_run  # noqa: E402
 from trainsentry.detect.rules import exchange_gate  # noqa: E402
 from trainsentry.detect.alert import AlertRule  # noqa: E402
-from trainsentry.detect.single_device import UTIL_COL, SingleDeviceCheck, duty_free, load, verdict_p  # noqa: E402
+from trainsentry.detect.single_device import UTIL_COL, duty_free, load, verdict_p  # noqa: E402
 
 PCIE_COL = "comm.pcie.Bps.max"
 
@@ -53,13 +53,6 @@ def paths(run_dir: Path, models: Path = Path("models")) -> dict:
             "util_pct_median": med(UTIL_COL), "pcie_Bps_median": med(PCIE_COL)}
 
 
-def gated_form(check: SingleDeviceCheck) -> SingleDeviceCheck:
-    """The same fitted check, silent where the exchange gate is open (the live form until 2026-12-04)."""
-    old = SingleDeviceCheck(check.threshold, on_exchange=False)
-    old.trees, old.required_ = check.trees, check.required_
-    return old
-
-
 def alerts(run_dir: Path, models: Path = Path("models"), rule: AlertRule = AlertRule()) -> dict:
     """Whether the alert rule (capped at the run's windows, as the evaluation's headline) fires on the
     run's windows under ``fused`` alone, the live verdict, and the verdict with the check gated."""
@@ -68,7 +61,7 @@ def alerts(run_dir: Path, models: Path = Path("models"), rule: AlertRule = Alert
     w = run.windows["trainsentry"]
     p = fused.predict_proba(w)
     reads = {"fused": p, "verdict": verdict_p(p, check.predict_proba(w)),
-             "verdict_gated": verdict_p(p, gated_form(check).predict_proba(w))}
+             "verdict_gated": verdict_p(p, check.speaking_on_exchange(False).predict_proba(w))}
     t_end, capped = w["t_end"].to_numpy(), rule.capped(len(w))
     return {"run": run_dir.name, "class": run.cls, "family": run.family,
             **{k: bool(capped.evaluate(t_end, v, run.start)["alerted"]) for k, v in reads.items()}}

@@ -50,3 +50,18 @@ def test_a_pool_needs_two_jobs(tiny_dataset):
     from trainsentry.detect.parallel import SplitPool
     with pytest.raises(ValueError, match="at least 2"):
         SplitPool(1, str(tiny_dataset), None, None, 0, None, 10, [], AlertRule(), [])
+
+
+def test_lofo_folds_refuse_a_configuration_shared_by_two_families(tiny_dataset, feature_cache):
+    """A configuration under two families would sit on both sides of a fold: refused, not fitted."""
+    from dataclasses import replace
+
+    import pytest
+
+    from trainsentry.detect.dataset import load_dataset
+    from trainsentry.detect.evaluate import lofo_folds
+    runs = load_dataset(tiny_dataset, feature_cache)
+    other = next(r.family for r in runs if r.family != runs[0].family)
+    mixed = runs + [replace(runs[0], run_id="again", family=other)]
+    with pytest.raises(ValueError, match="shares configurations"):
+        lofo_folds(mixed)

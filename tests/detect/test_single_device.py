@@ -62,8 +62,8 @@ def test_it_speaks_where_the_gpus_exchange_too_unless_told_not_to(check):
     assert (exchange_gate(df)[0] >= 0.5).all()
     lines = check.lines(df)
     assert all(line is not None for line in lines) and np.mean([": like training" in x for x in lines]) >= 0.8
-    gated = SingleDeviceCheck(on_exchange=False)
-    gated.trees, gated.required_ = check.trees, check.required_
+    gated = check.speaking_on_exchange(False)
+    assert gated.required_ == check.required_ and check.speaking_on_exchange(True).lines(df) == lines
     assert gated.lines(df) == [None] * len(df)
     assert check.describe()["on_exchange"] and not gated.describe()["on_exchange"]
 

@@ -26,6 +26,6 @@ def test_only_the_check_speaking_on_the_exchange_alerts_on_it():
     vp = load_script("verdict_paths")
     d = vp.alerts(OFFLOAD, REPO / "models")
     assert (d["class"], d["fused"], d["verdict_gated"], d["verdict"]) == ("training", False, False, True)
-    check = vp.load(REPO / "models" / "single-device.joblib")
-    old = vp.gated_form(check)
+    check = vp.load(REPO / "models" / "single-device.joblib")   # pickled before on_exchange existed
+    old = check.speaking_on_exchange(False)
     assert check.on_exchange and not old.on_exchange and old.trees is check.trees

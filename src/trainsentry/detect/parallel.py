@@ -7,7 +7,7 @@ would cost more than the fit. Workers are started with ``spawn``: a process fork
 gradient-boosted trees' OpenMP threads ran can hang in its first parallel region.
 
 The leave-one-family-out folds (``evaluate.lofo_folds``) are splits of configurations too, so the
-workers fit them after the random splits (``folds``), and the parent's only fitting is none.
+workers fit them after the random splits (``folds``) and the parent fits nothing.
 
 What comes back is what ``evaluate.fit_split`` returns, in split order; the parent aggregates
 exactly as it does for splits fitted in its own process, so the results do not depend on N

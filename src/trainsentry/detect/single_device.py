@@ -200,15 +200,21 @@ class SingleDeviceCheck:
                           np.isfinite(numeric_matrix(busy, [c])[:, 0]).mean() >= REQUIRED_FRACTION]
         return self
 
+    def speaking_on_exchange(self, on: bool) -> "SingleDeviceCheck":
+        """The same fitted trees and required features, speaking where the GPUs exchange or not
+        (``on_exchange``): the check as live now (True) or until 2026-12-04 (False)."""
+        other = SingleDeviceCheck(self.threshold, on_exchange=on)
+        other.trees, other.required_ = self.trees, self.required_
+        return other
+
     def judged(self, X: pd.DataFrame) -> np.ndarray:
         """Windows the check speaks on: a GPU busy, every feature it requires present, inside the trees'
-        domain (and the exchange gate closed, where ``on_exchange`` is False). A check unpickled from
-        before the setting existed speaks as the code now does."""
+        domain (and the exchange gate closed, where ``on_exchange`` is False)."""
         from .rules import exchange_gate
         X = duty_free(X)
         have = np.isfinite(numeric_matrix(X, self.required_)).all(axis=1) if self.required_ else np.ones(len(X), bool)
         speak = _busy(X) & have & ~self.trees.out_of_domain(X)
-        if not getattr(self, "on_exchange", True):
+        if not self.on_exchange:
             speak &= exchange_gate(X)[0] < 0.5
         return speak
 
@@ -270,7 +276,7 @@ class SingleDeviceCheck:
     def describe(self) -> dict:
         """What ``base.save_detector`` writes beside the artifact."""
         return {"name": self.name, "feature_set": self.feature_set, "threshold": self.threshold,
-                "busy_util_pct": BUSY_UTIL_PCT, "on_exchange": bool(getattr(self, "on_exchange", True)),
+                "busy_util_pct": BUSY_UTIL_PCT, "on_exchange": self.on_exchange,
                 "features": len(self.trees.cols_),
                 "features_required": len(self.required_),
                 "sensors_always_seen": self.trees.groups_seen_}
@@ -291,6 +297,6 @@ def fitted(check, path: Path) -> SingleDeviceCheck:
     if unknown:
         raise ValueError(f"{path} needs columns this version of trainsentry does not derive ({', '.join(unknown)}); "
                          "update trainsentry or refit the check (scripts/single_device.py)")
-    if not hasattr(check, "on_exchange"):   # pickled before the setting existed: the check as judged now
-        check.on_exchange = True
+    if not hasattr(check, "on_exchange"):   # pickled before the setting existed (every load comes here):
+        check.on_exchange = True            # the check as judged now
     return check
