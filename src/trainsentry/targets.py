@@ -64,3 +64,10 @@ TARGETS = {
 def detector_targets() -> dict[str, Target]:
     """The detector issue's targets keyed by the name of the number they judge (``run_accuracy``, ...)."""
     return {k.split(".", 1)[1]: t for k, t in TARGETS.items() if k.startswith("detector.")}
+
+
+def target_row(per_dataset: list[dict] | None) -> int | None:
+    """The index of ``DETECTOR_DATASET``'s row among one detector's per-dataset rows of an evaluation over
+    several datasets (``per_dataset`` in results/detector.json), or None (one dataset, or not among them):
+    where the detector targets are judged."""
+    return next((i for i, v in enumerate(per_dataset or []) if v.get("dataset") == DETECTOR_DATASET), None)

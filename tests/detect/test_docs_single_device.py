@@ -124,9 +124,19 @@ def test_the_live_verdict_is_shown_beside_its_gated_form_only_when_that_was_eval
     gated = {"command": "trainsentry eval --seed 0", "protocol": {"splits": 200, "seed": 0},
              "detectors": {"fused+single-device-live-noconv-gated": {**_row("all", 0.92, 0.03, 9.0),
                                                                      "per_dataset": [_row("data/h200", 0.989, 0.005, 9.1)]}}}
-    dets = {"fused+single-device-live-noconv": live}
-    text = "\n".join(exchange_comparison(dets, gated))
+    live["per_run"] = {"fsdp": {"class": "training", "test_instances": 64, "alerted_frac": 1.0},
+                       "cp": {"class": "inference", "test_instances": 80, "alerted_frac": 3 / 80},
+                       "same": {"class": "inference", "test_instances": 10, "alerted_frac": 0.0}}
+    gated["detectors"]["fused+single-device-live-noconv-gated"]["per_run"] = {
+        "fsdp": {"class": "training", "test_instances": 64, "alerted_frac": 44 / 64},
+        "cp": {"class": "inference", "test_instances": 80, "alerted_frac": 2 / 80},
+        "same": {"class": "inference", "test_instances": 10, "alerted_frac": 0.0}}
+    doc = {"detectors": {"fused+single-device-live-noconv": live}}
+    text = "\n".join(exchange_comparison(doc, gated))
     assert "| `fused+single-device-live-noconv` | `data/h200` | 99.2 % |" in text
     assert "| `fused+single-device-live-noconv-gated` | `data/h200` | 98.9 % |" in text
     assert "same 200 splits (seed 0; `trainsentry eval --seed 0`)" in text
-    assert exchange_comparison(dets, None) == [] and exchange_comparison({}, gated) == []
+    # the runs the change moved, counted from per_run, largest change first; an unmoved run is not named
+    assert "fsdp (training) 64 / 44 of 64; cp (inference) 3 / 2 of 80." in text and "same (" not in text
+    assert exchange_comparison(doc, None) == [] and exchange_comparison({}, gated) == []
+    assert exchange_comparison(None, gated) == []

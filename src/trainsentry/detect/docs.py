@@ -17,6 +17,8 @@ ONE_GPU_RESULTS = Path("results/one_gpu.json")
 # the live verdict as it was until 2026-12-04 (the single-device check silent where the exchange gate is
 # open), on the headline's splits: what letting the check speak there changed
 LIVE_EXCHANGE_RESULTS = Path("results/live-exchange/detector.json")
+# both forms on another seed's splits, a confirmation no choice was made on
+LIVE_EXCHANGE_CONFIRM = Path("results/confirm-live-exchange-seed2/detector.json")
 
 
 def _f(x, pct: bool = False, digits: int = 1) -> str:
@@ -494,7 +496,8 @@ def companions() -> dict:
     found = {k: json.loads(p.read_text()) for k, p in (("single_device", SINGLE_DEVICE_RESULTS),
                                                        ("one_gpu", ONE_GPU_RESULTS),
                                                        ("leads", LEADS_RESULTS),
-                                                       ("gated", LIVE_EXCHANGE_RESULTS)) if p.exists()}
+                                                       ("gated", LIVE_EXCHANGE_RESULTS),
+                                                       ("confirm", LIVE_EXCHANGE_CONFIRM)) if p.exists()}
     fp8 = [json.loads(p.read_text()) for p in sorted(Path().glob(FP8_ROUNDS))]
     if fp8:
         found["fp8_rounds"] = fp8
@@ -614,14 +617,14 @@ def per_dataset_table(dets: dict) -> list[str]:
 def targets_lines(dets: dict) -> list[str]:
     """Each detector against issue 4's targets (``trainsentry.targets``), on the test runs of the dataset they
     are set on where the evaluation read several (its per-dataset row), else over every test run."""
-    from ..targets import DETECTOR, DETECTOR_DATASET, LIVE_DETECTOR, detector_targets
+    from ..targets import DETECTOR, DETECTOR_DATASET, LIVE_DETECTOR, detector_targets, target_row
     targets = detector_targets()
     rows, where = [], "every test run"
     for name, r in dets.items():
-        row = next((v for v in r.get("per_dataset") or [] if v["dataset"] == DETECTOR_DATASET), None)
-        if row is not None:
+        i = target_row(r.get("per_dataset"))
+        if i is not None:
             where = f"the test runs of `{DETECTOR_DATASET}`"
-        row = row or r
+        row = r if i is None else r["per_dataset"][i]
         cells = []
         for k, t in targets.items():
             v = row.get(k)
@@ -638,23 +641,44 @@ def targets_lines(dets: dict) -> list[str]:
             + rows + (["", note.strip()] if note else []))
 
 
-def exchange_comparison(dets: dict, gated: dict | None) -> list[str]:
+def alert_changes(now: dict, before: dict) -> list[tuple[str, str, int, int, int]]:
+    """Runs whose alerted test appearances differ between two detectors scored on the same splits (their
+    ``per_run``): (run, class, alerted appearances in ``now``, in ``before``, appearances), largest change first."""
+    out = []
+    for rid, v in now.items():
+        n, b = v["test_instances"], before.get(rid)
+        if b is None or b["test_instances"] != n:
+            continue
+        a, g = round(v["alerted_frac"] * n), round(b["alerted_frac"] * n)
+        if a != g:
+            out.append((rid, v["class"], a, g, n))
+    return sorted(out, key=lambda x: (-abs(x[2] - x[3]), x[0]))
+
+
+def exchange_comparison(live: dict | None, gated: dict | None) -> list[str]:
     """The live verdict beside its form until 2026-12-04 (the single-device check silent where the GPUs
-    exchange), when ``gated`` is an evaluation of that form on the same runs and splits."""
+    exchange), when ``live`` and ``gated`` are evaluations of the two on the same runs and splits (one
+    file may hold both), and the runs whose alerts the change moved (``alert_changes``)."""
     from ..targets import LIVE_DETECTOR
     name = LIVE_DETECTOR + "-gated"
-    if not gated or LIVE_DETECTOR not in dets or name not in gated.get("detectors", {}):
+    if not live or not gated or LIVE_DETECTOR not in live.get("detectors", {}) or name not in gated.get("detectors", {}):
         return []
+    now, before = live["detectors"][LIVE_DETECTOR], gated["detectors"][name]
     lines = ["", f"The single-device check speaking where the GPUs exchange too (`{LIVE_DETECTOR}`, as the collector "
              f"judges from 2026-12-04) against the check silent there (`{name}`, until then), on the same "
              f"{gated['protocol']['splits']} splits (seed {gated['protocol']['seed']}; `{gated['command']}`):", "",
              "| detector | dataset | run accuracy | inference FPR | other FPR | training detection | "
              "median time to alert (s) |", "|---|---|---|---|---|---|---|"]
-    for n, r in ((LIVE_DETECTOR, dets[LIVE_DETECTOR]), (name, gated["detectors"][name])):
+    for n, r in ((LIVE_DETECTOR, now), (name, before)):
         for v in [{"dataset": "all", **r}] + list(r.get("per_dataset") or []):
             lines.append(f"| `{n}` | `{v['dataset']}` | {_f(v['run_accuracy'], True)} | {_f(v['inference_fpr'], True)} | "
                          f"{_f(v['other_fpr'], True)} | {_f(v['training_detection'], True)} | "
                          f"{_f(v['median_time_to_alert_s'])} |")
+    changed = alert_changes(now.get("per_run") or {}, before.get("per_run") or {})
+    if changed:
+        lines += ["", "Runs whose alerted test appearances the change moved (speaking on exchange windows / silent "
+                  "there, of the run's appearances): " + "; ".join(f"{rid} ({cls}) {a} / {g} of {n}"
+                                                                   for rid, cls, a, g, n in changed) + "."]
     return lines
 
 
@@ -687,9 +711,11 @@ def wrong_by_cause(per_run: dict, gate: dict) -> str:
 
 
 def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = None,
-           leads: dict | None = None, gated: dict | None = None, fp8_rounds: list[dict] | None = None) -> str:
+           leads: dict | None = None, gated: dict | None = None, confirm: dict | None = None,
+           fp8_rounds: list[dict] | None = None) -> str:
     """The page. ``single_device``, ``one_gpu``, ``leads`` and ``fp8_rounds``: the single-device path's
-    results; ``gated``: the live verdict's earlier form on the same splits (:func:`companions`)."""
+    results; ``gated``: the live verdict's earlier form on the same splits; ``confirm``: both forms on
+    another seed's splits (:func:`companions`)."""
     ds, proto, dets = doc["dataset"], doc["protocol"], doc["detectors"]
     rule = proto["alert_rule"]
     lines = ["# Detectors: telling training from inference", "",
@@ -712,7 +738,7 @@ def render(doc: dict, single_device: dict | None = None, one_gpu: dict | None = 
               f"in {rule['k']} of {rule['n']} windows. Window accuracy: in-run windows at P ≥ 0.5."]
     lines += targets_lines(dets)
     lines += per_dataset_table(dets)
-    lines += exchange_comparison(dets, gated)
+    lines += exchange_comparison(doc, gated) + exchange_comparison(confirm, confirm)
     if doc.get("combinations"):
         lines += ["", "Run-level combinations on the same splits (a run alerts when either detector alerts, each "
                   "with its own windows and rule; window metrics and leave-one-family-out are not defined for a "

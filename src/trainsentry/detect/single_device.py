@@ -38,7 +38,7 @@ whom it exchanges, the trees are fitted on multi-GPU training windows too, and a
 exchange silences is one a trainer silences by adding one (the ZeRO-Offload trainer that a PCIe
 exchange hid, docs/prospective-294da2f-h200x1-verdict.md). On the headline's 200 configuration-grouped
 splits, speaking on exchange windows too found multi-GPU trainers that ``fused`` doubted (FSDP of the
-6.4 B model in every test appearance, against 44 of 64) and ZeRO-Offload trainers on one GPU (249 more
+6.4 B model in every test appearance, against 44 of 64) and ZeRO-Offload trainers on one GPU (207 more
 test appearances), for two more false alerts, on zigzag context-parallel prefill (3 of 80 appearances of
 each of its two runs, against 2): docs/detector.md, ``fused+single-device-live-noconv`` against
 ``fused+single-device-live-noconv-gated``.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 
 from .figures import flop_label
-from ..targets import DETECTOR as PRIMARY, DETECTOR_DATASET, LIVE_DETECTOR, TARGETS, detector_targets
+from ..targets import DETECTOR as PRIMARY, DETECTOR_DATASET, LIVE_DETECTOR, TARGETS, detector_targets, target_row
 
 
 def sec(anchor: str) -> str:
@@ -49,8 +49,7 @@ def target_path(ctx, name: str) -> str:
     """Where one detector's numbers against the targets are in results/detector.json: its row for the test
     runs of the dataset the targets are set on (``DETECTOR_DATASET``) when the evaluation read several
     datasets, else its row over every test run."""
-    rows = ctx.value("detector", f"detectors/{name}").get("per_dataset") or []
-    i = next((j for j, v in enumerate(rows) if v.get("dataset") == DETECTOR_DATASET), None)
+    i = target_row(ctx.value("detector", f"detectors/{name}").get("per_dataset"))
     return f"detectors/{name}" if i is None else f"detectors/{name}/per_dataset/{i}"
 
 
